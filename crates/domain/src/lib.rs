@@ -1,0 +1,23 @@
+//! The gateway's core vocabulary: exact money, kinds, task states, scopes, records and port traits.
+//!
+//! Nothing here performs I/O or needs an async runtime; the crate knows no HTTP, JSON or ORM.
+
+pub mod kind;
+pub mod money;
+pub mod ports;
+pub mod pricing;
+pub mod records;
+pub mod scope;
+pub mod task;
+pub mod time;
+
+pub use kind::{ModelKind, UnknownName};
+pub use money::{MoneyError, UsdAmount};
+pub use pricing::{PriceSheet, PricingVersion, Rate, RateError};
+pub use records::{
+    ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Task, TaskBilling,
+    TaskId, TaskStats, User, UserId,
+};
+pub use scope::Scope;
+pub use task::{StatusFilter, TaskEvent, TaskStatus, TransitionError};
+pub use time::{Clock, SystemClock, Timestamp};

@@ -1,0 +1,127 @@
+//! Port traits: what the use cases need from storage and identity, implemented elsewhere.
+//!
+//! All traits are object-safe and used as `Arc<dyn …>`. The ledger port lives in the
+//! `billing` crate, beside the rules it enforces.
+
+use async_trait::async_trait;
+
+use crate::pricing::{PriceSheet, PricingVersion};
+use crate::records::{ApiKey, ApiKeyId, ModelRecord, ModelSeed, NewUser, Task, TaskId, TaskStats, User, UserId};
+use crate::task::StatusFilter;
+
+/// A storage failure, reduced to what callers can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The named thing does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The change conflicts with what is stored (duplicate, wrong state).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The stored data or the request is not acceptable.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The database failed; the text is for the log, not for clients.
+    #[error("database error: {0}")]
+    Backend(String),
+}
+
+/// One page of a list: `page` counts from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    /// 1-based page number.
+    pub page: u64,
+    /// Items per page.
+    pub page_size: u64,
+}
+
+impl PageRequest {
+    /// Items to skip before this page.
+    pub fn offset(&self) -> u64 {
+        self.page.saturating_sub(1).saturating_mul(self.page_size)
+    }
+
+    /// How many pages `total` items fill.
+    pub fn total_pages(&self, total: u64) -> u64 {
+        total.div_ceil(self.page_size.max(1))
+    }
+}
+
+/// Users and their API keys.
+#[async_trait]
+pub trait AccountStore: Send + Sync {
+    /// Creates a user; a positive opening balance is booked as a `topup` ledger entry.
+    async fn create_user(&self, user: NewUser) -> Result<User, StoreError>;
+    /// The user, if it exists.
+    async fn user(&self, id: &UserId) -> Result<Option<User>, StoreError>;
+    /// How many users exist.
+    async fn count_users(&self) -> Result<u64, StoreError>;
+    /// Stores a new key (its hash only).
+    async fn create_key(&self, key: ApiKey) -> Result<ApiKey, StoreError>;
+    /// Marks a key revoked; revoking twice is allowed and keeps the first time.
+    async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, StoreError>;
+    /// The key whose secret hashes to `hash`, with its owner, revoked or not.
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError>;
+}
+
+/// Tasks and their billing view.
+#[async_trait]
+pub trait TaskStore: Send + Sync {
+    /// Stores a new task.
+    async fn insert_task(&self, task: Task) -> Result<(), StoreError>;
+    /// The task if it exists and belongs to `user`.
+    async fn task(&self, user: &UserId, id: &TaskId) -> Result<Option<Task>, StoreError>;
+    /// One page of the user's tasks, newest first, and the total matching the filter.
+    async fn list_tasks(
+        &self,
+        user: &UserId,
+        filter: Option<StatusFilter>,
+        page: PageRequest,
+    ) -> Result<(Vec<Task>, u64), StoreError>;
+    /// Counts for the overview.
+    async fn task_stats(&self, user: &UserId) -> Result<TaskStats, StoreError>;
+}
+
+/// The model catalog as configured by operators, and their switches.
+#[async_trait]
+pub trait ModelStore: Send + Sync {
+    /// Adds the models the store does not know yet; known models keep operator changes.
+    /// Returns how many were added.
+    async fn seed_models(&self, seeds: Vec<ModelSeed>) -> Result<u64, StoreError>;
+    /// Every model, enabled or not, by name.
+    async fn models(&self) -> Result<Vec<ModelRecord>, StoreError>;
+    /// Changes a model's switch and/or cap.
+    async fn set_model(
+        &self,
+        name: &str,
+        enabled: Option<bool>,
+        concurrency_limit: Option<i64>,
+    ) -> Result<ModelRecord, StoreError>;
+    /// Adds a new price version and makes it active.
+    async fn set_price(&self, name: &str, sheet: PriceSheet) -> Result<PricingVersion, StoreError>;
+    /// Whether maintenance mode is on.
+    async fn maintenance(&self) -> Result<bool, StoreError>;
+    /// Turns maintenance mode on or off.
+    async fn set_maintenance(&self, on: bool) -> Result<(), StoreError>;
+}
+
+/// Where new ids come from.
+pub trait IdSource: Send + Sync {
+    /// A fresh, unique id starting with `prefix` (such as `task_`).
+    fn new_id(&self, prefix: &str) -> String;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_arithmetic() {
+        let p = PageRequest { page: 3, page_size: 20 };
+        assert_eq!(p.offset(), 40);
+        assert_eq!(p.total_pages(0), 0);
+        assert_eq!(p.total_pages(20), 1);
+        assert_eq!(p.total_pages(21), 2);
+        assert_eq!(PageRequest { page: u64::MAX, page_size: 100 }.offset(), u64::MAX);
+    }
+}

@@ -1,0 +1,350 @@
+//! The records the gateway keeps: users, API keys, tasks with their billing, ledger entries, models.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::kind::{ModelKind, UnknownName};
+use crate::money::UsdAmount;
+use crate::pricing::PricingVersion;
+use crate::scope::Scope;
+use crate::task::TaskStatus;
+use crate::time::Timestamp;
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A user's id, `usr_…`.
+    UserId
+);
+string_id!(
+    /// An API key's id, `key_…` (not the secret).
+    ApiKeyId
+);
+string_id!(
+    /// A task's id, `task_…`; also the reference of the task's reservation.
+    TaskId
+);
+
+/// An account holding a prepaid USD balance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Id.
+    pub id: UserId,
+    /// Display name.
+    pub name: String,
+    /// Contact address.
+    pub email: String,
+    /// `user` or `admin`.
+    pub role: String,
+    /// Current balance; equals the sum of the user's ledger entries.
+    pub balance: UsdAmount,
+    /// Most in-flight calls and unfinished video tasks at once.
+    pub concurrency_limit: i64,
+    /// Bytes of stored media allowed.
+    pub media_quota_bytes: i64,
+    /// Creation time.
+    pub created_at: Timestamp,
+}
+
+/// What an operator supplies to create a user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUser {
+    /// Id to give the user.
+    pub id: UserId,
+    /// Display name.
+    pub name: String,
+    /// Contact address.
+    pub email: String,
+    /// `user` or `admin`.
+    pub role: String,
+    /// Opening balance, booked as a `topup` ledger entry when above zero.
+    pub balance: UsdAmount,
+    /// Per-user concurrency cap.
+    pub concurrency_limit: i64,
+    /// Media quota in bytes.
+    pub media_quota_bytes: i64,
+}
+
+/// An API key as stored: the secret itself is never kept, only its SHA-256 hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Id, shown to operators.
+    pub id: ApiKeyId,
+    /// Owner.
+    pub user_id: UserId,
+    /// Operator's label.
+    pub name: String,
+    /// Lowercase hex SHA-256 of the secret.
+    pub hash: String,
+    /// First characters of the secret, for recognising it in lists.
+    pub prefix: String,
+    /// What the key may do.
+    pub scopes: Vec<Scope>,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+    /// Creation time.
+    pub created_at: Timestamp,
+}
+
+/// Billing state of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BillingStatus {
+    /// The estimate is held against the balance.
+    Reserved,
+    /// Charged at actual usage.
+    Settled,
+    /// The hold was returned in full.
+    Refunded,
+    /// Never reserved (rejected before reservation).
+    Unbilled,
+}
+
+impl BillingStatus {
+    /// Every status.
+    pub const ALL: [BillingStatus; 4] =
+        [BillingStatus::Reserved, BillingStatus::Settled, BillingStatus::Refunded, BillingStatus::Unbilled];
+
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BillingStatus::Reserved => "reserved",
+            BillingStatus::Settled => "settled",
+            BillingStatus::Refunded => "refunded",
+            BillingStatus::Unbilled => "unbilled",
+        }
+    }
+}
+
+impl FromStr for BillingStatus {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BillingStatus::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownName { what: "billing status", value: s.to_owned() })
+    }
+}
+
+/// The billing of one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskBilling {
+    /// Where the reservation stands.
+    pub status: BillingStatus,
+    /// The price version used, e.g. `LangB-2.0-pro@v1`.
+    pub pricing_version_id: Option<String>,
+    /// The amount reserved up front.
+    pub estimated: UsdAmount,
+    /// The amount charged, once settled (zero when refunded).
+    pub actual: Option<UsdAmount>,
+    /// The balance right after the last movement of this task.
+    pub balance_after: Option<UsdAmount>,
+    /// Usage reported by the upstream, as JSON text.
+    pub usage_json: Option<String>,
+}
+
+/// A unit of billable work: a video task, or one synchronous call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// Id.
+    pub id: TaskId,
+    /// Owner.
+    pub user_id: UserId,
+    /// Public model name.
+    pub model: String,
+    /// The model's kind.
+    pub kind: ModelKind,
+    /// State.
+    pub status: TaskStatus,
+    /// Prompt, when the call had one.
+    pub prompt: Option<String>,
+    /// Upstream provider name.
+    pub provider: String,
+    /// `text`, `url`, `base64`, `mixed` or `stream`.
+    pub input_mode: Option<String>,
+    /// `image`, `video`, `audio` or `multiple`.
+    pub media_type: Option<String>,
+    /// Input media record.
+    pub media_url: Option<String>,
+    /// Seconds of output (video, audio).
+    pub duration: Option<i64>,
+    /// Video resolution.
+    pub resolution: Option<String>,
+    /// Video aspect ratio.
+    pub ratio: Option<String>,
+    /// Whether video has sound.
+    pub generate_audio: Option<bool>,
+    /// Billing.
+    pub billing: TaskBilling,
+    /// Result address.
+    pub output_url: Option<String>,
+    /// Video last frame address.
+    pub last_frame_url: Option<String>,
+    /// Failure code.
+    pub error_code: Option<String>,
+    /// Failure text.
+    pub error_message: Option<String>,
+    /// Where status changes are posted.
+    pub webhook_url: Option<String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// When it reached a terminal state.
+    pub completed_at: Option<Timestamp>,
+}
+
+/// Counts shown in the account overview.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskStats {
+    /// All tasks.
+    pub total: i64,
+    /// Tasks in `succeeded`.
+    pub succeeded: i64,
+    /// Tasks not yet terminal.
+    pub active: i64,
+    /// Sum of settled charges.
+    pub spent: UsdAmount,
+}
+
+/// Why a balance moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LedgerKind {
+    /// Money added by an operator.
+    Topup,
+    /// A hold for a call's worst case (negative).
+    Reserve,
+    /// The difference between the hold and the actual charge (positive when the call cost less).
+    Settle,
+    /// Part of a hold given back without a charge.
+    Release,
+    /// A whole hold given back because the call failed (positive).
+    Refund,
+    /// A manual correction by an operator.
+    Adjustment,
+}
+
+impl LedgerKind {
+    /// Every kind.
+    pub const ALL: [LedgerKind; 6] = [
+        LedgerKind::Topup,
+        LedgerKind::Reserve,
+        LedgerKind::Settle,
+        LedgerKind::Release,
+        LedgerKind::Refund,
+        LedgerKind::Adjustment,
+    ];
+
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LedgerKind::Topup => "topup",
+            LedgerKind::Reserve => "reserve",
+            LedgerKind::Settle => "settle",
+            LedgerKind::Release => "release",
+            LedgerKind::Refund => "refund",
+            LedgerKind::Adjustment => "adjustment",
+        }
+    }
+}
+
+impl FromStr for LedgerKind {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LedgerKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownName { what: "ledger kind", value: s.to_owned() })
+    }
+}
+
+/// One movement of a user's balance. The balance always equals the sum of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// Increasing id; newer entries have larger ids.
+    pub id: i64,
+    /// Whose balance moved.
+    pub user_id: UserId,
+    /// The task it belongs to, if any.
+    pub task_id: Option<TaskId>,
+    /// Why.
+    pub kind: LedgerKind,
+    /// Signed change.
+    pub amount: UsdAmount,
+    /// Balance right after.
+    pub balance_after: UsdAmount,
+    /// Human-readable note.
+    pub description: String,
+    /// When.
+    pub created_at: Timestamp,
+}
+
+/// A model as the store keeps it: operator switches, the catalog definition, and the active price.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRecord {
+    /// Public name.
+    pub name: String,
+    /// Kind.
+    pub kind: ModelKind,
+    /// Whether it is listed and callable.
+    pub enabled: bool,
+    /// Platform-wide in-flight cap, 1..100000.
+    pub concurrency_limit: i64,
+    /// The catalog definition as JSON text (owned by the `catalog` crate).
+    pub definition: String,
+    /// The active price version; `None` for an unpriced model.
+    pub pricing: Option<PricingVersion>,
+}
+
+/// A catalog entry to load when the store does not know the model yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSeed {
+    /// Public name.
+    pub name: String,
+    /// Kind.
+    pub kind: ModelKind,
+    /// Initial switch.
+    pub enabled: bool,
+    /// Initial cap.
+    pub concurrency_limit: i64,
+    /// Catalog definition as JSON text.
+    pub definition: String,
+    /// Initial prices (version 1), if the model is priced.
+    pub sheet: Option<crate::pricing::PriceSheet>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in BillingStatus::ALL {
+            assert_eq!(s.as_str().parse::<BillingStatus>(), Ok(s));
+        }
+        for k in LedgerKind::ALL {
+            assert_eq!(k.as_str().parse::<LedgerKind>(), Ok(k));
+        }
+        assert!("Settled".parse::<BillingStatus>().is_err());
+    }
+}
