@@ -1,1 +1,75 @@
-fn main() {}
+//! `gateway`: reads configuration, starts logging, and runs one subcommand.
+
+mod admin;
+mod cli;
+mod config;
+mod serve;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+
+/// Exit code for an unusable configuration (EX_CONFIG-like, as `sysexits` EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            eprintln!("{}", text.lines().next().unwrap_or("invalid arguments"));
+            return ExitCode::from(2);
+        }
+    };
+    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("GATEWAY_")).collect();
+    let config = match Config::load(cli.config.as_deref(), &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    init_tracing(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Serve => serve::run(config).await,
+            Command::Migrate => serve::migrate(&config).await,
+            Command::Admin(cmd) => admin::run(&config, cmd).await,
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{}", message.lines().next().unwrap_or("failed"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, so stdout stays one JSON object for admin commands.
+fn init_tracing(filter: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let targets: tracing_subscriber::filter::Targets = filter
+        .parse()
+        .unwrap_or_else(|_| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false))
+        .with(targets)
+        .try_init();
+}

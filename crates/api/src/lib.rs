@@ -1,1 +1,17 @@
-//! placeholder
+//! The HTTP edge, hand-built on hyper 1.x: accept loop with graceful shutdown, routing to a closed
+//! route enum, Bearer authentication, the error envelope, request ids and access logs.
+//!
+//! This is the only crate that knows HTTP and the interface's JSON shapes.
+
+pub mod body;
+mod error;
+mod handlers;
+mod response;
+mod routes;
+mod server;
+pub mod wire;
+
+pub use error::ApiError;
+pub use response::{Body, Response};
+pub use routes::Route;
+pub use server::{AppState, serve};

@@ -1,1 +1,100 @@
-//! placeholder
+//! Use cases of the gateway: authenticate and authorize keys, list models, account overview,
+//! tasks, and the operator's administration. Storage and the ledger come in through ports.
+
+mod admin;
+mod error;
+mod keys;
+mod reads;
+
+use std::sync::Arc;
+
+use billing::Ledger;
+use domain::ports::{AccountStore, IdSource, ModelStore, TaskStore};
+use domain::{ApiKeyId, Clock, Scope, UserId};
+
+pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
+pub use error::ServiceError;
+pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
+pub use reads::{ModelView, Overview, TaskPage};
+
+/// How many ledger entries the overview shows.
+pub const OVERVIEW_LEDGER_ENTRIES: u64 = 20;
+
+/// The ports the use cases run on.
+#[derive(Clone)]
+pub struct Ports {
+    /// Users and keys.
+    pub accounts: Arc<dyn AccountStore>,
+    /// Tasks.
+    pub tasks: Arc<dyn TaskStore>,
+    /// Models, prices and switches.
+    pub models: Arc<dyn ModelStore>,
+    /// Balances.
+    pub ledger: Arc<dyn Ledger>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Ids.
+    pub ids: Arc<dyn IdSource>,
+}
+
+impl Ports {
+    /// All storage ports from one object that implements them all (the `store` crate's `Store`).
+    pub fn from_store<S>(store: S, clock: Arc<dyn Clock>) -> Ports
+    where
+        S: AccountStore + TaskStore + ModelStore + Ledger + Clone + 'static,
+    {
+        Ports {
+            accounts: Arc::new(store.clone()),
+            tasks: Arc::new(store.clone()),
+            models: Arc::new(store.clone()),
+            ledger: Arc::new(store),
+            clock,
+            ids: Arc::new(UuidIds),
+        }
+    }
+}
+
+/// The caller behind a valid API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The key's owner.
+    pub user_id: UserId,
+    /// The key used.
+    pub key_id: ApiKeyId,
+    /// What the key may do.
+    pub scopes: Vec<Scope>,
+}
+
+/// The gateway's use cases.
+#[derive(Clone)]
+pub struct Gateway {
+    ports: Ports,
+}
+
+impl Gateway {
+    /// Use cases over `ports`.
+    pub fn new(ports: Ports) -> Gateway {
+        Gateway { ports }
+    }
+
+    /// The ports, for wiring and tests.
+    pub fn ports(&self) -> &Ports {
+        &self.ports
+    }
+
+    /// Checks a presented key secret and that it carries `needed`.
+    ///
+    /// Every failure (missing, unknown, revoked, under-scoped) is the same `InvalidApiKey`,
+    /// so a caller learns nothing about which keys exist.
+    pub async fn authenticate(&self, secret: Option<&str>, needed: Scope) -> Result<Principal, ServiceError> {
+        let secret = secret.map(str::trim).filter(|s| !s.is_empty()).ok_or(ServiceError::InvalidApiKey)?;
+        let found = self.ports.accounts.key_by_hash(&hash_secret(secret)).await?;
+        let Some((key, _user)) = found else {
+            return Err(ServiceError::InvalidApiKey);
+        };
+        if key.revoked_at.is_some() || !key.scopes.contains(&needed) {
+            return Err(ServiceError::InvalidApiKey);
+        }
+        Ok(Principal { user_id: key.user_id, key_id: key.id, scopes: key.scopes })
+    }
+}

@@ -1,1 +1,122 @@
-//! placeholder
+//! Request validation: turns raw request values into checked domain inputs, or an `invalid_request` message.
+//!
+//! Knows the spec's limits but nothing of HTTP: callers hand over decoded values.
+
+use domain::StatusFilter;
+use domain::ports::PageRequest;
+
+/// A request that breaks a rule of the interface; the message names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValidationError(pub String);
+
+/// The page sizes `GET /api/v1/tasks` accepts.
+pub const TASK_PAGE_SIZES: [u64; 3] = [20, 50, 100];
+
+/// A checked `GET /api/v1/tasks` query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskListQuery {
+    /// Page and size.
+    pub page: PageRequest,
+    /// Optional state or group filter.
+    pub status: Option<StatusFilter>,
+}
+
+/// Checks the task list's query parameters (already percent-decoded): `page` ≥ 1 (default 1),
+/// `page_size` one of 20, 50, 100 (default 20), `status` one of the seven states or `running` /
+/// `completed`. Unknown parameters, repeats and empty values are refused.
+pub fn task_list_query<'a>(
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<TaskListQuery, ValidationError> {
+    let mut page = None;
+    let mut page_size = None;
+    let mut status = None;
+    for (name, value) in params {
+        let slot_taken = match name {
+            "page" => page.replace(parse_page(value)?).is_some(),
+            "page_size" => page_size.replace(parse_page_size(value)?).is_some(),
+            "status" => status.replace(parse_status(value)?).is_some(),
+            other => return Err(ValidationError(format!("unknown query parameter {other:?}"))),
+        };
+        if slot_taken {
+            return Err(ValidationError(format!("query parameter {name:?} given more than once")));
+        }
+    }
+    Ok(TaskListQuery { page: PageRequest { page: page.unwrap_or(1), page_size: page_size.unwrap_or(20) }, status })
+}
+
+fn parse_page(value: &str) -> Result<u64, ValidationError> {
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(ValidationError(format!("page must be an integer of at least 1, got {value:?}"))),
+    }
+}
+
+fn parse_page_size(value: &str) -> Result<u64, ValidationError> {
+    match value.parse::<u64>() {
+        Ok(n) if TASK_PAGE_SIZES.contains(&n) && value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(ValidationError(format!("page_size must be one of 20, 50 or 100, got {value:?}"))),
+    }
+}
+
+fn parse_status(value: &str) -> Result<StatusFilter, ValidationError> {
+    value.parse().map_err(|_| {
+        ValidationError(format!(
+            "status must be one of submitting, queued, processing, succeeded, failed, cancelled, expired, running, completed; got {value:?}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::TaskStatus;
+
+    fn check(query: &[(&str, &str)]) -> Result<TaskListQuery, ValidationError> {
+        task_list_query(query.iter().copied())
+    }
+
+    #[test]
+    fn defaults() {
+        let q = check(&[]).expect("empty query is valid");
+        assert_eq!(q.page, PageRequest { page: 1, page_size: 20 });
+        assert_eq!(q.status, None);
+    }
+
+    #[test]
+    fn page_edges() {
+        assert_eq!(check(&[("page", "1")]).map(|q| q.page.page), Ok(1));
+        assert_eq!(check(&[("page", "18446744073709551615")]).map(|q| q.page.page), Ok(u64::MAX));
+        for bad in ["0", "-1", "", "1.0", "+1", "abc", "18446744073709551616"] {
+            assert!(check(&[("page", bad)]).is_err(), "page={bad:?}");
+        }
+    }
+
+    #[test]
+    fn page_size_edges() {
+        for ok in [20, 50, 100] {
+            assert_eq!(check(&[("page_size", &ok.to_string())]).map(|q| q.page.page_size), Ok(ok));
+        }
+        for bad in ["19", "21", "49", "51", "99", "101", "0", "", "20.0"] {
+            assert!(check(&[("page_size", bad)]).is_err(), "page_size={bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_values_and_groups() {
+        for s in TaskStatus::ALL {
+            assert_eq!(check(&[("status", s.as_str())]).map(|q| q.status), Ok(Some(StatusFilter::Is(s))));
+        }
+        assert_eq!(check(&[("status", "running")]).map(|q| q.status), Ok(Some(StatusFilter::Running)));
+        assert_eq!(check(&[("status", "completed")]).map(|q| q.status), Ok(Some(StatusFilter::Completed)));
+        for bad in ["", "RUNNING", "done", "queued,failed"] {
+            assert!(check(&[("status", bad)]).is_err(), "status={bad:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_repeated_parameters() {
+        assert!(check(&[("limit", "10")]).is_err());
+        assert!(check(&[("page", "1"), ("page", "2")]).is_err());
+    }
+}

@@ -1,0 +1,81 @@
+//! `gateway admin …`: each command prints exactly one JSON object on stdout.
+
+use domain::{ApiKeyId, Scope, UsdAmount, UserId};
+use serde_json::{Value, json};
+use service::NewUserRequest;
+
+use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, UserCmd};
+use crate::config::Config;
+use crate::serve::open;
+
+/// Runs one admin command; `Err` carries the one-line message for stderr.
+pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
+    let gateway = open(config).await?;
+    let out: Value = match cmd {
+        Admin::User(UserCmd::Create(u)) => {
+            let balance = UsdAmount::parse_decimal(&u.balance).map_err(|e| format!("--balance: {e}"))?;
+            let user = gateway
+                .create_user(NewUserRequest {
+                    name: u.name,
+                    email: u.email,
+                    role: u.role,
+                    balance,
+                    concurrency_limit: u.concurrency_limit,
+                    media_quota_bytes: u.media_quota_bytes,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            json!({
+                "id": user.id.as_str(), "name": user.name, "email": user.email, "role": user.role,
+                "balance_usd": user.balance.to_string(), "concurrency_limit": user.concurrency_limit,
+                "media_quota_bytes": user.media_quota_bytes, "created_at": user.created_at.to_string(),
+            })
+        }
+        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name }) => {
+            let scopes = match (all_scopes, scopes) {
+                (true, _) => Scope::ALL.to_vec(),
+                (false, Some(list)) => Scope::parse_list(&list).map_err(|e| format!("--scopes: {e}"))?,
+                (false, None) => return Err("give --scopes or --all-scopes".into()),
+            };
+            let created = gateway.create_key(&UserId(user), scopes, &name).await.map_err(|e| e.to_string())?;
+            let k = &created.key;
+            json!({
+                "id": k.id.as_str(), "user_id": k.user_id.as_str(), "name": k.name, "prefix": k.prefix,
+                "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                "created_at": k.created_at.to_string(), "key": created.secret,
+            })
+        }
+        Admin::Key(KeyCmd::Revoke { key }) => {
+            let k = gateway.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
+            json!({"id": k.id.as_str(), "user_id": k.user_id.as_str(), "revoked": true,
+                   "revoked_at": k.revoked_at.map(|t| t.to_string())})
+        }
+        Admin::Topup { user, amount, note } => {
+            let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;
+            let entry = gateway.topup(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
+            api::wire::ledger_entry(&entry)
+        }
+        Admin::Model(ModelCmd::Set { model, enabled, concurrency_limit }) => {
+            if enabled.is_none() && concurrency_limit.is_none() {
+                return Err("give --enabled and/or --concurrency-limit".into());
+            }
+            let m = gateway.set_model(&model, enabled, concurrency_limit).await.map_err(|e| e.to_string())?;
+            json!({"model": m.name, "kind": m.kind.as_str(), "enabled": m.enabled,
+                   "concurrency_limit": m.concurrency_limit, "pricing_version": m.pricing.map(|p| p.version)})
+        }
+        Admin::Price(PriceCmd::Set { model, rates }) => {
+            let text = std::fs::read_to_string(&rates).map_err(|e| format!("cannot read {}: {e}", rates.display()))?;
+            let sheet = catalog::parse_price_sheet(&text).map_err(|e| format!("{}: {e}", rates.display()))?;
+            let v = gateway.set_price(&model, sheet).await.map_err(|e| e.to_string())?;
+            json!({"model": v.model, "pricing_version": v.version, "pricing_version_id": v.id(),
+                   "pricing": catalog::price_sheet_json(&v.sheet), "created_at": v.created_at.to_string()})
+        }
+        Admin::Maintenance { state } => {
+            let on = state == "on";
+            gateway.set_maintenance(on).await.map_err(|e| e.to_string())?;
+            json!({"maintenance": on})
+        }
+    };
+    println!("{out}");
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! The command line: `serve`, `migrate` and the `admin` commands of the operator contract.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The model gateway.
+#[derive(Debug, Parser)]
+#[command(name = "gateway", version, about = "A model gateway with USD prepaid billing")]
+pub struct Cli {
+    /// TOML configuration file (default: gateway.toml when present). GATEWAY_* variables override it.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server (applies migrations first).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Operator commands; each prints one JSON object.
+    #[command(subcommand)]
+    Admin(Admin),
+}
+
+/// `gateway admin …`.
+#[derive(Debug, Subcommand)]
+pub enum Admin {
+    /// Users.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// API keys.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// Add money to a balance.
+    Topup {
+        /// User id.
+        #[arg(long)]
+        user: String,
+        /// Amount in USD, such as 25 or 12.50.
+        #[arg(long)]
+        amount: String,
+        /// Note for the ledger.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Models.
+    #[command(subcommand)]
+    Model(ModelCmd),
+    /// Prices.
+    #[command(subcommand)]
+    Price(PriceCmd),
+    /// Maintenance mode: every generation call answers 503 while on.
+    Maintenance {
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
+}
+
+/// `gateway admin user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCmd {
+    /// Create a user.
+    Create(UserCreate),
+}
+
+/// Options of `admin user create`.
+#[derive(Debug, Args)]
+pub struct UserCreate {
+    /// Display name.
+    #[arg(long)]
+    pub name: String,
+    /// Email address.
+    #[arg(long)]
+    pub email: String,
+    /// `user` or `admin`.
+    #[arg(long, default_value = "user", value_parser = ["user", "admin"])]
+    pub role: String,
+    /// Opening balance in USD.
+    #[arg(long, default_value = "0")]
+    pub balance: String,
+    /// Most concurrent calls.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency_limit: i64,
+    /// Media storage quota in bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub media_quota_bytes: i64,
+}
+
+/// `gateway admin key …`.
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Issue a key; its secret is printed once as "key".
+    Create {
+        /// Owner's user id.
+        #[arg(long)]
+        user: String,
+        /// Comma-separated scopes.
+        #[arg(long, conflicts_with = "all_scopes", required_unless_present = "all_scopes")]
+        scopes: Option<String>,
+        /// Every scope.
+        #[arg(long)]
+        all_scopes: bool,
+        /// Label.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Revoke a key by id.
+    Revoke {
+        /// Key id (`key_…`).
+        #[arg(long)]
+        key: String,
+    },
+}
+
+/// `gateway admin model …`.
+#[derive(Debug, Subcommand)]
+pub enum ModelCmd {
+    /// Change a model's switch or cap.
+    Set {
+        /// Public model name.
+        #[arg(long)]
+        model: String,
+        /// `true` or `false`.
+        #[arg(long)]
+        enabled: Option<bool>,
+        /// Platform-wide cap, 1..100000.
+        #[arg(long)]
+        concurrency_limit: Option<i64>,
+    },
+}
+
+/// `gateway admin price …`.
+#[derive(Debug, Subcommand)]
+pub enum PriceCmd {
+    /// Create a new price version from a rates file.
+    Set {
+        /// Public model name.
+        #[arg(long)]
+        model: String,
+        /// JSON file: {"rate": {"amountMicrousd": "…", "denominator": "…", "unit": "…"}, …}.
+        #[arg(long)]
+        rates: PathBuf,
+    },
+}

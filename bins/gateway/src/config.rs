@@ -1,0 +1,303 @@
+//! Configuration: an optional TOML file, then `GATEWAY_*` environment variables, which win.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A value that must never reach a log: it prints as `*****`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret text, for the one place that sends it.
+    #[allow(dead_code)]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "*****" })
+    }
+}
+
+/// The gateway's settings. Field names are the environment names without `GATEWAY_`, lowercased.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: String,
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: String,
+    /// The upstream platform's base URL, or `sim` for the built-in simulator.
+    pub upstream_url: String,
+    /// Key for the upstream platform.
+    pub upstream_api_key: Secret,
+    /// The speech service's origin.
+    pub speech_url: String,
+    /// Key for the speech service.
+    pub speech_api_key: Secret,
+    /// The message-compatible base of the platform.
+    pub messages_url: String,
+    /// Whole-call read timeout for synchronous upstream calls.
+    pub upstream_timeout_ms: u64,
+    /// Connect timeout for upstream calls.
+    pub upstream_connect_timeout_ms: u64,
+    /// Where stored media lives.
+    pub media_dir: String,
+    /// Public base URL of this gateway (for signed media links).
+    pub public_url: String,
+    /// Hosts or CIDRs that media import and webhooks may reach although not public.
+    pub egress_allow: Vec<String>,
+    /// Extra PEM roots for outgoing https.
+    pub extra_ca_file: String,
+    /// Video worker poll interval.
+    pub task_poll_interval_ms: u64,
+    /// Video task deadline: seconds, or with a unit (`90s`, `30m`, `48h`, `2d`).
+    pub task_deadline: String,
+    /// First webhook retry delay.
+    pub webhook_retry_base_ms: u64,
+    /// Asset control plane origin.
+    pub assets_url: String,
+    /// Asset control plane access key.
+    pub assets_access_key: Secret,
+    /// Asset control plane secret key.
+    pub assets_secret_key: Secret,
+    /// Opening balance of the first-run demo user, in USD.
+    pub demo_balance: String,
+    /// Log filter, such as `info` or `info,store=debug`.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: "127.0.0.1:8080".into(),
+            database_url: "sqlite://data/gateway.db?mode=rwc".into(),
+            upstream_url: "sim".into(),
+            upstream_api_key: Secret::default(),
+            speech_url: "sim".into(),
+            speech_api_key: Secret::default(),
+            messages_url: "sim".into(),
+            upstream_timeout_ms: 600_000,
+            upstream_connect_timeout_ms: 5_000,
+            media_dir: "data/media".into(),
+            public_url: "http://127.0.0.1:8080".into(),
+            egress_allow: Vec::new(),
+            extra_ca_file: String::new(),
+            task_poll_interval_ms: 5_000,
+            task_deadline: "48h".into(),
+            webhook_retry_base_ms: 10_000,
+            assets_url: "sim".into(),
+            assets_access_key: Secret::default(),
+            assets_secret_key: Secret::default(),
+            demo_balance: "100".into(),
+            log: "info".into(),
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// The environment variables read, each overriding the file's value.
+const ENV_KEYS: &[&str] = &[
+    "listen",
+    "database_url",
+    "upstream_url",
+    "upstream_api_key",
+    "speech_url",
+    "speech_api_key",
+    "messages_url",
+    "upstream_timeout_ms",
+    "upstream_connect_timeout_ms",
+    "media_dir",
+    "public_url",
+    "egress_allow",
+    "extra_ca_file",
+    "task_poll_interval_ms",
+    "task_deadline",
+    "webhook_retry_base_ms",
+    "assets_url",
+    "assets_access_key",
+    "assets_secret_key",
+    "demo_balance",
+    "log",
+];
+
+impl Config {
+    /// Loads `path` (or `gateway.toml` when present and no path is given), then applies `env`.
+    pub fn load(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let default_path = Path::new("gateway.toml");
+        let file = match path {
+            Some(p) => Some(p),
+            None if default_path.exists() => Some(default_path),
+            None => None,
+        };
+        let mut table = match file {
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).map_err(|e| ConfigError(format!("cannot read {}: {e}", p.display())))?;
+                toml::from_str::<toml::Table>(&text).map_err(|e| ConfigError(format!("{}: {e}", p.display())))?
+            }
+            None => toml::Table::new(),
+        };
+        let defaults = Config::default();
+        for key in ENV_KEYS {
+            let Some(value) = env.get(&format!("GATEWAY_{}", key.to_ascii_uppercase())) else { continue };
+            table.insert((*key).to_owned(), env_value(key, value, &defaults)?);
+        }
+        let config: Config =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError(e.message().to_owned()))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        self.listen
+            .parse::<std::net::SocketAddr>()
+            .map_err(|_| ConfigError(format!("listen: {:?} is not an address such as 127.0.0.1:8080", self.listen)))?;
+        if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
+            return Err(ConfigError("database_url must start with sqlite: or postgres://".into()));
+        }
+        self.deadline()?;
+        domain::UsdAmount::parse_decimal(&self.demo_balance).map_err(|e| ConfigError(format!("demo_balance: {e}")))?;
+        Ok(())
+    }
+
+    /// The video task deadline.
+    pub fn deadline(&self) -> Result<Duration, ConfigError> {
+        parse_duration(&self.task_deadline).ok_or_else(|| {
+            ConfigError(format!(
+                "task_deadline: {:?} is not a duration such as 90s, 30m, 48h or 2d",
+                self.task_deadline
+            ))
+        })
+    }
+}
+
+/// Turns an environment string into the TOML value of the setting's type.
+fn env_value(key: &str, value: &str, defaults: &Config) -> Result<toml::Value, ConfigError> {
+    let sample = toml::Value::try_from(defaults).map_err(|e| ConfigError(e.to_string()))?;
+    match sample.get(key) {
+        Some(toml::Value::Integer(_)) => {
+            value.trim().parse::<i64>().ok().filter(|n| *n >= 0).map(toml::Value::Integer).ok_or_else(|| {
+                ConfigError(format!("GATEWAY_{}: {value:?} is not a whole number", key.to_ascii_uppercase()))
+            })
+        }
+        Some(toml::Value::Array(_)) => Ok(toml::Value::Array(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_owned()))
+                .collect(),
+        )),
+        _ => Ok(toml::Value::String(value.to_owned())),
+    }
+}
+
+/// `90`, `90s`, `30m`, `48h`, `2d`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+impl serde::Serialize for Config {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Only used to learn each setting's type; secrets are written as empty strings.
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("listen", &self.listen)?;
+        m.serialize_entry("database_url", &self.database_url)?;
+        m.serialize_entry("upstream_timeout_ms", &self.upstream_timeout_ms)?;
+        m.serialize_entry("upstream_connect_timeout_ms", &self.upstream_connect_timeout_ms)?;
+        m.serialize_entry("egress_allow", &self.egress_allow)?;
+        m.serialize_entry("task_poll_interval_ms", &self.task_poll_interval_ms)?;
+        m.serialize_entry("webhook_retry_base_ms", &self.webhook_retry_base_ms)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_need_no_file() {
+        let c = Config::load(None, &env(&[])).expect("defaults are valid");
+        assert_eq!(c.listen, "127.0.0.1:8080");
+        assert!(c.database_url.starts_with("sqlite://data/"));
+        assert_eq!(c.upstream_url, "sim");
+    }
+
+    #[test]
+    fn environment_wins_over_file() {
+        let dir = std::env::temp_dir().join(format!("gw-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("gateway.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nupstream_timeout_ms = 5\n").expect("write");
+        let c = Config::load(
+            Some(&file),
+            &env(&[("GATEWAY_LISTEN", "127.0.0.1:9001"), ("GATEWAY_EGRESS_ALLOW", "127.0.0.1, ::1")]),
+        )
+        .expect("valid");
+        assert_eq!(c.listen, "127.0.0.1:9001");
+        assert_eq!(c.upstream_timeout_ms, 5);
+        assert_eq!(c.egress_allow, vec!["127.0.0.1".to_owned(), "::1".to_owned()]);
+        std::fs::write(&file, "lisen = \"x\"\n").expect("write");
+        assert!(Config::load(Some(&file), &env(&[])).is_err(), "unknown key accepted");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (k, v) in [
+            ("GATEWAY_LISTEN", "nowhere"),
+            ("GATEWAY_UPSTREAM_TIMEOUT_MS", "-1"),
+            ("GATEWAY_TASK_DEADLINE", "2w"),
+            ("GATEWAY_DATABASE_URL", "mysql://x"),
+        ] {
+            assert!(Config::load(None, &env(&[(k, v)])).is_err(), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("48h"), Some(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
+        for bad in ["", "0", "h", "1.5h", "-1s", "10w"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = Config::load(None, &env(&[("GATEWAY_UPSTREAM_API_KEY", "topsecret")])).expect("valid");
+        assert!(!format!("{c:?}").contains("topsecret"));
+        assert_eq!(c.upstream_api_key.expose(), "topsecret");
+    }
+}

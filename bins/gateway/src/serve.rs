@@ -1,0 +1,98 @@
+//! `serve` and `migrate`: open the store, load the catalog, create the demo account, run the server.
+
+use std::sync::Arc;
+
+use domain::{SystemClock, UsdAmount};
+use service::{Gateway, Ports};
+use store::Store;
+
+use crate::config::Config;
+
+/// Opens the database (migrating it) and loads catalog models it does not know yet.
+pub(crate) async fn open(config: &Config) -> Result<Gateway, String> {
+    let store = Store::open(&config.database_url).await.map_err(|e| format!("database: {e}"))?;
+    let gateway = Gateway::new(Ports::from_store(store, Arc::new(SystemClock)));
+    let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
+    let added = gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
+    if added > 0 {
+        tracing::info!(added, "catalog models loaded");
+    }
+    Ok(gateway)
+}
+
+/// `gateway migrate`.
+pub(crate) async fn migrate(config: &Config) -> Result<(), String> {
+    let store = Store::connect(&config.database_url).await.map_err(|e| format!("database: {e}"))?;
+    let applied = store.migrate().await.map_err(|e| format!("migrate: {e}"))?;
+    println!("{}", serde_json::json!({"migrations_applied": applied}));
+    Ok(())
+}
+
+/// `gateway serve`: runs until SIGINT or SIGTERM.
+pub(crate) async fn run(config: Config) -> Result<(), String> {
+    let gateway = open(&config).await?;
+    let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
+    let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, database = %redact_url(&config.database_url), upstream = %config.upstream_url, "gateway listening");
+    match demo {
+        // The secret goes to stdout once, never to the log.
+        Some(demo) => println!(
+            "Demo user {} created with {} USD.\nDemo API key (shown once): {}\nTry: curl -s http://{addr}/api/v1/models -H 'Authorization: Bearer {}'",
+            demo.user.id, demo.user.balance, demo.key.secret, demo.key.secret
+        ),
+        None => println!(
+            "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
+        ),
+    }
+    api::serve(listener, api::AppState::new(gateway), shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}
+
+/// The URL without a password, for logs.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}:*****{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:*****@h/db");
+        assert_eq!(redact_url("sqlite://data/x.db"), "sqlite://data/x.db");
+    }
+}

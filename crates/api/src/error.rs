@@ -1,0 +1,124 @@
+//! The error envelope `{"error":{"code","message"}}` and the one mapping from use-case errors to HTTP.
+
+use http::{HeaderValue, StatusCode, header};
+use service::ServiceError;
+
+use crate::response::{Response, json_response};
+
+/// An error on its way to the client: status, stable code, human message and optional headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable snake_case code.
+    pub code: &'static str,
+    /// Human-readable text.
+    pub message: String,
+    /// `Allow` header value for 405.
+    pub allow: Option<&'static str>,
+}
+
+impl ApiError {
+    /// An error with `status`, `code` and `message`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), allow: None }
+    }
+
+    /// 400 `invalid_request`.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 405 `method_not_allowed` with the methods the path takes.
+    pub fn method_not_allowed(allow: &'static str) -> ApiError {
+        ApiError {
+            allow: Some(allow),
+            ..ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("this path accepts {allow}"))
+        }
+    }
+
+    /// 413 `request_too_large`.
+    pub fn too_large(limit: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("the request body exceeds {limit} bytes"),
+        )
+    }
+
+    /// 415 `unsupported_content_type`.
+    pub fn unsupported_content_type() -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_content_type",
+            "this endpoint accepts only application/json",
+        )
+    }
+
+    /// The response carrying this error.
+    pub fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = json_response(self.status, &body);
+        if let Some(allow) = self.allow {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> ApiError {
+        match e {
+            ServiceError::InvalidApiKey => ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", e.to_string()),
+            ServiceError::InvalidRequest(m) => ApiError::invalid(m),
+            ServiceError::NotFound(_) => ApiError::not_found(e.to_string()),
+            ServiceError::InsufficientBalance { .. } => {
+                ApiError::new(StatusCode::PAYMENT_REQUIRED, "insufficient_balance", e.to_string())
+            }
+            ServiceError::ProviderNotConfigured(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", m)
+            }
+            ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "task_state_conflict", m),
+            ServiceError::Internal(detail) => {
+                tracing::error!(error = %detail, "internal error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "the gateway failed; try again later",
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::UsdAmount;
+
+    #[test]
+    fn service_errors_map_to_spec_codes() {
+        let cases = [
+            (ServiceError::InvalidApiKey, 401, "invalid_api_key"),
+            (ServiceError::InvalidRequest("x".into()), 400, "invalid_request"),
+            (ServiceError::NotFound("task t".into()), 404, "not_found"),
+            (
+                ServiceError::InsufficientBalance { needed: UsdAmount::from_micros(5), available: UsdAmount::ZERO },
+                402,
+                "insufficient_balance",
+            ),
+            (ServiceError::ProviderNotConfigured("m".into()), 503, "provider_not_configured"),
+            (ServiceError::Internal("db down at 10.0.0.1".into()), 500, "internal_error"),
+        ];
+        for (e, status, code) in cases {
+            let api = ApiError::from(e);
+            assert_eq!((api.status.as_u16(), api.code), (status, code));
+            assert!(!api.message.contains("10.0.0.1"), "internal detail leaked");
+        }
+    }
+}

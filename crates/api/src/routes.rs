@@ -1,0 +1,103 @@
+//! The closed set of routes and the path/method matching that picks one.
+
+use http::Method;
+
+use crate::error::ApiError;
+
+/// Every route the gateway serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /healthz`: liveness, no key needed.
+    Healthz,
+    /// `GET /api/v1/models`.
+    ListModels,
+    /// `GET /api/v1/overview`.
+    Overview,
+    /// `GET /api/v1/tasks`.
+    ListTasks,
+    /// `GET /api/v1/tasks/{id}`.
+    GetTask(String),
+}
+
+/// Picks the route for `method` and `path`: 404 for an unknown path, 405 for a known path with
+/// another method.
+pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
+    let path = path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(path);
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let (route, allow) = match segments.as_slice() {
+        ["healthz"] => (Route::Healthz, "GET"),
+        ["api", "v1", "models"] => (Route::ListModels, "GET"),
+        ["api", "v1", "overview"] => (Route::Overview, "GET"),
+        ["api", "v1", "tasks"] => (Route::ListTasks, "GET"),
+        ["api", "v1", "tasks", id] if !id.is_empty() => (Route::GetTask((*id).to_owned()), "GET"),
+        _ => return Err(ApiError::not_found(format!("no route for {path}"))),
+    };
+    if method == Method::GET || (method == Method::HEAD && allow == "GET") {
+        Ok(route)
+    } else {
+        Err(ApiError::method_not_allowed(allow))
+    }
+}
+
+/// Decodes an `application/x-www-form-urlencoded` query into pairs; malformed escapes are 400.
+pub fn decode_query(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else { return Ok(Vec::new()) };
+    query
+        .split('&')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (name, value) = part.split_once('=').unwrap_or((part, ""));
+            Ok((percent_decode(name)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::invalid(format!("malformed query string near {text:?}"));
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+                let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_methods() {
+        assert_eq!(route(&Method::GET, "/api/v1/models"), Ok(Route::ListModels));
+        assert_eq!(route(&Method::GET, "/api/v1/models/"), Ok(Route::ListModels));
+        assert_eq!(route(&Method::GET, "/api/v1/tasks/task_1"), Ok(Route::GetTask("task_1".into())));
+        assert_eq!(route(&Method::GET, "/healthz"), Ok(Route::Healthz));
+        assert_eq!(route(&Method::POST, "/api/v1/models").map_err(|e| e.status.as_u16()), Err(405));
+        assert_eq!(route(&Method::GET, "/api/v1/nope").map_err(|e| e.status.as_u16()), Err(404));
+        assert_eq!(route(&Method::GET, "/").map_err(|e| e.status.as_u16()), Err(404));
+        assert_eq!(route(&Method::GET, "/api/v1/tasks/a/b").map_err(|e| e.status.as_u16()), Err(404));
+    }
+
+    #[test]
+    fn query_decoding() {
+        assert_eq!(decode_query(None), Ok(vec![]));
+        assert_eq!(
+            decode_query(Some("page=2&status=running&x=a%20b+c")),
+            Ok(vec![("page".into(), "2".into()), ("status".into(), "running".into()), ("x".into(), "a b c".into())])
+        );
+        for bad in ["a=%", "a=%4", "a=%zz", "a=%ff"] {
+            assert!(decode_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The accept loop: one hyper connection task per client, graceful shutdown, request ids, access logs.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderValue, Request};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use service::Gateway;
+use tokio::net::TcpListener;
+
+use crate::handlers::handle;
+use crate::response::Response;
+use crate::routes::route;
+
+/// How long shutdown waits for in-flight requests before closing connections.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a request handler needs, cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Gateway>,
+}
+
+impl AppState {
+    /// State serving `gateway`.
+    pub fn new(gateway: Gateway) -> AppState {
+        AppState { inner: Arc::new(gateway) }
+    }
+
+    /// The use cases.
+    pub fn gateway(&self) -> &Gateway {
+        &self.inner
+    }
+}
+
+/// Serves HTTP/1.1 and HTTP/2 on `listener` until `shutdown` completes, then stops accepting,
+/// lets in-flight requests finish (up to 30 s) and returns.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and similar: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let service = service_fn(move |req| {
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(respond(&state, req).await) }
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection closed with error");
+            }
+        });
+    }
+    tracing::info!("shutting down: draining connections");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("drain timeout; closing remaining connections"),
+    }
+    Ok(())
+}
+
+/// A request id from the client's `X-Request-Id` when it is short and plain, else a fresh one.
+fn request_id(req: &Request<Incoming>) -> HeaderValue {
+    req.headers()
+        .get("x-request-id")
+        .filter(|v| {
+            let b = v.as_bytes();
+            !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(c))
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&format!("req_{}", uuid::Uuid::now_v7().simple()))
+                .unwrap_or(HeaderValue::from_static("req"))
+        })
+}
+
+/// Routes, runs and logs one request; every error becomes the error envelope.
+async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
+    let started = Instant::now();
+    let id = request_id(&req);
+    let (parts, _body) = req.into_parts();
+    let result = match route(&parts.method, parts.uri.path()) {
+        Ok(r) => handle(state.gateway(), r, parts.clone()).await,
+        Err(e) => Err(e),
+    };
+    let mut response = result.unwrap_or_else(|e| e.into_response());
+    tracing::info!(
+        request_id = id.to_str().unwrap_or_default(),
+        method = %parts.method,
+        path = parts.uri.path(),
+        status = response.status().as_u16(),
+        micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "request"
+    );
+    response.headers_mut().insert("x-request-id", id);
+    response
+}

@@ -1,0 +1,175 @@
+//! The `Ledger` port: every balance movement, and the reserve → settle | refund rules.
+//!
+//! Rules every implementation keeps:
+//!
+//! - the balance always equals the sum of the user's ledger entries;
+//! - `reserve` is one atomic conditional step: it fails with `InsufficientBalance` when the
+//!   balance is below the amount, so concurrent reservations never overdraw;
+//! - a reservation ends exactly once, `reserved → settled | refunded`; ending it again returns
+//!   `AlreadyFinished` and moves no money;
+//! - settlement charges actual usage even above the hold; that is the only way (besides an
+//!   operator's negative adjustment) a balance can go below zero.
+
+use async_trait::async_trait;
+use domain::{BillingStatus, LedgerEntry, LedgerKind, TaskId, UsdAmount, UserId};
+
+/// Why a ledger operation was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    /// No account for this user.
+    #[error("unknown user {0}")]
+    UnknownUser(UserId),
+    /// The balance does not cover the reservation.
+    #[error("insufficient balance: {needed} USD needed, {available} USD available")]
+    InsufficientBalance {
+        /// The amount asked for.
+        needed: UsdAmount,
+        /// The balance at the time.
+        available: UsdAmount,
+    },
+    /// No reservation for this task.
+    #[error("no reservation for task {0}")]
+    UnknownReservation(TaskId),
+    /// The task already has a reservation.
+    #[error("task {0} already has a reservation")]
+    DuplicateReservation(TaskId),
+    /// The reservation was already settled or refunded; nothing moved.
+    #[error("the reservation of task {task} is already {}", status.as_str())]
+    AlreadyFinished {
+        /// The task.
+        task: TaskId,
+        /// Where its reservation stands.
+        status: BillingStatus,
+    },
+    /// The amount (or the kind of movement) is not allowed for this operation.
+    #[error("invalid amount: {0}")]
+    InvalidAmount(String),
+    /// The balance or an entry would not fit in 64-bit micro-USD.
+    #[error("amount out of range")]
+    Overflow,
+    /// The storage behind the ledger failed; the text is for the log, not for clients.
+    #[error("ledger backend error: {0}")]
+    Backend(String),
+}
+
+/// A hold placed on a user's balance for one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// The task the hold is for.
+    pub task_id: TaskId,
+    /// Whose balance is held.
+    pub user_id: UserId,
+    /// The amount held.
+    pub amount: UsdAmount,
+    /// The balance right after the hold.
+    pub balance_after: UsdAmount,
+}
+
+/// How a reservation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// The task.
+    pub task_id: TaskId,
+    /// Whose balance moved.
+    pub user_id: UserId,
+    /// `Settled` or `Refunded`.
+    pub status: BillingStatus,
+    /// The amount that was held.
+    pub reserved: UsdAmount,
+    /// The amount charged (zero when refunded).
+    pub actual: UsdAmount,
+    /// The balance right after.
+    pub balance_after: UsdAmount,
+}
+
+/// Where balances and their movements are kept. Object-safe; use it as `Arc<dyn Ledger>`.
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// Adds money outside any task: `Topup` (amount > 0) or `Adjustment` (any non-zero amount,
+    /// which may take the balance below zero). Any other kind, or a zero or negative top-up, is
+    /// `InvalidAmount`. An empty `note` is recorded as the kind's name.
+    async fn credit(
+        &self,
+        user: &UserId,
+        amount: UsdAmount,
+        kind: LedgerKind,
+        note: &str,
+    ) -> Result<LedgerEntry, LedgerError>;
+
+    /// Atomically holds `amount` (≥ 0) for `task`: a `Reserve` entry of `−amount`. Fails with
+    /// `InsufficientBalance` when the balance is below `amount`, `DuplicateReservation` when the
+    /// task already has one.
+    async fn reserve(&self, user: &UserId, task: &TaskId, amount: UsdAmount) -> Result<Reservation, LedgerError>;
+
+    /// Ends the hold charging `actual` (≥ 0): a `Settle` entry of `reserved − actual`, negative
+    /// when the call cost more than the hold. Exactly once: a second end is `AlreadyFinished`.
+    async fn settle(&self, task: &TaskId, actual: UsdAmount) -> Result<Settlement, LedgerError>;
+
+    /// Ends the hold without a charge: a `Refund` entry of `+reserved`. Exactly once.
+    async fn refund(&self, task: &TaskId) -> Result<Settlement, LedgerError>;
+
+    /// The user's balance: the sum of their ledger entries.
+    async fn balance(&self, user: &UserId) -> Result<UsdAmount, LedgerError>;
+
+    /// The user's latest `limit` entries, newest first.
+    async fn entries(&self, user: &UserId, limit: u64) -> Result<Vec<LedgerEntry>, LedgerError>;
+}
+
+/// Checks that `amount` may be credited as `kind`: `Topup` above zero, `Adjustment` non-zero.
+pub fn check_credit(kind: LedgerKind, amount: UsdAmount) -> Result<(), LedgerError> {
+    match kind {
+        LedgerKind::Topup if amount.micros() > 0 => Ok(()),
+        LedgerKind::Adjustment if amount.micros() != 0 => Ok(()),
+        LedgerKind::Topup | LedgerKind::Adjustment => {
+            Err(LedgerError::InvalidAmount(format!("{} of {amount} is not allowed", kind.as_str())))
+        }
+        other => Err(LedgerError::InvalidAmount(format!("{} is not a credit", other.as_str()))),
+    }
+}
+
+/// The `Settle` entry's amount: `reserved − actual`, refusing a negative `actual`.
+pub fn settle_delta(reserved: UsdAmount, actual: UsdAmount) -> Result<UsdAmount, LedgerError> {
+    if actual.is_negative() {
+        return Err(LedgerError::InvalidAmount(format!("a charge cannot be negative ({actual})")));
+    }
+    reserved.checked_sub(actual).map_err(|_| LedgerError::Overflow)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_rules() {
+        let usd = UsdAmount::from_micros;
+        assert_eq!(check_credit(LedgerKind::Topup, usd(1)), Ok(()));
+        assert_eq!(check_credit(LedgerKind::Adjustment, usd(-1)), Ok(()));
+        assert_eq!(check_credit(LedgerKind::Adjustment, usd(1)), Ok(()));
+        for (kind, amount) in [
+            (LedgerKind::Topup, 0),
+            (LedgerKind::Topup, -1),
+            (LedgerKind::Adjustment, 0),
+            (LedgerKind::Reserve, -1),
+            (LedgerKind::Settle, 1),
+            (LedgerKind::Refund, 1),
+            (LedgerKind::Release, 1),
+        ] {
+            assert!(matches!(check_credit(kind, usd(amount)), Err(LedgerError::InvalidAmount(_))), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn settle_delta_rules() {
+        let usd = UsdAmount::from_micros;
+        assert_eq!(settle_delta(usd(100), usd(30)), Ok(usd(70)));
+        assert_eq!(settle_delta(usd(100), usd(130)), Ok(usd(-30)));
+        assert!(matches!(settle_delta(usd(100), usd(-1)), Err(LedgerError::InvalidAmount(_))));
+        assert_eq!(settle_delta(usd(i64::MIN), usd(1)), Err(LedgerError::Overflow));
+    }
+
+    #[test]
+    fn ledger_is_object_safe() {
+        fn takes(_: Option<&dyn Ledger>) {}
+        takes(None);
+    }
+}

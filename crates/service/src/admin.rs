@@ -1,0 +1,192 @@
+//! Operator use cases behind `gateway admin …`, catalog seeding and the first-run demo account.
+
+use catalog::Catalog;
+use domain::{
+    ApiKey, ApiKeyId, LedgerEntry, LedgerKind, ModelRecord, NewUser, PriceSheet, PricingVersion, Scope, UsdAmount,
+    User, UserId,
+};
+
+use crate::keys::generate_secret;
+use crate::{Gateway, ServiceError};
+
+/// What an operator gives to create a user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUserRequest {
+    /// Display name, 1..200 characters.
+    pub name: String,
+    /// Contact address; must look like an email address.
+    pub email: String,
+    /// `user` or `admin`.
+    pub role: String,
+    /// Opening balance, not negative.
+    pub balance: UsdAmount,
+    /// Per-user concurrency cap, 1..100000.
+    pub concurrency_limit: i64,
+    /// Media quota in bytes, not negative.
+    pub media_quota_bytes: i64,
+}
+
+/// A key just created: the stored record and the secret, shown this once.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CreatedKey {
+    /// The stored record.
+    pub key: ApiKey,
+    /// The secret.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for CreatedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedKey").field("key", &self.key).field("secret", &"*****").finish()
+    }
+}
+
+/// The first-run demo account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemoAccount {
+    /// The demo user.
+    pub user: User,
+    /// Its all-scopes key.
+    pub key: CreatedKey,
+}
+
+fn looks_like_email(email: &str) -> bool {
+    let Some((local, domain)) = email.split_once('@') else { return false };
+    !local.is_empty()
+        && domain.contains('.')
+        && !domain.starts_with('.')
+        && !domain.ends_with('.')
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !domain.contains('@')
+}
+
+impl Gateway {
+    /// Creates a user; a positive opening balance is a `topup` ledger entry.
+    pub async fn create_user(&self, req: NewUserRequest) -> Result<User, ServiceError> {
+        let name = req.name.trim();
+        if name.is_empty() || name.chars().count() > 200 {
+            return Err(ServiceError::InvalidRequest("name must be 1..200 characters".into()));
+        }
+        if !looks_like_email(&req.email) {
+            return Err(ServiceError::InvalidRequest(format!("{:?} is not an email address", req.email)));
+        }
+        if !matches!(req.role.as_str(), "user" | "admin") {
+            return Err(ServiceError::InvalidRequest(format!("role must be user or admin, got {:?}", req.role)));
+        }
+        if req.balance.is_negative() {
+            return Err(ServiceError::InvalidRequest("balance must not be negative".into()));
+        }
+        if !(1..=100_000).contains(&req.concurrency_limit) {
+            return Err(ServiceError::InvalidRequest("concurrency limit must be within 1..100000".into()));
+        }
+        if req.media_quota_bytes < 0 {
+            return Err(ServiceError::InvalidRequest("media quota must not be negative".into()));
+        }
+        let user = NewUser {
+            id: UserId(self.ports.ids.new_id("usr_")),
+            name: name.to_owned(),
+            email: req.email,
+            role: req.role,
+            balance: req.balance,
+            concurrency_limit: req.concurrency_limit,
+            media_quota_bytes: req.media_quota_bytes,
+        };
+        Ok(self.ports.accounts.create_user(user).await?)
+    }
+
+    /// Issues a key with `scopes` to `user`; the secret is in the result and nowhere else.
+    pub async fn create_key(&self, user: &UserId, scopes: Vec<Scope>, name: &str) -> Result<CreatedKey, ServiceError> {
+        if scopes.is_empty() {
+            return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
+        }
+        let fresh = generate_secret().map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
+        let key = ApiKey {
+            id: ApiKeyId(self.ports.ids.new_id("key_")),
+            user_id: user.clone(),
+            name: name.to_owned(),
+            hash: fresh.hash,
+            prefix: fresh.prefix,
+            scopes,
+            revoked_at: None,
+            created_at: self.ports.clock.now(),
+        };
+        let key = self.ports.accounts.create_key(key).await?;
+        Ok(CreatedKey { key, secret: fresh.secret })
+    }
+
+    /// Revokes a key; later calls with it get `invalid_api_key`.
+    pub async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, ServiceError> {
+        Ok(self.ports.accounts.revoke_key(id).await?)
+    }
+
+    /// Adds money to a user's balance.
+    pub async fn topup(&self, user: &UserId, amount: UsdAmount, note: &str) -> Result<LedgerEntry, ServiceError> {
+        if amount.micros() <= 0 {
+            return Err(ServiceError::InvalidRequest("a top-up must be above zero".into()));
+        }
+        let note = if note.is_empty() { "top-up" } else { note };
+        Ok(self.ports.ledger.credit(user, amount, LedgerKind::Topup, note).await?)
+    }
+
+    /// Switches a model on or off and/or changes its cap.
+    pub async fn set_model(
+        &self,
+        name: &str,
+        enabled: Option<bool>,
+        concurrency_limit: Option<i64>,
+    ) -> Result<ModelRecord, ServiceError> {
+        Ok(self.ports.models.set_model(name, enabled, concurrency_limit).await?)
+    }
+
+    /// Adds a price version for a model and makes it active.
+    pub async fn set_price(&self, name: &str, sheet: PriceSheet) -> Result<PricingVersion, ServiceError> {
+        sheet.validate().map_err(|e| ServiceError::InvalidRequest(e.to_string()))?;
+        Ok(self.ports.models.set_price(name, sheet).await?)
+    }
+
+    /// Turns maintenance mode on or off.
+    pub async fn set_maintenance(&self, on: bool) -> Result<(), ServiceError> {
+        Ok(self.ports.models.set_maintenance(on).await?)
+    }
+
+    /// Loads catalog models the store does not know yet; returns how many were added.
+    pub async fn seed_catalog(&self, catalog: &Catalog) -> Result<u64, ServiceError> {
+        let seeds = catalog.models.iter().map(|m| m.seed()).collect();
+        Ok(self.ports.models.seed_models(seeds).await?)
+    }
+
+    /// On a store without users, creates a demo user with `balance` and an all-scopes key.
+    /// Returns `None` when users exist already.
+    pub async fn ensure_demo_account(&self, balance: UsdAmount) -> Result<Option<DemoAccount>, ServiceError> {
+        if self.ports.accounts.count_users().await? > 0 {
+            return Ok(None);
+        }
+        let user = self
+            .create_user(NewUserRequest {
+                name: "Demo".into(),
+                email: "demo@example.com".into(),
+                role: "admin".into(),
+                balance,
+                concurrency_limit: 64,
+                media_quota_bytes: 1 << 30,
+            })
+            .await?;
+        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo").await?;
+        Ok(Some(DemoAccount { user, key }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_email;
+
+    #[test]
+    fn email_shapes() {
+        for ok in ["a@b.co", "first.last+tag@example.com"] {
+            assert!(looks_like_email(ok), "{ok}");
+        }
+        for bad in ["", "a", "a@", "@b.co", "a@b", "a b@c.de", "a@.com", "a@b.", "a@b@c.de"] {
+            assert!(!looks_like_email(bad), "{bad}");
+        }
+    }
+}

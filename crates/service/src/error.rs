@@ -1,0 +1,66 @@
+//! `ServiceError`: what a use case can fail with, in terms the edge maps to status codes.
+
+use billing::LedgerError;
+use domain::UsdAmount;
+use domain::ports::StoreError;
+
+/// A use-case failure. `api` maps each variant to one status and error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// Missing, unknown, revoked or under-scoped key.
+    #[error("invalid or missing API key, or the key lacks the required scope")]
+    InvalidApiKey,
+    /// The request breaks a rule of the interface.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The thing does not exist or is not the caller's.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The balance does not cover the reservation.
+    #[error("insufficient balance: this call needs {needed} USD reserved, the available balance is {available} USD")]
+    InsufficientBalance {
+        /// The reservation asked for.
+        needed: UsdAmount,
+        /// What the balance held.
+        available: UsdAmount,
+    },
+    /// Maintenance mode, or the model has no provider or price.
+    #[error("{0}")]
+    ProviderNotConfigured(String),
+    /// The change conflicts with stored state.
+    #[error("{0}")]
+    Conflict(String),
+    /// A fault of the gateway itself; the text is for logs.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => ServiceError::NotFound(what),
+            StoreError::Conflict(what) => ServiceError::Conflict(what),
+            StoreError::Invalid(what) => ServiceError::InvalidRequest(what),
+            StoreError::Backend(what) => ServiceError::Internal(what),
+        }
+    }
+}
+
+impl From<LedgerError> for ServiceError {
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::InsufficientBalance { needed, available } => {
+                ServiceError::InsufficientBalance { needed, available }
+            }
+            LedgerError::UnknownUser(user) => ServiceError::NotFound(format!("user {user}")),
+            LedgerError::InvalidAmount(what) => ServiceError::InvalidRequest(what),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<validation::ValidationError> for ServiceError {
+    fn from(e: validation::ValidationError) -> Self {
+        ServiceError::InvalidRequest(e.0)
+    }
+}

@@ -1,0 +1,84 @@
+//! Read use cases: the model list, the account overview and the caller's tasks.
+
+use catalog::ModelDef;
+use domain::{LedgerEntry, ModelRecord, Task, TaskId, TaskStats, User};
+
+use crate::{Gateway, OVERVIEW_LEDGER_ENTRIES, Principal, ServiceError};
+
+/// A model as API users see it: the stored switches and price plus the catalog definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelView {
+    /// Switches, cap and active price.
+    pub record: ModelRecord,
+    /// Limits, capabilities and options from the catalog.
+    pub def: ModelDef,
+}
+
+/// Everything `GET /api/v1/overview` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overview {
+    /// The caller.
+    pub user: User,
+    /// Task counts and spending.
+    pub stats: TaskStats,
+    /// The enabled models.
+    pub routes: Vec<ModelView>,
+    /// Newest ledger entries first.
+    pub ledger: Vec<LedgerEntry>,
+    /// Whether maintenance mode is on.
+    pub maintenance: bool,
+}
+
+/// One page of the caller's tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskPage {
+    /// The tasks, newest first.
+    pub tasks: Vec<Task>,
+    /// The query that produced it.
+    pub query: validation::TaskListQuery,
+    /// How many tasks match the filter in all.
+    pub total: u64,
+}
+
+impl Gateway {
+    /// The enabled models with their active prices, by name.
+    pub async fn list_models(&self) -> Result<Vec<ModelView>, ServiceError> {
+        let records = self.ports.models.models().await?;
+        records
+            .into_iter()
+            .filter(|r| r.enabled)
+            .map(|record| {
+                let def = ModelDef::from_definition(&record.definition)
+                    .map_err(|e| ServiceError::Internal(format!("model {}: {e}", record.name)))?;
+                Ok(ModelView { record, def })
+            })
+            .collect()
+    }
+
+    /// The caller's account overview.
+    pub async fn overview(&self, who: &Principal) -> Result<Overview, ServiceError> {
+        let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
+        let stats = self.ports.tasks.task_stats(&who.user_id).await?;
+        let routes = self.list_models().await?;
+        let ledger = self.ports.ledger.entries(&who.user_id, OVERVIEW_LEDGER_ENTRIES).await?;
+        let maintenance = self.ports.models.maintenance().await?;
+        Ok(Overview { user, stats, routes, ledger, maintenance })
+    }
+
+    /// One page of the caller's tasks; `params` are the decoded query parameters.
+    pub async fn list_tasks<'a>(
+        &self,
+        who: &Principal,
+        params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<TaskPage, ServiceError> {
+        let query = validation::task_list_query(params)?;
+        let (tasks, total) = self.ports.tasks.list_tasks(&who.user_id, query.status, query.page).await?;
+        Ok(TaskPage { tasks, query, total })
+    }
+
+    /// One of the caller's tasks; another user's task is `NotFound`, like a missing one.
+    pub async fn task(&self, who: &Principal, id: &str) -> Result<Task, ServiceError> {
+        let id = TaskId(id.to_owned());
+        self.ports.tasks.task(&who.user_id, &id).await?.ok_or_else(|| ServiceError::NotFound(format!("task {id}")))
+    }
+}

@@ -1,0 +1,143 @@
+//! `AccountStore`: users and hashed API keys.
+
+use async_trait::async_trait;
+use domain::ports::{AccountStore, StoreError};
+use domain::{ApiKey, ApiKeyId, LedgerKind, NewUser, Scope, Timestamp, UsdAmount, User, UserId};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
+};
+
+use crate::entities::{api_keys, ledger_entries, users};
+use crate::{Store, backend_err, is_unique_violation};
+
+pub(crate) fn user_from_row(row: users::Model) -> User {
+    User {
+        id: UserId(row.id),
+        name: row.name,
+        email: row.email,
+        role: row.role,
+        balance: UsdAmount::from_micros(row.balance_micros),
+        concurrency_limit: row.concurrency_limit,
+        media_quota_bytes: row.media_quota_bytes,
+        created_at: Timestamp(row.created_at),
+    }
+}
+
+fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
+    let scopes = Scope::parse_list(&row.scopes).map_err(|e| StoreError::Invalid(format!("key {}: {e}", row.id)))?;
+    Ok(ApiKey {
+        id: ApiKeyId(row.id),
+        user_id: UserId(row.user_id),
+        name: row.name,
+        hash: row.key_hash,
+        prefix: row.prefix,
+        scopes,
+        revoked_at: row.revoked_at.map(Timestamp),
+        created_at: Timestamp(row.created_at),
+    })
+}
+
+fn scopes_text(scopes: &[Scope]) -> String {
+    scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+}
+
+#[async_trait]
+impl AccountStore for Store {
+    async fn create_user(&self, user: NewUser) -> Result<User, StoreError> {
+        if user.balance.is_negative() {
+            return Err(StoreError::Invalid("opening balance must not be negative".into()));
+        }
+        let now = self.now();
+        let txn = self.db.begin().await.map_err(backend_err)?;
+        let row = users::ActiveModel {
+            id: Set(user.id.0.clone()),
+            name: Set(user.name),
+            email: Set(user.email),
+            role: Set(user.role),
+            balance_micros: Set(user.balance.micros()),
+            concurrency_limit: Set(user.concurrency_limit),
+            media_quota_bytes: Set(user.media_quota_bytes),
+            created_at: Set(now),
+        };
+        let row = row.insert(&txn).await.map_err(|e| {
+            if is_unique_violation(&e) {
+                StoreError::Conflict(format!("user {} already exists", user.id))
+            } else {
+                backend_err(e)
+            }
+        })?;
+        if user.balance.micros() > 0 {
+            ledger_entries::ActiveModel {
+                user_id: Set(row.id.clone()),
+                task_id: Set(None),
+                kind: Set(LedgerKind::Topup.as_str().to_owned()),
+                amount_micros: Set(user.balance.micros()),
+                balance_after_micros: Set(user.balance.micros()),
+                description: Set("opening balance".to_owned()),
+                created_at: Set(now),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await
+            .map_err(backend_err)?;
+        }
+        txn.commit().await.map_err(backend_err)?;
+        Ok(user_from_row(row))
+    }
+
+    async fn user(&self, id: &UserId) -> Result<Option<User>, StoreError> {
+        let row = users::Entity::find_by_id(id.0.clone()).one(&self.db).await.map_err(backend_err)?;
+        Ok(row.map(user_from_row))
+    }
+
+    async fn count_users(&self) -> Result<u64, StoreError> {
+        users::Entity::find().count(&self.db).await.map_err(backend_err)
+    }
+
+    async fn create_key(&self, key: ApiKey) -> Result<ApiKey, StoreError> {
+        if self.user(&key.user_id).await?.is_none() {
+            return Err(StoreError::NotFound(format!("user {}", key.user_id)));
+        }
+        let row = api_keys::ActiveModel {
+            id: Set(key.id.0.clone()),
+            user_id: Set(key.user_id.0.clone()),
+            name: Set(key.name.clone()),
+            key_hash: Set(key.hash.clone()),
+            prefix: Set(key.prefix.clone()),
+            scopes: Set(scopes_text(&key.scopes)),
+            revoked_at: Set(key.revoked_at.map(|t| t.millis())),
+            created_at: Set(key.created_at.millis()),
+        };
+        let row = row.insert(&self.db).await.map_err(|e| {
+            if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
+        })?;
+        key_from_row(row)
+    }
+
+    async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, StoreError> {
+        api_keys::Entity::update_many()
+            .col_expr(api_keys::Column::RevokedAt, sea_orm::sea_query::Expr::value(self.now()))
+            .filter(api_keys::Column::Id.eq(id.0.clone()))
+            .filter(api_keys::Column::RevokedAt.is_null())
+            .exec(&self.db)
+            .await
+            .map_err(backend_err)?;
+        let row = api_keys::Entity::find_by_id(id.0.clone()).one(&self.db).await.map_err(backend_err)?;
+        row.map(key_from_row).unwrap_or_else(|| Err(StoreError::NotFound(format!("key {id}"))))
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError> {
+        let Some(key) = api_keys::Entity::find()
+            .filter(api_keys::Column::KeyHash.eq(hash))
+            .one(&self.db)
+            .await
+            .map_err(backend_err)?
+        else {
+            return Ok(None);
+        };
+        let key = key_from_row(key)?;
+        let user =
+            self.user(&key.user_id).await?.ok_or_else(|| StoreError::NotFound(format!("user {}", key.user_id)))?;
+        Ok(Some((key, user)))
+    }
+}

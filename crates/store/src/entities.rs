@@ -1,0 +1,186 @@
+//! SeaORM entities: one module per table. Rows stay inside this crate; callers see domain records.
+
+macro_rules! no_relations {
+    () => {
+        /// This table's relations are not modelled; joins are written out where needed.
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {}
+
+        impl ActiveModelBehavior for ActiveModel {}
+    };
+}
+
+/// `users`: accounts and their balances.
+pub mod users {
+    use sea_orm::entity::prelude::*;
+
+    /// A `users` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "users")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub name: String,
+        pub email: String,
+        pub role: String,
+        pub balance_micros: i64,
+        pub concurrency_limit: i64,
+        pub media_quota_bytes: i64,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `api_keys`: hashed keys and their scopes.
+pub mod api_keys {
+    use sea_orm::entity::prelude::*;
+
+    /// An `api_keys` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "api_keys")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub user_id: String,
+        pub name: String,
+        pub key_hash: String,
+        pub prefix: String,
+        pub scopes: String,
+        pub revoked_at: Option<i64>,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `models`: operator switches and catalog definitions.
+pub mod models {
+    use sea_orm::entity::prelude::*;
+
+    /// A `models` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "models")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        pub kind: String,
+        pub enabled: bool,
+        pub concurrency_limit: i64,
+        pub definition: String,
+        pub active_pricing_version: Option<i64>,
+        pub created_at: i64,
+        pub updated_at: i64,
+    }
+    no_relations!();
+}
+
+/// `pricing_versions`: immutable price history.
+pub mod pricing_versions {
+    use sea_orm::entity::prelude::*;
+
+    /// A `pricing_versions` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "pricing_versions")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub model: String,
+        pub version: i64,
+        pub rates: String,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `tasks`: every billable call and video task.
+pub mod tasks {
+    use sea_orm::entity::prelude::*;
+
+    /// A `tasks` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "tasks")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub user_id: String,
+        pub model: String,
+        pub kind: String,
+        pub status: String,
+        pub prompt: Option<String>,
+        pub provider: String,
+        pub input_mode: Option<String>,
+        pub media_type: Option<String>,
+        pub media_url: Option<String>,
+        pub duration: Option<i64>,
+        pub resolution: Option<String>,
+        pub ratio: Option<String>,
+        pub generate_audio: Option<bool>,
+        pub pricing_version_id: Option<String>,
+        pub usage: Option<String>,
+        pub output_url: Option<String>,
+        pub last_frame_url: Option<String>,
+        pub error_code: Option<String>,
+        pub error_message: Option<String>,
+        pub webhook_url: Option<String>,
+        pub created_at: i64,
+        pub updated_at: i64,
+        pub completed_at: Option<i64>,
+    }
+    no_relations!();
+}
+
+/// `reservations`: one hold per task, and how it ended.
+pub mod reservations {
+    use sea_orm::entity::prelude::*;
+
+    /// A `reservations` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "reservations")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub task_id: String,
+        pub user_id: String,
+        pub amount_micros: i64,
+        pub status: String,
+        pub actual_micros: Option<i64>,
+        pub balance_after_micros: i64,
+        pub created_at: i64,
+        pub updated_at: i64,
+    }
+    no_relations!();
+}
+
+/// `ledger_entries`: every balance movement.
+pub mod ledger_entries {
+    use sea_orm::entity::prelude::*;
+
+    /// A `ledger_entries` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "ledger_entries")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub user_id: String,
+        pub task_id: Option<String>,
+        pub kind: String,
+        pub amount_micros: i64,
+        pub balance_after_micros: i64,
+        pub description: String,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `settings`: named operator switches such as maintenance mode.
+pub mod settings {
+    use sea_orm::entity::prelude::*;
+
+    /// A `settings` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "settings")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        pub value: String,
+    }
+    no_relations!();
+}

@@ -1,0 +1,64 @@
+//! Embedded SQL migrations from `migrations/`, applied in order and recorded in `schema_migrations`.
+
+use domain::ports::StoreError;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+
+use crate::backend_err;
+
+/// `(version, SQLite text, PostgreSQL text)`, in order.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    include_str!("../../../migrations/sqlite/0001_init.sql"),
+    include_str!("../../../migrations/postgres/0001_init.sql"),
+)];
+
+/// An arbitrary constant that serialises migrating replicas on one PostgreSQL.
+const PG_MIGRATION_LOCK: i64 = 0x6761_7465_7761_7901;
+
+/// Applies every migration not yet recorded; returns how many ran.
+pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
+    let backend = db.get_database_backend();
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .map_err(backend_err)?;
+    let txn = db.begin().await.map_err(backend_err)?;
+    if backend == DbBackend::Postgres {
+        txn.execute_raw(Statement::from_string(backend, format!("SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")))
+            .await
+            .map_err(backend_err)?;
+    }
+    let mut applied = 0;
+    for &(version, sqlite_sql, pg_sql) in MIGRATIONS {
+        let done = txn
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                match backend {
+                    DbBackend::Postgres => "SELECT version FROM schema_migrations WHERE version = $1",
+                    _ => "SELECT version FROM schema_migrations WHERE version = ?",
+                },
+                [version.into()],
+            ))
+            .await
+            .map_err(backend_err)?;
+        if done.is_some() {
+            continue;
+        }
+        let sql = if backend == DbBackend::Postgres { pg_sql } else { sqlite_sql };
+        txn.execute_unprepared(sql).await.map_err(backend_err)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        txn.execute_raw(Statement::from_string(
+            backend,
+            format!("INSERT INTO schema_migrations (version, applied_at) VALUES ({version}, {now})"),
+        ))
+        .await
+        .map_err(backend_err)?;
+        applied += 1;
+    }
+    txn.commit().await.map_err(backend_err)?;
+    Ok(applied)
+}

@@ -1,0 +1,198 @@
+//! `TaskStore`: task rows joined with their reservation to give each task its billing view.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use domain::ports::{PageRequest, StoreError, TaskStore};
+use domain::{
+    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, Timestamp, UsdAmount, UserId,
+};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+
+use crate::entities::{reservations, tasks};
+use crate::{Store, backend_err, is_unique_violation};
+
+fn invalid(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Invalid(format!("stored {what}: {e}"))
+}
+
+fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result<TaskBilling, StoreError> {
+    let Some(hold) = hold else {
+        return Ok(TaskBilling {
+            status: BillingStatus::Unbilled,
+            pricing_version_id: task.pricing_version_id.clone(),
+            estimated: UsdAmount::ZERO,
+            actual: None,
+            balance_after: None,
+            usage_json: task.usage.clone(),
+        });
+    };
+    Ok(TaskBilling {
+        status: hold.status.parse().map_err(|e| invalid("billing status", e))?,
+        pricing_version_id: task.pricing_version_id.clone(),
+        estimated: UsdAmount::from_micros(hold.amount_micros),
+        actual: hold.actual_micros.map(UsdAmount::from_micros),
+        balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
+        usage_json: task.usage.clone(),
+    })
+}
+
+fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Result<Task, StoreError> {
+    let billing = billing_of(&row, hold)?;
+    Ok(Task {
+        id: TaskId(row.id),
+        user_id: UserId(row.user_id),
+        model: row.model,
+        kind: row.kind.parse().map_err(|e| invalid("kind", e))?,
+        status: row.status.parse().map_err(|e| invalid("status", e))?,
+        prompt: row.prompt,
+        provider: row.provider,
+        input_mode: row.input_mode,
+        media_type: row.media_type,
+        media_url: row.media_url,
+        duration: row.duration,
+        resolution: row.resolution,
+        ratio: row.ratio,
+        generate_audio: row.generate_audio,
+        billing,
+        output_url: row.output_url,
+        last_frame_url: row.last_frame_url,
+        error_code: row.error_code,
+        error_message: row.error_message,
+        webhook_url: row.webhook_url,
+        created_at: Timestamp(row.created_at),
+        updated_at: Timestamp(row.updated_at),
+        completed_at: row.completed_at.map(Timestamp),
+    })
+}
+
+fn row_from_task(task: Task) -> tasks::ActiveModel {
+    tasks::ActiveModel {
+        id: Set(task.id.0),
+        user_id: Set(task.user_id.0),
+        model: Set(task.model),
+        kind: Set(task.kind.as_str().to_owned()),
+        status: Set(task.status.as_str().to_owned()),
+        prompt: Set(task.prompt),
+        provider: Set(task.provider),
+        input_mode: Set(task.input_mode),
+        media_type: Set(task.media_type),
+        media_url: Set(task.media_url),
+        duration: Set(task.duration),
+        resolution: Set(task.resolution),
+        ratio: Set(task.ratio),
+        generate_audio: Set(task.generate_audio),
+        pricing_version_id: Set(task.billing.pricing_version_id),
+        usage: Set(task.billing.usage_json),
+        output_url: Set(task.output_url),
+        last_frame_url: Set(task.last_frame_url),
+        error_code: Set(task.error_code),
+        error_message: Set(task.error_message),
+        webhook_url: Set(task.webhook_url),
+        created_at: Set(task.created_at.millis()),
+        updated_at: Set(task.updated_at.millis()),
+        completed_at: Set(task.completed_at.map(|t| t.millis())),
+    }
+}
+
+impl Store {
+    async fn with_billing(&self, rows: Vec<tasks::Model>) -> Result<Vec<Task>, StoreError> {
+        let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
+        let holds: HashMap<String, reservations::Model> = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            reservations::Entity::find()
+                .filter(reservations::Column::TaskId.is_in(ids))
+                .all(&self.db)
+                .await
+                .map_err(backend_err)?
+                .into_iter()
+                .map(|r| (r.task_id.clone(), r))
+                .collect()
+        };
+        rows.into_iter().map(|row| task_from_row(row.clone(), holds.get(&row.id))).collect()
+    }
+}
+
+#[async_trait]
+impl TaskStore for Store {
+    async fn insert_task(&self, task: Task) -> Result<(), StoreError> {
+        let id = task.id.clone();
+        row_from_task(task).insert(&self.db).await.map_err(|e| {
+            if is_unique_violation(&e) { StoreError::Conflict(format!("task {id} exists")) } else { backend_err(e) }
+        })?;
+        Ok(())
+    }
+
+    async fn task(&self, user: &UserId, id: &TaskId) -> Result<Option<Task>, StoreError> {
+        let row = tasks::Entity::find_by_id(id.as_str())
+            .filter(tasks::Column::UserId.eq(user.as_str()))
+            .one(&self.db)
+            .await
+            .map_err(backend_err)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(self.with_billing(vec![row]).await?.pop()),
+        }
+    }
+
+    async fn list_tasks(
+        &self,
+        user: &UserId,
+        filter: Option<StatusFilter>,
+        page: PageRequest,
+    ) -> Result<(Vec<Task>, u64), StoreError> {
+        let mut query = tasks::Entity::find().filter(tasks::Column::UserId.eq(user.as_str()));
+        if let Some(filter) = filter {
+            query = query.filter(tasks::Column::Status.is_in(filter.statuses().iter().map(|s| s.as_str())));
+        }
+        let total = query.clone().count(&self.db).await.map_err(backend_err)?;
+        let rows = query
+            .order_by_desc(tasks::Column::CreatedAt)
+            .order_by_desc(tasks::Column::Id)
+            .offset(page.offset())
+            .limit(page.page_size)
+            .all(&self.db)
+            .await
+            .map_err(backend_err)?;
+        Ok((self.with_billing(rows).await?, total))
+    }
+
+    async fn task_stats(&self, user: &UserId) -> Result<TaskStats, StoreError> {
+        let counts: Vec<(String, i64)> = tasks::Entity::find()
+            .select_only()
+            .column(tasks::Column::Status)
+            .column_as(Expr::cust("COUNT(*)"), "n")
+            .filter(tasks::Column::UserId.eq(user.as_str()))
+            .group_by(tasks::Column::Status)
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .map_err(backend_err)?;
+        let mut stats = TaskStats::default();
+        for (status, n) in counts {
+            let status: TaskStatus = status.parse().map_err(|e| invalid("status", e))?;
+            stats.total += n;
+            if status == TaskStatus::Succeeded {
+                stats.succeeded += n;
+            }
+            if !status.is_terminal() {
+                stats.active += n;
+            }
+        }
+        let spent: Option<Option<i64>> = reservations::Entity::find()
+            .select_only()
+            .column_as(Expr::cust("CAST(SUM(actual_micros) AS BIGINT)"), "spent")
+            .filter(reservations::Column::UserId.eq(user.as_str()))
+            .filter(reservations::Column::Status.eq(BillingStatus::Settled.as_str()))
+            .into_tuple()
+            .one(&self.db)
+            .await
+            .map_err(backend_err)?;
+        stats.spent = UsdAmount::from_micros(spent.flatten().unwrap_or(0));
+        Ok(stats)
+    }
+}
