@@ -18,17 +18,18 @@ const PG_MIGRATION_LOCK: i64 = 0x6761_7465_7761_7901;
 /// Applies every migration not yet recorded; returns how many ran.
 pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
     let backend = db.get_database_backend();
-    db.execute_unprepared(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY NOT NULL, applied_at BIGINT NOT NULL)",
-    )
-    .await
-    .map_err(backend_err)?;
     let txn = db.begin().await.map_err(backend_err)?;
     if backend == DbBackend::Postgres {
+        // Replicas starting together take turns; the lock ends with the transaction.
         txn.execute_raw(Statement::from_string(backend, format!("SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")))
             .await
             .map_err(backend_err)?;
     }
+    txn.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .map_err(backend_err)?;
     let mut applied = 0;
     for &(version, sqlite_sql, pg_sql) in MIGRATIONS {
         let done = txn
