@@ -1,0 +1,18 @@
+# Developer recipes. `just --list` shows them.
+
+# Run the gateway: embedded SQLite under ./data, built-in upstream simulator, printed demo key.
+run:
+    cargo run -p gateway -- serve
+
+# All tests on SQLite (the README's test command).
+test:
+    cargo test --workspace
+
+# All tests, also against PostgreSQL (database `test` on the local server unless TEST_DATABASE_URL is set).
+test-pg:
+    TEST_DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}" cargo test --workspace
+
+# Formatting and lints as CI runs them.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
