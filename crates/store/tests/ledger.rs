@@ -1,6 +1,8 @@
 //! The database ledger under concurrency, on SQLite and (when `TEST_DATABASE_URL` is set) PostgreSQL:
 //! no overdraft, exactly-once settlement, and every balance equal to the sum of its ledger.
 
+#![allow(clippy::panic)] // Test failures are panics.
+
 use std::sync::Arc;
 
 use billing::{Ledger, LedgerError};

@@ -1,0 +1,347 @@
+//! Test harness: the real server on `127.0.0.1:0` over a fresh SQLite file (and a private PostgreSQL
+//! schema when `TEST_DATABASE_URL` is set), accounts made through `service::Gateway`, and a small
+//! hyper HTTP/1.1 client.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use domain::ports::TaskStore;
+use domain::{
+    BillingStatus, ModelKind, Scope, SystemClock, Task, TaskBilling, TaskId, TaskStatus, Timestamp, UsdAmount, User,
+    UserId,
+};
+use http::{HeaderMap, Method, Request, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use service::{CreatedKey, Gateway, NewUserRequest, Ports};
+use store::Store;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long any single network step of a test may take before the test fails.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A database to run the checks against.
+#[derive(Debug, Clone)]
+pub enum Db {
+    /// A fresh SQLite file in a fresh temporary folder.
+    Sqlite,
+    /// A fresh schema of the PostgreSQL database named by this URL.
+    Postgres(String),
+}
+
+/// SQLite always; PostgreSQL too when `TEST_DATABASE_URL` is set.
+pub fn databases() -> Vec<Db> {
+    let mut dbs = vec![Db::Sqlite];
+    if let Ok(url) = std::env::var("TEST_DATABASE_URL")
+        && !url.trim().is_empty()
+    {
+        dbs.push(Db::Postgres(url));
+    }
+    dbs
+}
+
+/// A name no other test, test process or earlier run uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{prefix}{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Creates a private schema on the shared PostgreSQL database and returns a URL whose connections use it.
+///
+/// Models, prices and the maintenance switch are global rows, so tests that change them must not share
+/// tables with other tests; user and task ids are unique anyway. Nothing is ever dropped.
+async fn private_postgres_url(base: &str) -> String {
+    use sea_orm::{ConnectionTrait, Database};
+    let schema = unique("gw_it_api_");
+    let db = Database::connect(base).await.expect("connect to TEST_DATABASE_URL");
+    db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create a private schema");
+    db.close().await.expect("close the admin connection");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// A running gateway: its address, the use cases behind it, and the store they share.
+pub struct Server {
+    /// `sqlite` or `postgres`, for assertion messages.
+    pub label: &'static str,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The same use cases the server runs, for setting up accounts.
+    pub gateway: Gateway,
+    /// The store behind them.
+    pub store: Store,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+    dir: Option<PathBuf>,
+}
+
+impl Server {
+    /// Opens (and migrates) the database, seeds the catalog and starts serving on `127.0.0.1:0`.
+    pub async fn start(db: &Db) -> Server {
+        let (label, url, dir) = match db {
+            Db::Sqlite => {
+                let dir = std::env::temp_dir().join(unique("gw-api-it-"));
+                std::fs::create_dir_all(&dir).expect("create the temp dir");
+                let url = format!("sqlite://{}?mode=rwc", dir.join("gw.db").display());
+                ("sqlite", url, Some(dir))
+            }
+            Db::Postgres(base) => ("postgres", private_postgres_url(base).await, None),
+        };
+        let store = Store::open(&url).await.expect("open and migrate the store");
+        let gateway = Gateway::new(Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)));
+        let catalog = catalog::Catalog::builtin().expect("builtin catalog");
+        let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
+        assert_eq!(added, 15, "{label}: a fresh database gets all fifteen catalog models");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let state = api::AppState::new(gateway.clone());
+        let task = tokio::spawn(api::serve(listener, state, async {
+            // A sent signal or a dropped sender both stop the server.
+            let _ = rx.await;
+        }));
+        Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir }
+    }
+
+    /// Triggers the shutdown future and checks that `serve` returns `Ok` promptly; cleans up.
+    pub async fn stop(mut self) {
+        self.trigger_shutdown();
+        self.wait_stopped().await;
+    }
+
+    /// Fires the shutdown future without waiting.
+    pub fn trigger_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits (bounded) for `serve` to return after [`Server::trigger_shutdown`], then closes the store
+    /// and removes the temporary folder.
+    pub async fn wait_stopped(&mut self) {
+        let task = self.task.take().expect("server still running");
+        let returned = tokio::time::timeout(STEP_TIMEOUT, task).await;
+        let outcome = returned.unwrap_or_else(|_| panic!("{}: serve did not return after shutdown", self.label));
+        outcome.expect("serve task panicked").expect("serve returned an error");
+        self.store.clone().close().await.expect("close the store");
+        self.remove_dir();
+    }
+
+    fn remove_dir(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// A user with `balance` (a decimal such as `12.5`) created through the use cases.
+    pub async fn user(&self, balance: &str) -> User {
+        let name = unique("user_");
+        self.gateway
+            .create_user(NewUserRequest {
+                name: name.clone(),
+                email: format!("{name}@example.com"),
+                role: "user".into(),
+                balance: UsdAmount::parse_decimal(balance).expect("balance"),
+                concurrency_limit: 8,
+                media_quota_bytes: 1 << 20,
+            })
+            .await
+            .expect("create user")
+    }
+
+    /// A key for `user` carrying `scopes`.
+    pub async fn key(&self, user: &UserId, scopes: &[Scope]) -> CreatedKey {
+        self.gateway.create_key(user, scopes.to_vec(), "test").await.expect("create key")
+    }
+
+    /// Stores `task` through the store's `TaskStore` port.
+    pub async fn insert_task(&self, task: Task) {
+        TaskStore::insert_task(&self.store, task).await.expect("insert task");
+    }
+
+    /// `GET path`, with `Authorization: Bearer key` when a key is given.
+    pub async fn get(&self, path: &str, key: Option<&str>) -> Reply {
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        self.request(Method::GET, path, &headers).await
+    }
+
+    /// One request on a fresh HTTP/1.1 connection.
+    pub async fn request(&self, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut client = Client::connect(self.addr).await;
+        client.send(method, path, headers).await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // On a failed assertion: stop the server (a dropped sender completes the shutdown future)
+        // and remove the SQLite folder.
+        self.shutdown.take();
+        self.remove_dir();
+    }
+}
+
+/// One HTTP/1.1 client connection (hyper's), kept open for several requests.
+pub struct Client {
+    addr: SocketAddr,
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    conn: JoinHandle<Result<(), hyper::Error>>,
+}
+
+impl Client {
+    /// Connects to `addr`.
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .expect("connect timed out")
+            .expect("connect");
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
+        let conn = tokio::spawn(conn);
+        Client { addr, sender, conn }
+    }
+
+    /// Sends one request with an empty body and reads the whole reply.
+    pub async fn send(&mut self, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut builder = Request::builder().method(method).uri(path).header(header::HOST, self.addr.to_string());
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = builder.body(Empty::<Bytes>::new()).expect("request");
+        let sender = &mut self.sender;
+        let exchange = async move {
+            sender.ready().await.expect("connection ready");
+            let response = sender.send_request(request).await.expect("send request");
+            let (parts, body) = response.into_parts();
+            let bytes = body.collect().await.expect("read body").to_bytes();
+            (parts, bytes)
+        };
+        let (parts, bytes) = tokio::time::timeout(STEP_TIMEOUT, exchange).await.expect("request timed out");
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+    }
+
+    /// Waits (bounded) until the server closes this connection; true when it did.
+    pub async fn closed_by_server(self) -> bool {
+        let Client { sender, conn, .. } = self;
+        // Keep the sender alive so that only the server can end the connection.
+        let ended = tokio::time::timeout(STEP_TIMEOUT, conn).await.is_ok();
+        drop(sender);
+        ended
+    }
+}
+
+/// A whole HTTP reply.
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body bytes.
+    pub raw: Bytes,
+    /// Body as JSON, `Null` when it is not JSON.
+    pub json: Value,
+}
+
+impl Reply {
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the exact error envelope `{"error":{"code","message"}}` with `status` and `code`.
+    pub fn assert_error(&self, status: u16, code: &str, context: &str) {
+        assert_eq!(self.status, status, "{context}: status; body {}", String::from_utf8_lossy(&self.raw));
+        assert_envelope(&self.json, context);
+        assert_eq!(self.json["error"]["code"], code, "{context}: error code");
+        assert!(
+            self.header("content-type").is_some_and(|c| c.starts_with("application/json")),
+            "{context}: error content type"
+        );
+    }
+}
+
+/// `{"error":{"code": string, "message": non-empty string}}` and no other keys anywhere.
+pub fn assert_envelope(body: &Value, context: &str) {
+    let top = body.as_object().unwrap_or_else(|| panic!("{context}: error body is not an object: {body}"));
+    assert_eq!(top.keys().collect::<Vec<_>>(), vec!["error"], "{context}: top-level keys of {body}");
+    let inner = top["error"].as_object().unwrap_or_else(|| panic!("{context}: error is not an object: {body}"));
+    let mut keys: Vec<&String> = inner.keys().collect();
+    keys.sort();
+    assert_eq!(keys, vec!["code", "message"], "{context}: keys of error in {body}");
+    let code = inner["code"].as_str().unwrap_or_else(|| panic!("{context}: code is not a string"));
+    assert!(
+        !code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+        "{context}: code {code:?} is not snake_case"
+    );
+    let message = inner["message"].as_str().unwrap_or_else(|| panic!("{context}: message is not a string"));
+    assert!(!message.trim().is_empty(), "{context}: empty message");
+}
+
+/// True when `text` matches `^-?\d+\.\d{6}$` (the interface's `UsdAmount`).
+pub fn is_usd_amount(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let Some((whole, frac)) = digits.split_once('.') else { return false };
+    !whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()) && frac.len() == 6 && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// True for the RFC 3339 UTC form the gateway writes, such as `2026-11-21T22:28:43.123Z`.
+pub fn is_date_time(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    b.len() >= 20
+        && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18].into_iter().all(digit_at)
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && text.ends_with('Z')
+}
+
+/// A task of `user` in `status`, created at `created_millis`, with a few optional fields set.
+pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
+    let now = Timestamp(created_millis);
+    Task {
+        id: TaskId(unique("task_")),
+        user_id: user.clone(),
+        model: "videogen-2-0".into(),
+        kind: ModelKind::Video,
+        status,
+        prompt: Some("a red fox running through snow".into()),
+        provider: "ark".into(),
+        input_mode: Some("text".into()),
+        media_type: None,
+        media_url: None,
+        duration: Some(5),
+        resolution: Some("720p".into()),
+        ratio: Some("16:9".into()),
+        generate_audio: Some(true),
+        billing: TaskBilling {
+            status: BillingStatus::Unbilled,
+            pricing_version_id: Some("videogen-2-0@v1".into()),
+            estimated: UsdAmount::ZERO,
+            actual: None,
+            balance_after: None,
+            usage_json: None,
+        },
+        output_url: (status == TaskStatus::Succeeded).then(|| "https://cdn.example.com/out.mp4".to_owned()),
+        last_frame_url: None,
+        error_code: (status == TaskStatus::Failed).then(|| "upstream_failed".to_owned()),
+        error_message: (status == TaskStatus::Failed).then(|| "the upstream job failed".to_owned()),
+        webhook_url: None,
+        created_at: now,
+        updated_at: now,
+        completed_at: status.is_terminal().then_some(now),
+    }
+}
