@@ -111,6 +111,58 @@ pub trait IdSource: Send + Sync {
     fn new_id(&self, prefix: &str) -> String;
 }
 
+/// Why an upstream call produced no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// The connection could not be made or broke before an answer.
+    #[error("upstream connection failed: {0}")]
+    Connect(String),
+    /// No (complete) answer within the configured time.
+    #[error("upstream timed out")]
+    Timeout,
+    /// The upstream answered with a non-2xx status; `body` is its (possibly truncated) text.
+    #[error("upstream answered {status}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// Response text, for logs.
+        body: String,
+    },
+    /// The answer was not in the expected format.
+    #[error("malformed upstream answer: {0}")]
+    Malformed(String),
+    /// The stream carried an error event or broke off.
+    #[error("upstream stream failed: {0}")]
+    Stream(String),
+}
+
+impl UpstreamError {
+    /// Whether retrying the same call later may succeed (connection trouble, timeouts, 429, 5xx).
+    pub fn retryable(&self) -> bool {
+        match self {
+            UpstreamError::Connect(_) | UpstreamError::Timeout | UpstreamError::Stream(_) => true,
+            UpstreamError::Status { status, .. } => *status == 429 || *status >= 500,
+            UpstreamError::Malformed(_) => false,
+        }
+    }
+}
+
+/// The `data:` payloads of an upstream server-sent event stream, in order.
+#[async_trait]
+pub trait EventStream: Send {
+    /// The next event's data (without the `data: ` prefix); `None` after `[DONE]` or the end.
+    async fn next_event(&mut self) -> Option<Result<Vec<u8>, UpstreamError>>;
+}
+
+/// The upstream platform's chat-completions endpoint (`POST <base>/chat/completions`).
+#[async_trait]
+pub trait ChatUpstream: Send + Sync {
+    /// Sends a non-streaming request body (JSON, `model` already the upstream id); returns the 2xx body.
+    async fn complete(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError>;
+    /// Sends a streaming request body; returns the event stream once the upstream answered 2xx.
+    async fn stream(&self, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

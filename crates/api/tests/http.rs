@@ -1,0 +1,753 @@
+//! Integration tests of the HTTP edge: the real server on `127.0.0.1:0` over real SQLite (and PostgreSQL
+//! when `TEST_DATABASE_URL` is set), driven by a hyper HTTP/1.1 client.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{Client, Server, assert_envelope, databases, is_date_time, is_usd_amount, task, unique};
+use domain::{PriceSheet, Rate, Scope, TaskStatus, UsdAmount};
+use http::Method;
+use serde_json::{Value, json};
+
+const MODELS: &str = "/api/v1/models";
+const OVERVIEW: &str = "/api/v1/overview";
+const TASKS: &str = "/api/v1/tasks";
+
+/// Every public model name of the interface with its kind.
+fn spec_models() -> BTreeMap<&'static str, &'static str> {
+    catalog::SPEC_MODELS.iter().map(|(name, kind)| (*name, kind.as_str())).collect()
+}
+
+/// `(model, rate key, amountMicrousd, denominator, unit)` for every rate the spec's tables publish.
+fn spec_rates() -> Vec<(&'static str, String, &'static str, &'static str, &'static str)> {
+    let mut rates = Vec::new();
+    let mut language = |model: &'static str, suffix: &str, entries: &[(&str, &'static str)]| {
+        for (key, amount) in entries {
+            let unit = if *key == "storage_token_hours" { "token_hour" } else { "token" };
+            rates.push((model, format!("{key}{suffix}"), *amount, "1000000", unit));
+        }
+    };
+    for model in ["LangA-V4-flash"] {
+        language(
+            model,
+            "",
+            &[
+                ("input_tokens", "140000"),
+                ("output_tokens", "280000"),
+                ("storage_token_hours", "8300"),
+                ("cache_hit_tokens", "28000"),
+            ],
+        );
+    }
+    language(
+        "LangA-V4-pro",
+        "",
+        &[
+            ("input_tokens", "1740000"),
+            ("output_tokens", "3480000"),
+            ("storage_token_hours", "8300"),
+            ("cache_hit_tokens", "145000"),
+        ],
+    );
+    for model in ["LangB-2.0-Code", "LangB-2.0-pro"] {
+        language(
+            model,
+            "_lte_128k",
+            &[
+                ("input_tokens", "500000"),
+                ("output_tokens", "3000000"),
+                ("cache_hit_tokens", "100000"),
+                ("storage_token_hours", "8300"),
+            ],
+        );
+        language(
+            model,
+            "_gt_128k_lte_256k",
+            &[
+                ("input_tokens", "1000000"),
+                ("output_tokens", "6000000"),
+                ("cache_hit_tokens", "200000"),
+                ("storage_token_hours", "8300"),
+            ],
+        );
+    }
+    language(
+        "LangB-2.0-lite",
+        "_lte_128k",
+        &[
+            ("input_tokens", "250000"),
+            ("output_tokens", "2000000"),
+            ("cache_hit_tokens", "50000"),
+            ("audio_input_tokens", "3750000"),
+            ("audio_cache_hit_tokens", "750000"),
+            ("storage_token_hours", "8300"),
+        ],
+    );
+    language(
+        "LangB-2.0-lite",
+        "_gt_128k_lte_256k",
+        &[
+            ("input_tokens", "500000"),
+            ("output_tokens", "4000000"),
+            ("cache_hit_tokens", "100000"),
+            ("audio_input_tokens", "7500000"),
+            ("audio_cache_hit_tokens", "1500000"),
+            ("storage_token_hours", "8300"),
+        ],
+    );
+    language(
+        "LangB-2.0-mini",
+        "_lte_128k",
+        &[
+            ("input_tokens", "100000"),
+            ("output_tokens", "400000"),
+            ("cache_hit_tokens", "20000"),
+            ("audio_input_tokens", "1500000"),
+            ("audio_cache_hit_tokens", "300000"),
+            ("storage_token_hours", "8300"),
+        ],
+    );
+    language(
+        "LangB-2.0-mini",
+        "_gt_128k_lte_256k",
+        &[
+            ("input_tokens", "200000"),
+            ("output_tokens", "800000"),
+            ("cache_hit_tokens", "40000"),
+            ("audio_input_tokens", "3000000"),
+            ("audio_cache_hit_tokens", "600000"),
+            ("storage_token_hours", "8300"),
+        ],
+    );
+    language(
+        "LangB-2.1-turbo",
+        "",
+        &[
+            ("input_tokens", "500000"),
+            ("output_tokens", "2500000"),
+            ("cache_hit_tokens", "100000"),
+            ("storage_token_hours", "8300"),
+        ],
+    );
+    let image = [
+        ("Vendor-Imagegen-4.5", "text_to_image_pieces", "36000"),
+        ("Vendor-Imagegen-4.5", "image_to_image_pieces", "36000"),
+        ("Vendor-Imagegen-5.0-lite", "text_to_image_pieces", "31500"),
+        ("Vendor-Imagegen-5.0-lite", "image_to_image_pieces", "31500"),
+        ("Vendor-Imagegen-5.0-pro", "input_images", "3000"),
+        ("Vendor-Imagegen-5.0-pro", "output_images_lte_2360000_pixels", "45000"),
+        ("Vendor-Imagegen-5.0-pro", "output_images_gt_2360000_pixels", "90000"),
+    ];
+    for (model, key, amount) in image {
+        rates.push((model, key.to_owned(), amount, "1", "image"));
+    }
+    rates
+}
+
+/// The listed models by name; fails on duplicates.
+fn by_name(list: &Value, context: &str) -> BTreeMap<String, Value> {
+    let data = list["data"].as_array().unwrap_or_else(|| panic!("{context}: data is not an array: {list}"));
+    let mut out = BTreeMap::new();
+    for m in data {
+        let name = m["id"].as_str().unwrap_or_else(|| panic!("{context}: model without id: {m}")).to_owned();
+        assert!(out.insert(name.clone(), m.clone()).is_none(), "{context}: {name} listed twice");
+    }
+    out
+}
+
+/// Fails when any object key anywhere in `value` mentions the upstream.
+fn assert_no_upstream_key(value: &Value, path: &str) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                assert!(!k.to_ascii_lowercase().contains("upstream"), "upstream field leaked at {path}.{k}");
+                assert_no_upstream_key(v, &format!("{path}.{k}"));
+            }
+        }
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| assert_no_upstream_key(v, &format!("{path}[{i}]"))),
+        _ => {}
+    }
+}
+
+/// Checks one `Model` object: the spec's fields, enabled, a cap in range, and an integer pricing version
+/// (null with null pricing for the unpriced LangC-5.2).
+fn assert_model_shape(m: &Value, context: &str) {
+    let name = m["id"].as_str().unwrap_or_default();
+    let kinds = spec_models();
+    let ctx = format!("{context}: {name}");
+    assert_eq!(m["public_model"], name, "{ctx}: public_model");
+    assert_eq!(Some(m["kind"].as_str().unwrap_or("?")), kinds.get(name).copied(), "{ctx}: kind");
+    assert_eq!(m["enabled"], true, "{ctx}: enabled");
+    let cap = m["concurrency_limit"].as_i64().unwrap_or_else(|| panic!("{ctx}: concurrency_limit not an integer"));
+    assert!((1..=100_000).contains(&cap), "{ctx}: concurrency_limit {cap}");
+    if name == "LangC-5.2" {
+        assert!(m["pricing"].is_null(), "{ctx}: unpriced model shows a price {}", m["pricing"]);
+        assert!(m["pricing_version"].is_null(), "{ctx}: pricing_version of an unpriced model");
+    } else {
+        let v = m["pricing_version"].as_i64().unwrap_or_else(|| panic!("{ctx}: pricing_version not an integer"));
+        assert!(v >= 1, "{ctx}: pricing_version {v}");
+        let rates = m["pricing"].as_object().unwrap_or_else(|| panic!("{ctx}: pricing not an object"));
+        assert!(!rates.is_empty(), "{ctx}: empty pricing");
+        for (key, rate) in rates {
+            let fields: BTreeSet<&str> = rate.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+            assert_eq!(fields, BTreeSet::from(["amountMicrousd", "denominator", "unit"]), "{ctx}: rate {key}");
+            for f in ["amountMicrousd", "denominator"] {
+                let text = rate[f].as_str().unwrap_or_default();
+                assert!(!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()), "{ctx}: {key}.{f} = {}", rate[f]);
+            }
+        }
+    }
+    for optional in ["description", "pricing_kind", "capabilities"] {
+        let v = &m[optional];
+        assert!(v.is_null() || v.is_string() || v.is_object(), "{ctx}: {optional} = {v}");
+    }
+}
+
+#[tokio::test]
+async fn model_list_shows_the_catalog_with_spec_prices() {
+    let catalog = catalog::Catalog::builtin().expect("catalog");
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("10").await;
+        let key = server.key(&user.id, &[Scope::ModelsRead]).await;
+
+        let reply = server.get(MODELS, Some(&key.secret)).await;
+        assert_eq!(reply.status, 200, "{ctx}: {}", String::from_utf8_lossy(&reply.raw));
+        assert!(reply.header("content-type").is_some_and(|c| c.starts_with("application/json")), "{ctx}: content type");
+        assert!(reply.header("x-request-id").is_some_and(|v| !v.is_empty()), "{ctx}: x-request-id");
+        assert_eq!(reply.json["object"], "list", "{ctx}");
+        let models = by_name(&reply.json, ctx);
+        assert_eq!(models.len(), 15, "{ctx}: model count");
+        let names: BTreeSet<&str> = models.keys().map(String::as_str).collect();
+        let expected: BTreeSet<&str> = spec_models().keys().copied().collect();
+        assert_eq!(names, expected, "{ctx}: model names");
+        for m in models.values() {
+            assert_model_shape(m, ctx);
+        }
+
+        for (model, rate, amount, denominator, unit) in spec_rates() {
+            assert_eq!(
+                models[model]["pricing"][&rate],
+                json!({"amountMicrousd": amount, "denominator": denominator, "unit": unit}),
+                "{ctx}: {model} rate {rate}"
+            );
+        }
+        assert_eq!(
+            models["LangB-2.0-pro"]["pricing"]["input_tokens_gt_128k_lte_256k"],
+            json!({"amountMicrousd": "1000000", "denominator": "1000000", "unit": "token"}),
+            "{ctx}"
+        );
+        assert_eq!(
+            models["Vendor-Imagegen-5.0-pro"]["pricing"]["output_images_gt_2360000_pixels"]["amountMicrousd"],
+            "90000",
+            "{ctx}"
+        );
+
+        // The upstream profile stays inside the gateway.
+        assert_no_upstream_key(&reply.json, "$");
+        let body = String::from_utf8_lossy(&reply.raw);
+        for def in &catalog.models {
+            assert!(!body.contains(&def.upstream.model_id), "{ctx}: upstream model id {} leaked", def.upstream.model_id);
+        }
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bad_keys_get_invalid_api_key() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("1").await;
+        let good = server.key(&user.id, &[Scope::ModelsRead]).await;
+        let tasks_only = server.key(&user.id, &[Scope::TaskRead]).await;
+        let all_but_models: Vec<Scope> = Scope::ALL.into_iter().filter(|s| *s != Scope::ModelsRead).collect();
+        let everything_else = server.key(&user.id, &all_but_models).await;
+
+        let unknown = format!("Bearer {}", service::generate_secret().expect("randomness").secret);
+        let truncated = format!("Bearer {}", &good.secret[..good.secret.len() - 1]);
+        let no_scheme = good.secret.clone();
+        let basic = format!("Basic {}", good.secret);
+        let tasks_only_header = format!("Bearer {}", tasks_only.secret);
+        let everything_else_header = format!("Bearer {}", everything_else.secret);
+        let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+            ("missing Authorization", vec![]),
+            ("empty Authorization", vec![("authorization", "")]),
+            ("scheme only", vec![("authorization", "Bearer")]),
+            ("scheme and blank", vec![("authorization", "Bearer    ")]),
+            ("no scheme", vec![("authorization", no_scheme.as_str())]),
+            ("wrong scheme", vec![("authorization", basic.as_str())]),
+            ("garbage", vec![("authorization", "Bearer not-a-key")]),
+            ("unknown key", vec![("authorization", unknown.as_str())]),
+            ("truncated key", vec![("authorization", truncated.as_str())]),
+            ("key without models:read", vec![("authorization", tasks_only_header.as_str())]),
+            ("key with every scope but models:read", vec![("authorization", everything_else_header.as_str())]),
+        ];
+        for (what, headers) in &cases {
+            let reply = server.request(Method::GET, MODELS, headers).await;
+            reply.assert_error(401, "invalid_api_key", &format!("{ctx}: {what}"));
+            assert!(reply.header("x-request-id").is_some(), "{ctx}: {what}: x-request-id");
+        }
+
+        // The scope is checked per operation, not just "any valid key".
+        let models_only = server.key(&user.id, &[Scope::ModelsRead]).await;
+        for path in [OVERVIEW, TASKS, "/api/v1/tasks/task_x"] {
+            server.get(path, Some(&models_only.secret)).await.assert_error(401, "invalid_api_key", &format!("{ctx}: {path}"));
+        }
+
+        // A revoked key stops working at once.
+        let revocable = server.key(&user.id, &[Scope::ModelsRead]).await;
+        assert_eq!(server.get(MODELS, Some(&revocable.secret)).await.status, 200, "{ctx}: key works before revocation");
+        server.gateway.revoke_key(&revocable.key.id).await.expect("revoke");
+        server.get(MODELS, Some(&revocable.secret)).await.assert_error(401, "invalid_api_key", &format!("{ctx}: revoked"));
+        // Revoking one key leaves the user's other keys alone.
+        assert_eq!(server.get(MODELS, Some(&good.secret)).await.status, 200, "{ctx}: other key after revocation");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn operator_switches_and_prices_show_in_the_list() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("1").await;
+        let key = server.key(&user.id, &[Scope::ModelsRead, Scope::OverviewRead]).await;
+
+        server.gateway.set_model("LangA-V4-pro", Some(false), None).await.expect("disable");
+        let models = by_name(&server.get(MODELS, Some(&key.secret)).await.json, ctx);
+        assert_eq!(models.len(), 14, "{ctx}: one model disabled");
+        assert!(!models.contains_key("LangA-V4-pro"), "{ctx}: disabled model still listed");
+        let overview = server.get(OVERVIEW, Some(&key.secret)).await;
+        let routes: Vec<&str> = overview.json["routes"].as_array().expect("routes").iter().filter_map(|m| m["id"].as_str()).collect();
+        assert_eq!(routes.len(), 14, "{ctx}: routes after disabling");
+        assert!(!routes.contains(&"LangA-V4-pro"), "{ctx}: disabled model in routes");
+
+        server.gateway.set_model("LangA-V4-pro", Some(true), Some(7)).await.expect("enable with a new cap");
+        let models = by_name(&server.get(MODELS, Some(&key.secret)).await.json, ctx);
+        assert_eq!(models.len(), 15, "{ctx}: re-enabled");
+        assert_eq!(models["LangA-V4-pro"]["concurrency_limit"], 7, "{ctx}: new cap");
+        assert_eq!(models["LangA-V4-pro"]["pricing_version"], 1, "{ctx}: switching keeps the price");
+
+        let sheet = PriceSheet {
+            rates: [
+                ("input_tokens", 600_000, "token"),
+                ("output_tokens", 2_600_000, "token"),
+                ("cache_hit_tokens", 110_000, "token"),
+                ("storage_token_hours", 8_300, "token_hour"),
+            ]
+            .into_iter()
+            .map(|(k, amount, unit)| (k.to_owned(), Rate { amount_microusd: amount, denominator: 1_000_000, unit: unit.to_owned() }))
+            .collect(),
+        };
+        let version = server.gateway.set_price("LangB-2.1-turbo", sheet).await.expect("set price");
+        assert_eq!(version.version, 2, "{ctx}: second version");
+        let unpriced = PriceSheet {
+            rates: [("input_tokens".to_owned(), Rate { amount_microusd: 1, denominator: 1, unit: "token".into() })].into(),
+        };
+        server.gateway.set_price("LangC-5.2", unpriced).await.expect("first price of LangC-5.2");
+
+        let models = by_name(&server.get(MODELS, Some(&key.secret)).await.json, ctx);
+        let turbo = &models["LangB-2.1-turbo"];
+        assert_eq!(turbo["pricing_version"], 2, "{ctx}: new pricing_version");
+        assert_eq!(
+            turbo["pricing"],
+            json!({
+                "input_tokens": {"amountMicrousd": "600000", "denominator": "1000000", "unit": "token"},
+                "output_tokens": {"amountMicrousd": "2600000", "denominator": "1000000", "unit": "token"},
+                "cache_hit_tokens": {"amountMicrousd": "110000", "denominator": "1000000", "unit": "token"},
+                "storage_token_hours": {"amountMicrousd": "8300", "denominator": "1000000", "unit": "token_hour"},
+            }),
+            "{ctx}: the new rates replace the old ones"
+        );
+        assert_eq!(models["LangC-5.2"]["pricing_version"], 1, "{ctx}: LangC-5.2 priced at last");
+        assert_eq!(
+            models["LangC-5.2"]["pricing"],
+            json!({"input_tokens": {"amountMicrousd": "1", "denominator": "1", "unit": "token"}}),
+            "{ctx}"
+        );
+        assert_eq!(models["LangB-2.0-pro"]["pricing_version"], 1, "{ctx}: other models untouched");
+
+        // Bad operator input is refused and changes nothing.
+        assert!(server.gateway.set_model("LangA-V4-pro", None, Some(0)).await.is_err(), "{ctx}: cap 0");
+        assert!(server.gateway.set_model("LangA-V4-pro", None, Some(100_001)).await.is_err(), "{ctx}: cap 100001");
+        assert!(server.gateway.set_model("no-such-model", Some(false), None).await.is_err(), "{ctx}: unknown model");
+        assert!(server.gateway.set_price("LangB-2.1-turbo", PriceSheet::default()).await.is_err(), "{ctx}: empty sheet");
+        let models = by_name(&server.get(MODELS, Some(&key.secret)).await.json, ctx);
+        assert_eq!(models["LangA-V4-pro"]["concurrency_limit"], 7, "{ctx}: cap unchanged");
+        assert_eq!(models["LangB-2.1-turbo"]["pricing_version"], 2, "{ctx}: version unchanged");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn overview_shows_balance_stats_routes_ledger_and_maintenance() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("12.5").await;
+        let key = server.key(&user.id, &[Scope::OverviewRead]).await;
+
+        let reply = server.get(OVERVIEW, Some(&key.secret)).await;
+        assert_eq!(reply.status, 200, "{ctx}: {}", String::from_utf8_lossy(&reply.raw));
+        let o = &reply.json;
+        for field in ["user", "stats", "routes", "ledger", "maintenance"] {
+            assert!(o.get(field).is_some(), "{ctx}: overview lacks {field}");
+        }
+        let u = &o["user"];
+        assert_eq!(u["id"], user.id.as_str(), "{ctx}");
+        assert_eq!(u["name"], user.name.as_str(), "{ctx}");
+        assert_eq!(u["email"], user.email.as_str(), "{ctx}");
+        assert_eq!(u["role"], "user", "{ctx}");
+        assert_eq!(u["balance_usd"], "12.500000", "{ctx}: opening balance");
+        assert_eq!(u["concurrency_limit"], 8, "{ctx}");
+        assert_eq!(u["media_quota_bytes"], 1 << 20, "{ctx}");
+        assert_eq!(o["stats"], json!({"total": 0, "succeeded": 0, "active": 0, "spent_usd": "0.000000"}), "{ctx}: stats");
+        assert_eq!(o["maintenance"], false, "{ctx}");
+        let routes = by_name(&json!({"data": o["routes"]}), ctx);
+        assert_eq!(routes.len(), 15, "{ctx}: routes");
+        routes.values().for_each(|m| assert_model_shape(m, ctx));
+        assert_no_upstream_key(o, "$");
+        let ledger = o["ledger"].as_array().expect("ledger");
+        assert_eq!(ledger.len(), 1, "{ctx}: the opening balance is one entry");
+        assert_eq!(ledger[0]["amount_usd"], "12.500000", "{ctx}");
+        assert_eq!(ledger[0]["kind"], "topup", "{ctx}");
+
+        // 25 top-ups of 0.000001, 0.000002, …: the overview shows the newest 20, newest first.
+        let mut expected = UsdAmount::parse_decimal("12.5").expect("amount");
+        for i in 1..=25_i64 {
+            let amount = UsdAmount::from_micros(i);
+            server.gateway.topup(&user.id, amount, &format!("top-up {i}")).await.expect("topup");
+            expected = expected.checked_add(amount).expect("sum");
+        }
+        // Another user's money never shows.
+        let other = server.user("3").await;
+        server.gateway.topup(&other.id, UsdAmount::from_micros(999), "other").await.expect("topup");
+
+        let o = server.get(OVERVIEW, Some(&key.secret)).await.json;
+        let balance = o["user"]["balance_usd"].as_str().expect("balance_usd is a string");
+        assert!(is_usd_amount(balance), "{ctx}: {balance:?} is not a UsdAmount");
+        assert_eq!(balance, expected.to_string(), "{ctx}: balance after top-ups");
+        assert_eq!(balance, "12.500325", "{ctx}: 12.5 + (1+…+25) micro-USD");
+        let ledger = o["ledger"].as_array().expect("ledger");
+        assert_eq!(ledger.len(), 20, "{ctx}: at most 20 ledger entries");
+        for (n, entry) in ledger.iter().enumerate() {
+            let i = 25 - i64::try_from(n).expect("small");
+            assert_eq!(entry["amount_usd"], UsdAmount::from_micros(i).to_string(), "{ctx}: entry {n} is top-up {i}");
+            assert_eq!(entry["kind"], "topup", "{ctx}");
+            for amount_field in ["amount_usd", "balance_after"] {
+                let text = entry[amount_field].as_str().unwrap_or_default();
+                assert!(is_usd_amount(text), "{ctx}: ledger {amount_field} {text:?}");
+            }
+            assert!(entry["created_at"].as_str().is_some_and(is_date_time), "{ctx}: ledger created_at");
+        }
+        assert_eq!(ledger[0]["balance_after"], balance, "{ctx}: newest entry ends at the balance");
+        let ids: Vec<i64> = ledger.iter().map(|e| e["id"].as_i64().expect("ledger id")).collect();
+        assert!(ids.windows(2).all(|w| w[0] > w[1]), "{ctx}: newest first: {ids:?}");
+
+        // Stats count the caller's tasks only.
+        let base = domain::Clock::now(&domain::SystemClock).millis();
+        let statuses = [TaskStatus::Succeeded, TaskStatus::Succeeded, TaskStatus::Queued, TaskStatus::Processing, TaskStatus::Failed];
+        for (i, status) in statuses.into_iter().enumerate() {
+            server.insert_task(task(&user.id, status, base + i64::try_from(i).expect("small"))).await;
+        }
+        server.insert_task(task(&other.id, TaskStatus::Queued, base)).await;
+        let o = server.get(OVERVIEW, Some(&key.secret)).await.json;
+        assert_eq!(o["stats"]["total"], 5, "{ctx}: stats.total");
+        assert_eq!(o["stats"]["succeeded"], 2, "{ctx}: stats.succeeded");
+        assert_eq!(o["stats"]["active"], 2, "{ctx}: stats.active");
+        assert!(o["stats"]["spent_usd"].as_str().is_some_and(is_usd_amount), "{ctx}: spent_usd");
+
+        server.gateway.set_maintenance(true).await.expect("maintenance on");
+        assert_eq!(server.get(OVERVIEW, Some(&key.secret)).await.json["maintenance"], true, "{ctx}: maintenance on");
+        server.gateway.set_maintenance(false).await.expect("maintenance off");
+        assert_eq!(server.get(OVERVIEW, Some(&key.secret)).await.json["maintenance"], false, "{ctx}: maintenance off");
+        server.stop().await;
+    }
+}
+
+/// Checks one `Task` object against the interface.
+fn assert_task_shape(t: &Value, context: &str) {
+    for field in ["id", "user_id", "model", "provider", "created_at", "updated_at"] {
+        assert!(t[field].is_string(), "{context}: task.{field} = {}", t[field]);
+    }
+    let kinds: BTreeSet<&str> = ["video", "image", "language", "audio"].into();
+    assert!(kinds.contains(t["kind"].as_str().unwrap_or_default()), "{context}: kind {}", t["kind"]);
+    let states: BTreeSet<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+    assert!(states.contains(t["status"].as_str().unwrap_or_default()), "{context}: status {}", t["status"]);
+    assert!(is_date_time(t["created_at"].as_str().unwrap_or_default()), "{context}: created_at {}", t["created_at"]);
+    assert!(is_date_time(t["updated_at"].as_str().unwrap_or_default()), "{context}: updated_at {}", t["updated_at"]);
+    let completed = &t["completed_at"];
+    assert!(completed.is_null() || completed.as_str().is_some_and(is_date_time), "{context}: completed_at {completed}");
+    let billing = &t["billing"];
+    assert_eq!(billing["currency"], "USD", "{context}: billing.currency");
+    let billing_states: BTreeSet<&str> = ["reserved", "settled", "refunded", "unbilled"].into();
+    assert!(billing_states.contains(billing["status"].as_str().unwrap_or_default()), "{context}: billing.status");
+    assert!(billing["estimated_amount"].as_str().is_some_and(is_usd_amount), "{context}: estimated_amount");
+    for nullable in ["actual_amount", "balance_after"] {
+        let v = &billing[nullable];
+        assert!(v.is_null() || v.as_str().is_some_and(is_usd_amount), "{context}: billing.{nullable} = {v}");
+    }
+}
+
+/// `GET /api/v1/tasks?query` with `key`.
+async fn list(server: &Server, key: &str, query: &str) -> common::Reply {
+    let path = if query.is_empty() { TASKS.to_owned() } else { format!("{TASKS}?{query}") };
+    server.get(&path, Some(key)).await
+}
+
+#[tokio::test]
+async fn task_list_filters_pages_and_owners() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let alice = server.user("1").await;
+        let bob = server.user("1").await;
+        let alice_key = server.key(&alice.id, &[Scope::TaskRead]).await;
+        let bob_key = server.key(&bob.id, &[Scope::TaskRead]).await;
+
+        let empty = list(&server, &alice_key.secret, "").await;
+        assert_eq!(empty.status, 200, "{ctx}: {}", String::from_utf8_lossy(&empty.raw));
+        assert_eq!(
+            empty.json,
+            json!({"object": "list", "data": [], "pagination": {"page": 1, "page_size": 20, "total": 0, "total_pages": 0}}),
+            "{ctx}: empty list"
+        );
+
+        // 45 tasks of Alice cycling through the seven states, newest last; 3 of Bob.
+        let base = domain::Clock::now(&domain::SystemClock).millis() - 1_000_000;
+        let mut alice_tasks = Vec::new();
+        for i in 0..45_i64 {
+            let status = TaskStatus::ALL[usize::try_from(i).expect("small") % TaskStatus::ALL.len()];
+            let t = task(&alice.id, status, base + i * 1000);
+            alice_tasks.push((t.id.0.clone(), status));
+            server.insert_task(t).await;
+        }
+        let mut bob_ids = BTreeSet::new();
+        for i in 0..3_i64 {
+            let t = task(&bob.id, TaskStatus::Queued, base + i * 1000 + 500);
+            bob_ids.insert(t.id.0.clone());
+            server.insert_task(t).await;
+        }
+
+        // Three pages of 20, 20 and 5, newest first, together exactly Alice's tasks.
+        let mut seen = Vec::new();
+        for (page, expected_len) in [(1, 20), (2, 20), (3, 5)] {
+            let reply = list(&server, &alice_key.secret, &format!("page={page}&page_size=20")).await;
+            assert_eq!(reply.status, 200, "{ctx}: page {page}");
+            assert_eq!(
+                reply.json["pagination"],
+                json!({"page": page, "page_size": 20, "total": 45, "total_pages": 3}),
+                "{ctx}: pagination of page {page}"
+            );
+            let data = reply.json["data"].as_array().expect("data");
+            assert_eq!(data.len(), expected_len, "{ctx}: items on page {page}");
+            for t in data {
+                assert_task_shape(t, ctx);
+                assert_eq!(t["user_id"], alice.id.as_str(), "{ctx}: only the caller's tasks");
+                seen.push(t["id"].as_str().expect("id").to_owned());
+            }
+        }
+        let newest_first: Vec<String> = alice_tasks.iter().rev().map(|(id, _)| id.clone()).collect();
+        assert_eq!(seen, newest_first, "{ctx}: pages cover every task once, newest first");
+        let default_page = list(&server, &alice_key.secret, "").await;
+        assert_eq!(default_page.json["pagination"], json!({"page": 1, "page_size": 20, "total": 45, "total_pages": 3}), "{ctx}");
+
+        for size in [50, 100] {
+            let reply = list(&server, &alice_key.secret, &format!("page_size={size}")).await;
+            assert_eq!(reply.status, 200, "{ctx}: page_size {size}");
+            assert_eq!(reply.json["pagination"], json!({"page": 1, "page_size": size, "total": 45, "total_pages": 1}), "{ctx}");
+            assert_eq!(reply.json["data"].as_array().map(Vec::len), Some(45), "{ctx}: page_size {size}");
+        }
+
+        // Status filters: the two groups and each single state.
+        let count = |pred: &dyn Fn(TaskStatus) -> bool| alice_tasks.iter().filter(|(_, s)| pred(*s)).count();
+        let mut filters: Vec<(String, usize, Vec<TaskStatus>)> = vec![
+            ("running".into(), count(&|s| !s.is_terminal()), TaskStatus::RUNNING.to_vec()),
+            ("completed".into(), count(&|s| s.is_terminal()), TaskStatus::TERMINAL.to_vec()),
+        ];
+        for state in TaskStatus::ALL {
+            filters.push((state.as_str().into(), count(&|s| s == state), vec![state]));
+        }
+        for (filter, expected, allowed) in filters {
+            let reply = list(&server, &alice_key.secret, &format!("status={filter}&page_size=100")).await;
+            assert_eq!(reply.status, 200, "{ctx}: status={filter}");
+            assert_eq!(reply.json["pagination"]["total"], expected, "{ctx}: total for status={filter}");
+            let data = reply.json["data"].as_array().expect("data");
+            assert_eq!(data.len(), expected, "{ctx}: items for status={filter}");
+            let allowed: BTreeSet<&str> = allowed.iter().map(|s| s.as_str()).collect();
+            for t in data {
+                assert!(allowed.contains(t["status"].as_str().unwrap_or_default()), "{ctx}: status={filter} listed {}", t["status"]);
+            }
+        }
+        let running = list(&server, &alice_key.secret, "status=running&page=2").await;
+        assert_eq!(
+            running.json["pagination"],
+            json!({"page": 2, "page_size": 20, "total": 20, "total_pages": 1}),
+            "{ctx}: totals follow the filter"
+        );
+
+        // Bob sees his three only.
+        let reply = list(&server, &bob_key.secret, "").await;
+        assert_eq!(reply.json["pagination"]["total"], 3, "{ctx}: Bob's total");
+        let ids: BTreeSet<String> = reply.json["data"].as_array().expect("data").iter().map(|t| t["id"].as_str().expect("id").to_owned()).collect();
+        assert_eq!(ids, bob_ids, "{ctx}: Bob's tasks");
+
+        // Refused queries.
+        for bad in [
+            "page_size=19",
+            "page_size=21",
+            "page_size=0",
+            "page_size=101",
+            "page_size=abc",
+            "page_size=",
+            "page_size=-20",
+            "page_size=20.0",
+            "page=0",
+            "page=-1",
+            "page=abc",
+            "page=1.5",
+            "page=",
+            "status=done",
+            "status=RUNNING",
+            "status=",
+            "limit=10",
+            "page=1&page=2",
+            "page=%zz",
+        ] {
+            let reply = list(&server, &alice_key.secret, bad).await;
+            reply.assert_error(400, "invalid_request", &format!("{ctx}: ?{bad}"));
+        }
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn task_detail_is_visible_to_its_owner_only() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let alice = server.user("1").await;
+        let bob = server.user("1").await;
+        let alice_key = server.key(&alice.id, &[Scope::TaskRead]).await;
+        let bob_key = server.key(&bob.id, &[Scope::TaskRead]).await;
+        let now = domain::Clock::now(&domain::SystemClock).millis();
+        let mine = task(&alice.id, TaskStatus::Succeeded, now);
+        let theirs = task(&bob.id, TaskStatus::Queued, now);
+        let (mine_id, theirs_id) = (mine.id.0.clone(), theirs.id.0.clone());
+        server.insert_task(mine).await;
+        server.insert_task(theirs).await;
+
+        let reply = server.get(&format!("{TASKS}/{mine_id}"), Some(&alice_key.secret)).await;
+        assert_eq!(reply.status, 200, "{ctx}: {}", String::from_utf8_lossy(&reply.raw));
+        let t = &reply.json;
+        assert_task_shape(t, ctx);
+        assert_eq!(t["id"], mine_id.as_str(), "{ctx}");
+        assert_eq!(t["user_id"], alice.id.as_str(), "{ctx}");
+        assert_eq!(t["model"], "videogen-2-0", "{ctx}");
+        assert_eq!(t["kind"], "video", "{ctx}");
+        assert_eq!(t["status"], "succeeded", "{ctx}");
+        assert_eq!(t["provider"], "ark", "{ctx}");
+        assert_eq!(t["prompt"], "a red fox running through snow", "{ctx}");
+        assert_eq!(t["input_mode"], "text", "{ctx}");
+        assert_eq!(t["duration"], 5, "{ctx}");
+        assert_eq!(t["resolution"], "720p", "{ctx}");
+        assert_eq!(t["ratio"], "16:9", "{ctx}");
+        assert_eq!(t["generate_audio"], true, "{ctx}");
+        assert_eq!(t["output_url"], "https://cdn.example.com/out.mp4", "{ctx}");
+        assert_eq!(t["created_at"], domain::Timestamp(now).to_string(), "{ctx}");
+        assert_eq!(t["completed_at"], domain::Timestamp(now).to_string(), "{ctx}");
+        assert_eq!(t["billing"]["currency"], "USD", "{ctx}");
+        assert_eq!(t["billing"]["status"], "unbilled", "{ctx}: a task without a reservation");
+        assert_eq!(t["billing"]["pricing_version_id"], "videogen-2-0@v1", "{ctx}");
+
+        // Another user's task is indistinguishable from a missing one.
+        let missing = format!("{TASKS}/{}", unique("task_missing_"));
+        server.get(&missing, Some(&alice_key.secret)).await.assert_error(404, "not_found", &format!("{ctx}: missing task"));
+        let foreign = format!("{TASKS}/{theirs_id}");
+        server.get(&foreign, Some(&alice_key.secret)).await.assert_error(404, "not_found", &format!("{ctx}: Bob's task for Alice"));
+        assert_eq!(server.get(&foreign, Some(&bob_key.secret)).await.status, 200, "{ctx}: Bob reads his own task");
+        // Authentication comes before lookup: no key is 401 even for an existing task.
+        server.get(&format!("{TASKS}/{mine_id}"), None).await.assert_error(401, "invalid_api_key", &format!("{ctx}: no key"));
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn routing_errors_request_ids_and_health() {
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("1").await;
+        let key = server.key(&user.id, &Scope::ALL).await;
+        let auth = format!("Bearer {}", key.secret);
+
+        let health = server.get("/healthz", None).await;
+        assert_eq!(health.status, 200, "{ctx}: /healthz without a key");
+
+        for path in ["/api/v1/nope", "/", "/api/v2/models", "/api/v1/tasks/a/b", "/api/v1/modelsx"] {
+            let reply = server.request(Method::GET, path, &[("authorization", auth.as_str())]).await;
+            reply.assert_error(404, "not_found", &format!("{ctx}: GET {path}"));
+        }
+        for (method, path) in [(Method::POST, MODELS), (Method::DELETE, OVERVIEW), (Method::PUT, TASKS), (Method::POST, "/healthz")] {
+            let reply = server.request(method.clone(), path, &[("authorization", auth.as_str())]).await;
+            assert_eq!(reply.status, 405, "{ctx}: {method} {path}");
+            assert_envelope(&reply.json, &format!("{ctx}: {method} {path}"));
+            let allow = reply.header("allow").unwrap_or_else(|| panic!("{ctx}: {method} {path}: no Allow header"));
+            assert!(allow.split(',').any(|m| m.trim() == "GET"), "{ctx}: Allow {allow:?}");
+        }
+
+        // Every response carries a request id; fresh ones differ, a plain client id is echoed.
+        let mut ids = BTreeSet::new();
+        let replies = [
+            server.get("/healthz", None).await,
+            server.get(MODELS, Some(&key.secret)).await,
+            server.get(MODELS, None).await,
+            server.get("/nope", None).await,
+            server.request(Method::POST, MODELS, &[]).await,
+            server.get(&format!("{TASKS}?page=0"), Some(&key.secret)).await,
+        ];
+        for reply in &replies {
+            let id = reply.header("x-request-id").unwrap_or_else(|| panic!("{ctx}: {} without x-request-id", reply.status));
+            assert!(!id.is_empty(), "{ctx}: empty request id");
+            ids.insert(id.to_owned());
+        }
+        assert_eq!(ids.len(), replies.len(), "{ctx}: request ids are unique: {ids:?}");
+        let echoed = server.request(Method::GET, "/healthz", &[("x-request-id", "client-id-123")]).await;
+        assert_eq!(echoed.header("x-request-id"), Some("client-id-123"), "{ctx}: client request id kept");
+
+        // Several requests on one keep-alive connection all work.
+        let mut client = Client::connect(server.addr).await;
+        for _ in 0..3 {
+            assert_eq!(client.send(Method::GET, MODELS, &[("authorization", auth.as_str())]).await.status, 200, "{ctx}");
+        }
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn shutdown_makes_serve_return_and_closes_idle_connections() {
+    for db in databases() {
+        let mut server = Server::start(&db).await;
+        let ctx = server.label;
+        let user = server.user("1").await;
+        let key = server.key(&user.id, &[Scope::ModelsRead]).await;
+        let auth = format!("Bearer {}", key.secret);
+
+        // An idle keep-alive connection must not hold the server open.
+        let mut idle = Client::connect(server.addr).await;
+        assert_eq!(idle.send(Method::GET, MODELS, &[("authorization", auth.as_str())]).await.status, 200, "{ctx}");
+
+        server.trigger_shutdown();
+        let started = std::time::Instant::now();
+        server.wait_stopped().await;
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{ctx}: shutdown took {:?}", started.elapsed());
+        assert!(idle.closed_by_server().await, "{ctx}: the idle connection was not closed");
+        let refused = tokio::net::TcpStream::connect(server.addr).await;
+        assert!(refused.is_err(), "{ctx}: still accepting after shutdown");
+    }
+}
