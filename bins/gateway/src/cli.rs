@@ -23,6 +23,12 @@ pub enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Run the upstream simulator as its own server (chat completions under /api/v3).
+    SimUpstream {
+        /// Address to listen on, such as 127.0.0.1:9000.
+        #[arg(long)]
+        listen: String,
+    },
     /// Operator commands; each prints one JSON object.
     #[command(subcommand)]
     Admin(Admin),

@@ -24,8 +24,15 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // One line: the error and its details, without the usage block.
             let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("invalid arguments"));
+            let line: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{}", line.join(" "));
             return ExitCode::from(2);
         }
     };
@@ -49,6 +56,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve => serve::run(config).await,
             Command::Migrate => serve::migrate(&config).await,
+            Command::SimUpstream { listen } => serve::sim_upstream(&listen).await,
             Command::Admin(cmd) => admin::run(&config, cmd).await,
         }
     });
@@ -69,7 +77,12 @@ fn init_tracing(filter: &str) {
         .parse()
         .unwrap_or_else(|_| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
     let _ = tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .with(targets)
         .try_init();
 }

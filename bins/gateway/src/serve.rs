@@ -1,6 +1,7 @@
 //! `serve` and `migrate`: open the store, load the catalog, create the demo account, run the server.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use domain::{SystemClock, UsdAmount};
 use service::{Gateway, Ports};
@@ -15,7 +16,7 @@ pub(crate) async fn open(config: &Config) -> Result<Gateway, String> {
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     let added = gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
     if added > 0 {
-        tracing::info!(added, "catalog models loaded");
+        tracing::debug!(added, "catalog models loaded");
     }
     Ok(gateway)
 }
@@ -28,9 +29,41 @@ pub(crate) async fn migrate(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// `gateway sim-upstream --listen ADDR`: the simulator alone, until SIGINT or SIGTERM.
+pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("{}", serde_json::json!({"simulator": format!("http://{addr}/api/v3")}));
+    upstream::sim::serve(listener, shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+/// The chat upstream: the configured platform, or an in-process simulator for `sim`.
+/// The simulator's handle must live as long as the server.
+async fn chat_upstream(
+    config: &Config,
+) -> Result<(upstream::HttpChatUpstream, Option<upstream::sim::SimHandle>), String> {
+    let (base, key, sim) = if config.upstream_url == "sim" {
+        let (addr, handle) = upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?;
+        (format!("http://{addr}/api/v3"), "sim".to_owned(), Some(handle))
+    } else {
+        (config.upstream_url.clone(), config.upstream_api_key.expose().to_owned(), None)
+    };
+    let client = upstream::HttpChatUpstream::new(
+        &base,
+        key,
+        Duration::from_millis(config.upstream_connect_timeout_ms),
+        Duration::from_millis(config.upstream_timeout_ms),
+    )
+    .map_err(|e| format!("upstream: {e}"))?;
+    Ok((client, sim))
+}
+
 /// `gateway serve`: runs until SIGINT or SIGTERM.
 pub(crate) async fn run(config: Config) -> Result<(), String> {
+    let (chat, _sim) = chat_upstream(&config).await?;
     let gateway = open(&config).await?;
+    let gateway = Gateway::new(gateway.ports().clone().with_chat(Arc::new(chat)));
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&config.listen)

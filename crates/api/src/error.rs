@@ -84,6 +84,9 @@ impl From<ServiceError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", m)
             }
             ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "task_state_conflict", m),
+            ServiceError::Upstream { message, .. } => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "upstream_request_failed", message)
+            }
             ServiceError::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
                 ApiError::new(

@@ -2,13 +2,20 @@
 
 use domain::Scope;
 use http::request::Parts;
-use http::{HeaderMap, StatusCode, header};
-use service::{Gateway, Principal};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use service::{ChatReply, Gateway, Principal};
 
+use crate::body::read_json;
 use crate::error::ApiError;
 use crate::response::{Response, json_response, ok_json};
 use crate::routes::{Route, decode_query};
+use crate::sse::SseBody;
 use crate::wire;
+
+/// Largest chat request body: 100 MB.
+pub const CHAT_BODY_LIMIT: u64 = 100 * 1024 * 1024;
 
 /// The key presented as `Authorization: Bearer <key>` (scheme case-insensitive).
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -22,7 +29,12 @@ async fn auth(gateway: &Gateway, parts: &Parts, scope: Scope) -> Result<Principa
 }
 
 /// Runs `route` for a request whose body has been set aside.
-pub(crate) async fn handle(gateway: &Gateway, route: Route, parts: Parts) -> Result<Response, ApiError> {
+pub(crate) async fn handle(
+    gateway: &Gateway,
+    route: Route,
+    parts: Parts,
+    body: Incoming,
+) -> Result<Response, ApiError> {
     match route {
         Route::Healthz => Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::ListModels => {
@@ -45,6 +57,35 @@ pub(crate) async fn handle(gateway: &Gateway, route: Route, parts: Parts) -> Res
             let who = auth(gateway, &parts, Scope::TaskRead).await?;
             let task = gateway.task(&who, &id).await?;
             Ok(ok_json(&wire::task(&task)))
+        }
+        Route::ChatCompletions => {
+            let who = auth(gateway, &parts, Scope::LanguageCreate).await?;
+            let bytes = read_json(&parts.headers, body, CHAT_BODY_LIMIT).await?;
+            chat_response(gateway.chat(&who, &bytes).await?)
+        }
+    }
+}
+
+fn chat_response(reply: ChatReply) -> Result<Response, ApiError> {
+    match reply {
+        ChatReply::Complete { mut answer, call } => {
+            if let serde_json::Value::Object(o) = &mut answer {
+                o.insert(
+                    "svc".into(),
+                    serde_json::json!({"task_id": call.task_id.as_str(), "billing": wire::billing(&call.billing)}),
+                );
+            }
+            Ok(ok_json(&answer))
+        }
+        ChatReply::Stream { task_id, items } => {
+            let mut response = http::Response::new(SseBody::new(items).boxed());
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            let id = HeaderValue::from_str(task_id.as_str())
+                .map_err(|e| ApiError::from(service::ServiceError::Internal(e.to_string())))?;
+            headers.insert("x-svc-task-id", id);
+            Ok(response)
         }
     }
 }

@@ -9,6 +9,7 @@ mod handlers;
 mod response;
 mod routes;
 mod server;
+mod sse;
 pub mod wire;
 
 pub use error::ApiError;

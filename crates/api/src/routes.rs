@@ -17,6 +17,8 @@ pub enum Route {
     ListTasks,
     /// `GET /api/v1/tasks/{id}`.
     GetTask(String),
+    /// `POST /api/v1/chat/completions`.
+    ChatCompletions,
 }
 
 /// Picks the route for `method` and `path`: 404 for an unknown path, 405 for a known path with
@@ -30,9 +32,10 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
         ["api", "v1", "tasks"] => (Route::ListTasks, "GET"),
         ["api", "v1", "tasks", id] if !id.is_empty() => (Route::GetTask((*id).to_owned()), "GET"),
+        ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),
         _ => return Err(ApiError::not_found(format!("no route for {path}"))),
     };
-    if method == Method::GET || (method == Method::HEAD && allow == "GET") {
+    if method.as_str() == allow || (method == Method::HEAD && allow == "GET") {
         Ok(route)
     } else {
         Err(ApiError::method_not_allowed(allow))

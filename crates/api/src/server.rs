@@ -99,16 +99,17 @@ fn request_id(req: &Request<Incoming>) -> HeaderValue {
 async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     let started = Instant::now();
     let id = request_id(&req);
-    let (parts, _body) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
     let result = match route(&parts.method, parts.uri.path()) {
-        Ok(r) => handle(state.gateway(), r, parts.clone()).await,
+        Ok(r) => handle(state.gateway(), r, parts, body).await,
         Err(e) => Err(e),
     };
     let mut response = result.unwrap_or_else(|e| e.into_response());
     tracing::info!(
         request_id = id.to_str().unwrap_or_default(),
-        method = %parts.method,
-        path = parts.uri.path(),
+        %method,
+        path,
         status = response.status().as_u16(),
         micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "request"

@@ -80,6 +80,22 @@ pub trait TaskStore: Send + Sync {
     ) -> Result<(Vec<Task>, u64), StoreError>;
     /// Counts for the overview.
     async fn task_stats(&self, user: &UserId) -> Result<TaskStats, StoreError>;
+    /// Moves a task to a terminal `status` with its usage (JSON text) or error; a task that is
+    /// already terminal is left unchanged (`Conflict`).
+    async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError>;
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOutcome {
+    /// The terminal state.
+    pub status: crate::task::TaskStatus,
+    /// Usage reported by the upstream, as JSON text.
+    pub usage_json: Option<String>,
+    /// Failure code.
+    pub error_code: Option<String>,
+    /// Failure text.
+    pub error_message: Option<String>,
 }
 
 /// The model catalog as configured by operators, and their switches.

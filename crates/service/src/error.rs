@@ -30,6 +30,14 @@ pub enum ServiceError {
     /// The change conflicts with stored state.
     #[error("{0}")]
     Conflict(String),
+    /// The upstream failed (connection, timeout, status, malformed answer); the hold was refunded.
+    #[error("{message}")]
+    Upstream {
+        /// Text for the client, saying whether a retry may help.
+        message: String,
+        /// Whether a retry may succeed.
+        retryable: bool,
+    },
     /// A fault of the gateway itself; the text is for logs.
     #[error("internal error: {0}")]
     Internal(String),

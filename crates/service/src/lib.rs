@@ -2,6 +2,7 @@
 //! tasks, and the operator's administration. Storage and the ledger come in through ports.
 
 mod admin;
+mod chat;
 mod error;
 mod keys;
 mod reads;
@@ -9,10 +10,11 @@ mod reads;
 use std::sync::Arc;
 
 use billing::Ledger;
-use domain::ports::{AccountStore, IdSource, ModelStore, TaskStore};
+use domain::ports::{AccountStore, ChatUpstream, IdSource, ModelStore, TaskStore};
 use domain::{ApiKeyId, Clock, Scope, UserId};
 
 pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
+pub use chat::{CallBilling, ChatReply, StreamItem};
 pub use error::ServiceError;
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use reads::{ModelView, Overview, TaskPage};
@@ -35,6 +37,8 @@ pub struct Ports {
     pub clock: Arc<dyn Clock>,
     /// Ids.
     pub ids: Arc<dyn IdSource>,
+    /// The upstream chat endpoint; `None` answers 503 `provider_not_configured`.
+    pub chat: Option<Arc<dyn ChatUpstream>>,
 }
 
 impl Ports {
@@ -50,7 +54,14 @@ impl Ports {
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),
+            chat: None,
         }
+    }
+
+    /// The same ports with `upstream` serving chat completions.
+    pub fn with_chat(mut self, upstream: Arc<dyn ChatUpstream>) -> Ports {
+        self.chat = Some(upstream);
+        self
     }
 }
 

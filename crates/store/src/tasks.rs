@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use domain::ports::{PageRequest, StoreError, TaskStore};
+use domain::ports::{PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
     BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, Timestamp, UsdAmount, UserId,
 };
@@ -194,5 +194,32 @@ impl TaskStore for Store {
             .map_err(backend_err)?;
         stats.spent = UsdAmount::from_micros(spent.flatten().unwrap_or(0));
         Ok(stats)
+    }
+
+    async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError> {
+        if !outcome.status.is_terminal() {
+            return Err(StoreError::Invalid(format!("{} is not a terminal state", outcome.status)));
+        }
+        let now = self.now();
+        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+        let mut update = tasks::Entity::update_many()
+            .col_expr(tasks::Column::Status, Expr::value(outcome.status.as_str()))
+            .col_expr(tasks::Column::UpdatedAt, Expr::value(now))
+            .col_expr(tasks::Column::CompletedAt, Expr::value(now))
+            .col_expr(tasks::Column::ErrorCode, Expr::value(outcome.error_code))
+            .col_expr(tasks::Column::ErrorMessage, Expr::value(outcome.error_message));
+        if let Some(usage) = outcome.usage_json {
+            update = update.col_expr(tasks::Column::Usage, Expr::value(usage));
+        }
+        let done = update
+            .filter(tasks::Column::Id.eq(id.as_str()))
+            .filter(tasks::Column::Status.is_in(running))
+            .exec(&self.db)
+            .await
+            .map_err(backend_err)?;
+        if done.rows_affected == 0 {
+            return Err(StoreError::Conflict(format!("task {id} is not running")));
+        }
+        Ok(())
     }
 }

@@ -2,6 +2,9 @@
 //!
 //! Knows the spec's limits but nothing of HTTP: callers hand over decoded values.
 
+mod chat;
+
+pub use chat::{ChatPlan, MAX_OUTPUT_TOKENS, ROLES, TEMPLATE_OVERHEAD_TOKENS, chat_request};
 use domain::StatusFilter;
 use domain::ports::PageRequest;
 

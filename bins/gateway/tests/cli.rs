@@ -1,0 +1,458 @@
+//! End-to-end tests of the `gateway` binary: the operator contract of `migrate` and `admin …`
+//! (one JSON object on stdout; one line on stderr and a non-zero exit on error) and `serve`
+//! (demo key on first start, SIGTERM stops it cleanly), each over a fresh SQLite file.
+
+// Helpers outside `#[test]` functions fail the test by panicking, as the assertions do.
+#![allow(clippy::panic)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The longest any one command may run (a debug build migrating a fresh database is well under this).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `serve` may take to exit after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a running process is checked.
+const POLL: Duration = Duration::from_millis(10);
+
+/// A fresh temporary folder holding the database; removed on drop.
+struct Sandbox {
+    dir: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let name = format!("gw-cli-it-{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).expect("create the temp dir");
+        Sandbox { dir }
+    }
+
+    fn database_url(&self) -> String {
+        format!("sqlite://{}?mode=rwc", self.dir.join("gw.db").display())
+    }
+
+    /// The binary with a clean `GATEWAY_*` environment, this sandbox's database and cwd.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("GATEWAY_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.args(args).current_dir(&self.dir).env("GATEWAY_DATABASE_URL", self.database_url()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `gateway args…` to completion (bounded) and captures its output.
+    fn run(&self, args: &[&str]) -> Outcome {
+        let n = {
+            static RUNS: AtomicU64 = AtomicU64::new(0);
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        };
+        let out_path = self.dir.join(format!("run-{n}.out"));
+        let err_path = self.dir.join(format!("run-{n}.err"));
+        let mut child = self
+            .command(args)
+            .stdout(File::create(&out_path).expect("stdout file"))
+            .stderr(File::create(&err_path).expect("stderr file"))
+            .spawn()
+            .expect("spawn gateway");
+        let status = wait_bounded(&mut child, COMMAND_TIMEOUT)
+            .unwrap_or_else(|| panic!("gateway {args:?} did not finish within {COMMAND_TIMEOUT:?}"));
+        Outcome {
+            args: args.join(" "),
+            code: status.code(),
+            stdout: std::fs::read_to_string(&out_path).expect("read stdout"),
+            stderr: std::fs::read_to_string(&err_path).expect("read stderr"),
+        }
+    }
+
+    /// Writes `text` to a file in the sandbox and returns its path as text.
+    fn file(&self, name: &str, text: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).expect("write file");
+        path.display().to_string()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `child` until it exits or `limit` passes; on timeout the child is killed and `None` returned.
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("poll child") {
+            return Some(status);
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// What one command did.
+#[derive(Debug)]
+struct Outcome {
+    args: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    /// Exit 0 and stdout exactly one JSON object, which is returned.
+    fn json(&self) -> Value {
+        assert_eq!(self.code, Some(0), "gateway {} failed: {}", self.args, self.stderr);
+        let values: Vec<Value> = serde_json::Deserializer::from_str(&self.stdout)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("gateway {}: stdout is not JSON ({e}): {:?}", self.args, self.stdout));
+        assert_eq!(
+            values.len(),
+            1,
+            "gateway {}: stdout holds {} JSON values: {:?}",
+            self.args,
+            values.len(),
+            self.stdout
+        );
+        let value = values.into_iter().next().expect("one value");
+        assert!(value.is_object(), "gateway {}: stdout is not an object: {value}", self.args);
+        assert_eq!(self.stdout.trim_end().lines().count(), 1, "gateway {}: one line on stdout", self.args);
+        value
+    }
+
+    /// A non-zero exit, nothing on stdout, and exactly one non-empty line on stderr.
+    fn assert_one_line_error(&self) {
+        assert!(matches!(self.code, Some(c) if c != 0), "gateway {} should fail, exited {:?}", self.args, self.code);
+        assert_eq!(self.stdout, "", "gateway {}: stdout must stay empty on error", self.args);
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "gateway {}: stderr must be one line, got {:?}", self.args, self.stderr);
+        assert!(!lines[0].trim().is_empty(), "gateway {}: empty error line", self.args);
+    }
+}
+
+/// Creates a user with `balance` and returns its id.
+fn create_user(sandbox: &Sandbox, balance: &str) -> String {
+    let user = sandbox
+        .run(&["admin", "user", "create", "--name", "A", "--email", "a@example.com", "--balance", balance])
+        .json();
+    user["id"].as_str().expect("user id").to_owned()
+}
+
+const RATES: &str = r#"{
+  "input_tokens": {"amountMicrousd": "1000000", "denominator": "1000000", "unit": "token"},
+  "output_tokens": {"amountMicrousd": 4000000, "denominator": 1000000, "unit": "token"}
+}"#;
+
+#[test]
+fn admin_commands_print_one_json_object() {
+    let sandbox = Sandbox::new();
+    let migrated = sandbox.run(&["migrate"]).json();
+    assert!(migrated["migrations_applied"].as_u64().is_some_and(|n| n >= 1), "fresh database: {migrated}");
+    assert_eq!(sandbox.run(&["migrate"]).json()["migrations_applied"], 0, "second migrate applies nothing");
+
+    let user = sandbox
+        .run(&["admin", "user", "create", "--name", "A", "--email", "a@example.com", "--balance", "12.5"])
+        .json();
+    assert_eq!(user["balance_usd"], "12.500000", "{user}");
+    assert_eq!(user["name"], "A");
+    assert_eq!(user["email"], "a@example.com");
+    assert_eq!(user["role"], "user");
+    let user_id = user["id"].as_str().expect("id").to_owned();
+    assert!(user_id.starts_with("usr_"), "{user_id}");
+
+    let key = sandbox.run(&["admin", "key", "create", "--user", &user_id, "--scopes", "models:read,task:read"]).json();
+    let secret = key["key"].as_str().expect("the secret is printed once as key");
+    assert!(secret.starts_with("sk-gw-") && secret.len() >= "sk-gw-".len() + 43, "{secret}");
+    assert_eq!(key["user_id"], user_id.as_str());
+    assert_eq!(key["scopes"], json!(["models:read", "task:read"]));
+    let key_id = key["id"].as_str().expect("key id").to_owned();
+    assert!(key_id.starts_with("key_"), "{key_id}");
+    assert!(!key_id.contains(secret) && !secret.contains(&key_id), "the id is not the secret");
+
+    let all = sandbox.run(&["admin", "key", "create", "--user", &user_id, "--all-scopes", "--name", "ops"]).json();
+    assert!(all["key"].as_str().is_some_and(|k| k.starts_with("sk-gw-")), "{all}");
+    assert_ne!(all["key"], key["key"], "every key has its own secret");
+    let scopes: Vec<&str> = all["scopes"].as_array().expect("scopes").iter().filter_map(Value::as_str).collect();
+    for scope in [
+        "models:read",
+        "task:read",
+        "task:write",
+        "video:create",
+        "image:create",
+        "language:create",
+        "audio:create",
+        "overview:read",
+    ] {
+        assert!(scopes.contains(&scope), "--all-scopes lacks {scope}: {scopes:?}");
+    }
+
+    let revoked = sandbox.run(&["admin", "key", "revoke", "--key", &key_id]).json();
+    assert_eq!(revoked["id"], key_id.as_str(), "{revoked}");
+    assert_eq!(revoked["revoked"], true, "{revoked}");
+
+    let topup =
+        sandbox.run(&["admin", "topup", "--user", &user_id, "--amount", "1.000001", "--note", "invoice 7"]).json();
+    assert_eq!(topup["amount_usd"], "1.000001", "{topup}");
+    assert_eq!(topup["balance_after"], "13.500001", "{topup}");
+    assert_eq!(topup["kind"], "topup", "{topup}");
+
+    let model = sandbox.run(&["admin", "model", "set", "--model", "LangA-V4-pro", "--enabled", "false"]).json();
+    assert_eq!(model["model"], "LangA-V4-pro", "{model}");
+    assert_eq!(model["enabled"], false, "{model}");
+    for limit in ["1", "100000"] {
+        let model =
+            sandbox.run(&["admin", "model", "set", "--model", "LangA-V4-pro", "--concurrency-limit", limit]).json();
+        assert_eq!(model["concurrency_limit"].to_string(), limit, "{model}");
+        assert_eq!(model["enabled"], false, "changing the cap keeps the switch: {model}");
+    }
+
+    let rates = sandbox.file("rates.json", RATES);
+    let price = sandbox.run(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", &rates]).json();
+    assert_eq!(price["model"], "LangC-5.2", "{price}");
+    assert_eq!(price["pricing_version"], 1, "first price of an unpriced model: {price}");
+    assert_eq!(price["pricing_version_id"], "LangC-5.2@v1", "{price}");
+    assert_eq!(
+        price["pricing"],
+        json!({
+            "input_tokens": {"amountMicrousd": "1000000", "denominator": "1000000", "unit": "token"},
+            "output_tokens": {"amountMicrousd": "4000000", "denominator": "1000000", "unit": "token"},
+        }),
+        "{price}"
+    );
+    let again = sandbox.run(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", &rates]).json();
+    assert_eq!(again["pricing_version"], 2, "a price change adds a version: {again}");
+
+    assert_eq!(sandbox.run(&["admin", "maintenance", "on"]).json(), json!({"maintenance": true}));
+    assert_eq!(sandbox.run(&["admin", "maintenance", "off"]).json(), json!({"maintenance": false}));
+}
+
+#[test]
+fn bad_input_fails_with_one_line_on_stderr() {
+    let sandbox = Sandbox::new();
+    sandbox.run(&["migrate"]).json();
+    let user = create_user(&sandbox, "1");
+    let good_rates = sandbox.file("good.json", RATES);
+    let bad_rates = [
+        ("empty.json", "{}"),
+        ("not-json.json", "input_tokens = 1"),
+        ("array.json", "[]"),
+        ("negative.json", r#"{"input_tokens": {"amountMicrousd": "-1", "denominator": "1", "unit": "token"}}"#),
+        ("float.json", r#"{"input_tokens": {"amountMicrousd": 1.5, "denominator": "1", "unit": "token"}}"#),
+        ("zero-denominator.json", r#"{"input_tokens": {"amountMicrousd": "1", "denominator": "0", "unit": "token"}}"#),
+        ("no-unit.json", r#"{"input_tokens": {"amountMicrousd": "1", "denominator": "1"}}"#),
+        (
+            "extra-field.json",
+            r#"{"input_tokens": {"amountMicrousd": "1", "denominator": "1", "unit": "token", "x": 1}}"#,
+        ),
+    ];
+    let mut cases: Vec<Vec<String>> = Vec::new();
+    let mut case = |args: &[&str]| cases.push(args.iter().map(|a| (*a).to_owned()).collect());
+    case(&["admin", "topup", "--user", "usr_does_not_exist", "--amount", "1"]);
+    case(&["admin", "topup", "--user", &user, "--amount", "1.2345678"]);
+    case(&["admin", "topup", "--user", &user, "--amount", "abc"]);
+    case(&["admin", "topup", "--user", &user, "--amount", "0"]);
+    case(&["admin", "topup", "--user", &user, "--amount", ""]);
+    case(&["admin", "key", "create", "--user", &user, "--scopes", "models:write"]);
+    case(&["admin", "key", "create", "--user", &user, "--scopes", "models:read,nope"]);
+    case(&["admin", "key", "create", "--user", &user, "--scopes", ","]);
+    case(&["admin", "key", "create", "--user", "usr_does_not_exist", "--scopes", "models:read"]);
+    case(&["admin", "key", "revoke", "--key", "key_does_not_exist"]);
+    case(&["admin", "user", "create", "--name", "B", "--email", "not-an-email"]);
+    case(&["admin", "user", "create", "--name", "B", "--email", "b@example.com", "--balance", "1.0000001"]);
+    case(&["admin", "model", "set", "--model", "NoSuchModel", "--enabled", "false"]);
+    case(&["admin", "model", "set", "--model", "LangA-V4-pro", "--concurrency-limit", "0"]);
+    case(&["admin", "model", "set", "--model", "LangA-V4-pro", "--concurrency-limit", "100001"]);
+    case(&["admin", "model", "set", "--model", "LangA-V4-pro"]);
+    case(&["admin", "price", "set", "--model", "NoSuchModel", "--rates", &good_rates]);
+    case(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", "does-not-exist.json"]);
+    for (name, text) in bad_rates {
+        let path = sandbox.file(name, text);
+        case(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", &path]);
+    }
+    case(&["admin", "maintenance", "maybe"]);
+    case(&["admin", "no-such-command"]);
+    for args in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        sandbox.run(&args).assert_one_line_error();
+    }
+
+    // Nothing above changed anything: the model keeps its cap and LangC-5.2 is still unpriced.
+    let model = sandbox.run(&["admin", "model", "set", "--model", "LangA-V4-pro", "--enabled", "true"]).json();
+    assert_eq!(model["concurrency_limit"], 1000, "{model}");
+    let price = sandbox.run(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", &good_rates]).json();
+    assert_eq!(price["pricing_version"], 1, "refused rates files created no version: {price}");
+    let topup = sandbox.run(&["admin", "topup", "--user", &user, "--amount", "1"]).json();
+    assert_eq!(topup["balance_after"], "2.000000", "refused top-ups moved no money: {topup}");
+}
+
+#[test]
+fn a_failing_first_command_on_a_fresh_database_prints_one_line() {
+    // The very first command also migrates the database and loads the catalog; whatever it logs
+    // about that must not break the one-line error contract.
+    let sandbox = Sandbox::new();
+    sandbox.run(&["admin", "topup", "--user", "usr_does_not_exist", "--amount", "1"]).assert_one_line_error();
+}
+
+/// Reads the child's stdout lines on a thread, so that the test can wait for them with a deadline.
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Collects lines until one satisfies `stop` (returned last) or the deadline passes.
+fn lines_until(rx: &mpsc::Receiver<String>, stop: impl Fn(&str) -> bool, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    let mut lines = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = stop(&line);
+                lines.push(line);
+                if done {
+                    return lines;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!("the expected line never came; stdout so far: {lines:?}");
+}
+
+/// The remaining lines of an exited process (bounded wait for the reader thread).
+fn drain(rx: &mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(STOP_TIMEOUT) {
+        lines.push(line);
+    }
+    lines
+}
+
+/// The `IP:PORT` after the first `http://` of `line`.
+fn address_in(line: &str) -> String {
+    let rest = line.split("http://").nth(1).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':').collect();
+    addr.trim_end_matches('.').to_owned()
+}
+
+/// `GET path` over a plain HTTP/1.1 connection to 127.0.0.1; returns status and JSON body.
+fn http_get(addr: &str, path: &str, key: Option<&str>) -> (u16, Value) {
+    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
+    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
+    stream.set_read_timeout(Some(COMMAND_TIMEOUT)).expect("read timeout");
+    let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").expect("send request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8(raw).expect("utf-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status code");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Sends SIGTERM to `child` through `kill(1)` and waits (bounded) for a clean exit.
+fn terminate(child: &mut Child) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").arg("-TERM").arg(&pid).status().expect("run kill");
+    assert!(sent.success(), "kill -TERM {pid} failed");
+    let status =
+        wait_bounded(child, STOP_TIMEOUT).unwrap_or_else(|| panic!("serve did not exit within {STOP_TIMEOUT:?}"));
+    assert!(status.success(), "serve exited with {status} after SIGTERM");
+}
+
+/// Kills the server if a test fails while it runs.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn_serve(sandbox: &Sandbox, stderr: &Path) -> Running {
+    let child = sandbox
+        .command(&["serve"])
+        .env("GATEWAY_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(File::create(stderr).expect("stderr file"))
+        .spawn()
+        .expect("spawn gateway serve");
+    Running(child)
+}
+
+#[test]
+fn serve_prints_a_demo_key_serves_and_stops_on_sigterm() {
+    let sandbox = Sandbox::new();
+    let mut server = spawn_serve(&sandbox, &sandbox.dir.join("serve-1.err"));
+    let rx = stdout_lines(&mut server.0);
+    let lines = lines_until(&rx, |l| l.starts_with("Try:"), COMMAND_TIMEOUT);
+    let try_line = lines.last().expect("the Try: line");
+    // Try: curl -s http://ADDR/api/v1/models -H 'Authorization: Bearer KEY'
+    let addr = address_in(try_line);
+    let key = try_line
+        .split("Bearer ")
+        .nth(1)
+        .map(|rest| rest.trim_end_matches('\''))
+        .unwrap_or_else(|| panic!("no key in {try_line:?}"))
+        .to_owned();
+    assert!(key.starts_with("sk-gw-"), "demo key {key:?}");
+    assert_ne!(addr, "127.0.0.1:0", "the real port is printed");
+    assert!(lines.iter().any(|l| l.contains(&key) && l.contains("shown once")), "the key is announced: {lines:?}");
+
+    let (status, models) = http_get(&addr, "/api/v1/models", Some(&key));
+    assert_eq!(status, 200, "{models}");
+    assert_eq!(models["data"].as_array().map(Vec::len), Some(15), "15 models: {models}");
+    let (status, overview) = http_get(&addr, "/api/v1/overview", Some(&key));
+    assert_eq!(status, 200, "the demo key has every scope: {overview}");
+    assert_eq!(http_get(&addr, "/api/v1/models", None).0, 401, "no key, no models");
+
+    // An admin command against the same database is seen by the running server.
+    sandbox.run(&["admin", "model", "set", "--model", "LangA-V4-pro", "--enabled", "false"]).json();
+    let (_, models) = http_get(&addr, "/api/v1/models", Some(&key));
+    assert_eq!(models["data"].as_array().map(Vec::len), Some(14), "disabled by the operator: {models}");
+
+    terminate(&mut server.0);
+    let rest = drain(&rx);
+    assert!(rest.iter().all(|l| !l.contains("sk-gw-")), "no secret printed at shutdown: {rest:?}");
+
+    // Second start on the same database: users exist, so no demo key is printed.
+    let mut server = spawn_serve(&sandbox, &sandbox.dir.join("serve-2.err"));
+    let rx = stdout_lines(&mut server.0);
+    let lines = lines_until(&rx, |l| l.contains("http://127.0.0.1:"), COMMAND_TIMEOUT);
+    let addr = address_in(lines.last().expect("the address line"));
+    assert_eq!(http_get(&addr, "/healthz", None).0, 200, "second server is up at {addr}");
+    assert_eq!(http_get(&addr, "/api/v1/models", Some(&key)).0, 200, "the demo key still works");
+    terminate(&mut server.0);
+    let all: Vec<String> = lines.into_iter().chain(drain(&rx)).collect();
+    assert!(all.iter().all(|l| !l.contains("sk-gw-")), "a second start prints no key: {all:?}");
+    let stderr = std::fs::read_to_string(sandbox.dir.join("serve-2.err")).unwrap_or_default();
+    assert!(!stderr.contains("sk-gw-"), "no secret in the log");
+}

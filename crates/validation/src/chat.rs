@@ -1,0 +1,624 @@
+//! Chat request validation: checks a `POST /api/v1/chat/completions` body against the model's catalog limits.
+//!
+//! The rules come from the model's `limits` object (`messages`, `max_tokens`, `max_completion_tokens`,
+//! `max_input_tokens`, `stop`, `thinking`, `reasoning_effort`, `sampling`, `input_modalities`, `media`);
+//! unknown parameters are passed through untouched. The result, [`ChatPlan`], is what the gateway needs
+//! to reserve and forward the call: stream or not, the output cap and an upper bound on prompt tokens.
+
+mod media;
+mod messages;
+
+use catalog::ModelDef;
+use serde_json::{Map, Value};
+
+use crate::ValidationError;
+
+/// The largest output cap the interface allows; used when a model's limits state none.
+pub const MAX_OUTPUT_TOKENS: u64 = 393_216;
+
+/// Tokens added to every prompt bound for the chat template's fixed text (system preamble,
+/// tool-use instructions) that the request itself does not carry.
+pub const TEMPLATE_OVERHEAD_TOKENS: u64 = 512;
+
+/// The message roles a chat request may use.
+pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// The range of `frequency_penalty` and `presence_penalty` (inclusive).
+const PENALTY_RANGE: (f64, f64) = (-2.0, 2.0);
+
+/// What the gateway needs to know about a valid chat request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatPlan {
+    /// Whether the client asked for a streamed response (`stream: true`).
+    pub stream: bool,
+    /// Effective output cap: max_completion_tokens, else max_tokens, else the model's max completion tokens.
+    pub max_output_tokens: u64,
+    /// Upper bound of prompt tokens for the reservation: an estimate that is never below what the upstream can
+    /// count (UTF-8 bytes of all text in the request's messages, tools and other fields count as at most one
+    /// token per byte, plus [`TEMPLATE_OVERHEAD_TOKENS`]; each media item adds a per-item bound: an image
+    /// `ceil(max_pixels / 196)`, one token per 14×14 patch at the model's largest image, and a video or audio
+    /// item the whole input window, since its duration is not read), capped at the model's `max_input_tokens` (else `context_window`).
+    pub prompt_bound_tokens: u64,
+    /// Whether any message carries audio input.
+    pub has_audio: bool,
+}
+
+/// Checks a chat completion body for model `def` (the caller has already matched `body["model"]` to `def`
+/// and bounded the body's size). Every rule names the field and the bound in its message; parameters the
+/// interface does not list are allowed and left alone. A JSON `null` counts as a wrong type for every
+/// optional field; only an assistant message with `tool_calls` may have `content: null`.
+pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPlan, ValidationError> {
+    let input = messages::check(def, body)?;
+    let stream = check_stream(body)?;
+    let max_output_tokens = check_output_tokens(def, body)?;
+    check_sampling(def, body)?;
+    check_stop(def, body)?;
+    check_thinking(def, body)?;
+    check_reasoning_effort(def, body)?;
+    check_tools(body)?;
+
+    let other_fields = body
+        .iter()
+        .filter(|(key, _)| key.as_str() != "messages")
+        .fold(0u64, |sum, (key, value)| sum.saturating_add(entry_size(key, value)));
+    let estimate = TEMPLATE_OVERHEAD_TOKENS.saturating_add(input.prompt_tokens).saturating_add(other_fields);
+    let cap = ["max_input_tokens", "context_window"]
+        .iter()
+        .find_map(|key| def.limits.get(*key).and_then(Value::as_u64))
+        .unwrap_or(u64::MAX);
+    Ok(ChatPlan { stream, max_output_tokens, prompt_bound_tokens: estimate.min(cap), has_audio: input.has_audio })
+}
+
+fn check_stream(body: &Map<String, Value>) -> Result<bool, ValidationError> {
+    let stream = match body.get("stream") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(invalid(format!("stream must be a boolean, got {}", describe(other)))),
+    };
+    match body.get("stream_options") {
+        None => {}
+        Some(Value::Object(options)) => match options.get("include_usage") {
+            None | Some(Value::Bool(_)) => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "stream_options.include_usage must be a boolean, got {}",
+                    describe(other)
+                )));
+            }
+        },
+        Some(other) => return Err(invalid(format!("stream_options must be an object, got {}", describe(other)))),
+    }
+    Ok(stream)
+}
+
+/// Checks `max_tokens` and `max_completion_tokens` (both, when both are given) against the model's
+/// `limits.max_tokens` range and returns the effective output cap.
+fn check_output_tokens(def: &ModelDef, body: &Map<String, Value>) -> Result<u64, ValidationError> {
+    let model_max = def.max_completion_tokens().unwrap_or(MAX_OUTPUT_TOKENS);
+    let min = def.limits.pointer("/max_tokens/min").and_then(Value::as_u64).unwrap_or(1);
+    let max = def.limits.pointer("/max_tokens/max").and_then(Value::as_u64).unwrap_or(model_max);
+    let mut chosen = None;
+    for field in ["max_tokens", "max_completion_tokens"] {
+        let Some(value) = body.get(field) else { continue };
+        match value.as_u64() {
+            Some(n) if (min..=max).contains(&n) => chosen = Some(n),
+            _ => {
+                return Err(invalid(format!(
+                    "{field} must be an integer from {min} to {max} for model {}, got {}",
+                    def.name,
+                    describe(value)
+                )));
+            }
+        }
+    }
+    Ok(chosen.unwrap_or(model_max))
+}
+
+fn check_sampling(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    for (field, default_max) in [("temperature", 2.0), ("top_p", 1.0)] {
+        let bound = |end: &str, default: f64| {
+            def.limits.pointer(&format!("/sampling/{field}/{end}")).and_then(Value::as_f64).unwrap_or(default)
+        };
+        check_number(body, field, bound("min", 0.0), bound("max", default_max))?;
+    }
+    for field in ["frequency_penalty", "presence_penalty"] {
+        check_number(body, field, PENALTY_RANGE.0, PENALTY_RANGE.1)?;
+    }
+    Ok(())
+}
+
+fn check_number(body: &Map<String, Value>, field: &str, min: f64, max: f64) -> Result<(), ValidationError> {
+    let Some(value) = body.get(field) else { return Ok(()) };
+    match value.as_f64() {
+        Some(x) if x >= min && x <= max => Ok(()),
+        _ => Err(invalid(format!("{field} must be a number from {min} to {max}, got {}", describe(value)))),
+    }
+}
+
+fn check_stop(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    let max = def.limits.pointer("/stop/max_items").and_then(Value::as_u64).unwrap_or(4);
+    let refuse = || invalid(format!("stop must be a string or an array of at most {max} strings"));
+    match body.get("stop") {
+        None | Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(items)) if count(items.len()) <= max && items.iter().all(Value::is_string) => Ok(()),
+        Some(_) => Err(refuse()),
+    }
+}
+
+fn check_thinking(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    let Some(value) = body.get("thinking") else { return Ok(()) };
+    let Some(limits) = def.limits.get("thinking") else {
+        return Err(invalid(format!("thinking is not supported by model {}", def.name)));
+    };
+    let types = string_list(limits.get("types")).unwrap_or_else(|| vec!["enabled", "disabled"]);
+    let Value::Object(thinking) = value else {
+        return Err(invalid(format!("thinking must be an object, got {}", describe(value))));
+    };
+    match thinking.get("type") {
+        Some(Value::String(t)) if types.contains(&t.as_str()) => Ok(()),
+        other => Err(invalid(format!(
+            "thinking.type must be one of {} for model {}, got {}",
+            types.join(", "),
+            def.name,
+            other.map_or_else(|| "nothing".to_owned(), describe)
+        ))),
+    }
+}
+
+fn check_reasoning_effort(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    let Some(value) = body.get("reasoning_effort") else { return Ok(()) };
+    let Some(values) = string_list(def.limits.pointer("/reasoning_effort/values")) else {
+        return Err(invalid(format!("reasoning_effort is not supported by model {}", def.name)));
+    };
+    match value {
+        Value::String(v) if values.contains(&v.as_str()) => Ok(()),
+        _ => Err(invalid(format!(
+            "reasoning_effort must be one of {} for model {}, got {}",
+            values.join(", "),
+            def.name,
+            describe(value)
+        ))),
+    }
+}
+
+fn check_tools(body: &Map<String, Value>) -> Result<(), ValidationError> {
+    if let Some(tools) = body.get("tools") {
+        let Value::Array(items) = tools else {
+            return Err(invalid(format!("tools must be an array of objects, got {}", describe(tools))));
+        };
+        if let Some(i) = items.iter().position(|t| !t.is_object()) {
+            return Err(invalid(format!("tools[{i}] must be an object")));
+        }
+    }
+    match body.get("tool_choice") {
+        None | Some(Value::String(_) | Value::Object(_)) => {}
+        Some(other) => {
+            return Err(invalid(format!("tool_choice must be a string or an object, got {}", describe(other))));
+        }
+    }
+    match body.get("response_format") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(other) => Err(invalid(format!("response_format must be an object, got {}", describe(other)))),
+    }
+}
+
+/// The strings of a JSON array, or `None` when `value` is not an array.
+fn string_list(value: Option<&Value>) -> Option<Vec<&str>> {
+    Some(value?.as_array()?.iter().filter_map(Value::as_str).collect())
+}
+
+/// A short description of a JSON value for error messages: scalars as written (long strings cut), containers by kind.
+pub(crate) fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.chars().count() <= 40 => format!("{s:?}"),
+        Value::String(s) => format!("{:?}…", s.chars().take(40).collect::<String>()),
+        Value::Array(_) => "an array".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+    }
+}
+
+/// The size of `value` written as compact JSON, without escapes: an upper bound of its text's UTF-8 bytes.
+/// serde_json's recursion limit (128) bounds the depth of parsed values.
+pub(crate) fn json_size(value: &Value) -> u64 {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => count(n.to_string().len()),
+        Value::String(s) => count(s.len()).saturating_add(2),
+        Value::Array(items) => {
+            items.iter().fold(2u64, |sum, item| sum.saturating_add(json_size(item)).saturating_add(1))
+        }
+        Value::Object(map) => map.iter().fold(2u64, |sum, (key, item)| sum.saturating_add(entry_size(key, item))),
+    }
+}
+
+/// The size of one `"key": value,` entry of an object (see [`json_size`]).
+pub(crate) fn entry_size(key: &str, value: &Value) -> u64 {
+    count(key.len()).saturating_add(4).saturating_add(json_size(value))
+}
+
+/// A length as `u64`.
+pub(crate) fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn invalid(message: String) -> ValidationError {
+    ValidationError(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::LazyLock;
+
+    use catalog::Catalog;
+    use serde_json::json;
+
+    use super::*;
+
+    static CATALOG: LazyLock<Catalog> = LazyLock::new(|| Catalog::builtin().expect("builtin catalog"));
+
+    /// Validates `extra` merged over a minimal valid request (`model` + one user message) for `model`.
+    fn check(model: &str, extra: Value) -> Result<ChatPlan, ValidationError> {
+        let def = CATALOG.get(model).expect("model in catalog");
+        let mut body = Map::new();
+        body.insert("model".into(), json!(model));
+        body.insert("messages".into(), json!([{"role": "user", "content": "hi"}]));
+        let Value::Object(extra) = extra else { panic!("extra must be an object") };
+        body.extend(extra);
+        chat_request(def, &body)
+    }
+
+    /// Runs `(model, extra, ok?)` rows and reports every row whose outcome differs.
+    fn table(rows: &[(&str, Value, bool)]) {
+        let wrong: Vec<String> = rows
+            .iter()
+            .filter_map(|(model, extra, ok)| {
+                let got = check(model, extra.clone());
+                (got.is_ok() != *ok).then(|| format!("{model} {extra}: expected ok={ok}, got {got:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    fn user_messages(n: usize) -> Value {
+        Value::Array(vec![json!({"role": "user", "content": "hi"}); n])
+    }
+
+    fn with_parts(parts: Vec<Value>) -> Value {
+        json!({"messages": [{"role": "user", "content": parts}]})
+    }
+
+    fn image_part(url: &str) -> Value {
+        json!({"type": "image_url", "image_url": {"url": url}})
+    }
+
+    fn video_part(url: &str) -> Value {
+        json!({"type": "video_url", "video_url": {"url": url}})
+    }
+
+    fn audio_part(data: &str, format: &str) -> Value {
+        json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
+    }
+
+    /// A base64 data URL whose payload decodes to exactly `bytes` bytes.
+    fn data_url(mime: &str, bytes: usize) -> String {
+        let tail = match bytes % 3 {
+            0 => "",
+            1 => "AA==",
+            _ => "AAA=",
+        };
+        format!("data:{mime};base64,{}{tail}", "A".repeat(bytes / 3 * 4))
+    }
+
+    #[test]
+    fn message_count_edges() {
+        table(&[
+            ("LangA-V4-flash", json!({"messages": user_messages(1)}), true),
+            ("LangA-V4-flash", json!({"messages": user_messages(1000)}), true),
+            ("LangA-V4-flash", json!({"messages": user_messages(0)}), false),
+            ("LangA-V4-flash", json!({"messages": user_messages(1001)}), false),
+            ("LangC-5.2", json!({"messages": user_messages(1001)}), false),
+            ("LangA-V4-flash", json!({"messages": {"role": "user", "content": "hi"}}), false),
+            ("LangA-V4-flash", json!({"messages": null}), false),
+        ]);
+        let def = CATALOG.get("LangA-V4-flash").expect("model");
+        let missing = chat_request(def, &Map::new()).expect_err("messages is required");
+        assert!(missing.0.contains("messages"), "{missing}");
+    }
+
+    #[test]
+    fn message_shapes() {
+        let m = |message: Value| json!({"messages": [message]});
+        let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+        table(&[
+            ("LangA-V4-flash", m(json!({"role": "system", "content": "be brief"})), true),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": "ok"})), true),
+            ("LangA-V4-flash", m(json!({"role": "tool", "content": "42", "tool_call_id": "c1"})), true),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": [{"type": "text", "text": "hi"}]})), true),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": null, "tool_calls": call})), true),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": "hi", "name": "x", "extra": 1})), true),
+            ("LangA-V4-flash", m(json!({"role": "developer", "content": "hi"})), false),
+            ("LangA-V4-flash", m(json!({"content": "hi"})), false),
+            ("LangA-V4-flash", m(json!({"role": "user"})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": 5})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": null})), false),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": null})), false),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": null, "tool_calls": []})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": null, "tool_calls": call})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": ["hi"]})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": [{"text": "hi"}]})), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": [{"type": 1}]})), false),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": "", "tool_calls": {}})), false),
+            ("LangA-V4-flash", m(json!({"role": "assistant", "content": "", "tool_calls": ["x"]})), false),
+            ("LangA-V4-flash", m(json!({"role": "tool", "content": "42", "tool_call_id": 7})), false),
+            ("LangA-V4-flash", json!({"messages": ["hi"]}), false),
+        ]);
+    }
+
+    #[test]
+    fn stream_flags() {
+        assert_eq!(check("LangA-V4-flash", json!({})).map(|p| p.stream), Ok(false));
+        assert_eq!(check("LangA-V4-flash", json!({"stream": true})).map(|p| p.stream), Ok(true));
+        table(&[
+            ("LangA-V4-flash", json!({"stream": false, "stream_options": {"include_usage": true}}), true),
+            ("LangA-V4-flash", json!({"stream_options": {"other": 1}}), true),
+            ("LangA-V4-flash", json!({"stream": "true"}), false),
+            ("LangA-V4-flash", json!({"stream": 1}), false),
+            ("LangA-V4-flash", json!({"stream": null}), false),
+            ("LangA-V4-flash", json!({"stream_options": true}), false),
+            ("LangA-V4-flash", json!({"stream_options": {"include_usage": "yes"}}), false),
+        ]);
+    }
+
+    #[test]
+    fn output_token_edges() {
+        let mut rows = Vec::new();
+        for (model, max) in [("LangA-V4-flash", 393_216u64), ("LangB-2.0-pro", 131_072), ("LangB-2.1-turbo", 262_144)] {
+            for field in ["max_tokens", "max_completion_tokens"] {
+                rows.push((model, json!({ field: 1 }), true));
+                rows.push((model, json!({ field: max }), true));
+                rows.push((model, json!({ field: 0 }), false));
+                rows.push((model, json!({ field: max + 1 }), false));
+                rows.push((model, json!({ field: -1 }), false));
+                rows.push((model, json!({ field: 10.5 }), false));
+                rows.push((model, json!({ field: "10" }), false));
+                rows.push((model, json!({ field: null }), false));
+            }
+        }
+        table(&rows);
+        let err = check("LangB-2.0-pro", json!({"max_tokens": 131_073})).expect_err("over the bound");
+        assert!(err.0.contains("max_tokens") && err.0.contains("131072"), "{err}");
+    }
+
+    #[test]
+    fn output_token_choice() {
+        let cap = |model: &str, extra: Value| check(model, extra).map(|p| p.max_output_tokens);
+        assert_eq!(cap("LangA-V4-flash", json!({"max_tokens": 100, "max_completion_tokens": 200})), Ok(200));
+        assert_eq!(cap("LangA-V4-flash", json!({"max_completion_tokens": 200, "max_tokens": 300})), Ok(200));
+        assert_eq!(cap("LangA-V4-flash", json!({"max_tokens": 100})), Ok(100));
+        assert_eq!(cap("LangA-V4-flash", json!({})), Ok(393_216));
+        assert_eq!(cap("LangB-2.0-pro", json!({})), Ok(131_072));
+        assert_eq!(cap("LangB-2.1-turbo", json!({})), Ok(262_144));
+        assert_eq!(cap("LangC-5.2", json!({})), Ok(393_216));
+        assert!(cap("LangA-V4-flash", json!({"max_tokens": 0, "max_completion_tokens": 10})).is_err());
+        assert!(cap("LangA-V4-flash", json!({"max_tokens": 10, "max_completion_tokens": 393_217})).is_err());
+    }
+
+    #[test]
+    fn sampling_edges() {
+        let rows: Vec<(&str, Value, bool)> = [
+            ("temperature", json!(0), true),
+            ("temperature", json!(2), true),
+            ("temperature", json!(2.0), true),
+            ("temperature", json!(0.7), true),
+            ("temperature", json!(-0.01), false),
+            ("temperature", json!(2.01), false),
+            ("temperature", json!("1"), false),
+            ("temperature", json!(null), false),
+            ("top_p", json!(0), true),
+            ("top_p", json!(1), true),
+            ("top_p", json!(1.01), false),
+            ("top_p", json!(-0.01), false),
+            ("top_p", json!(true), false),
+            ("frequency_penalty", json!(-2), true),
+            ("frequency_penalty", json!(2), true),
+            ("frequency_penalty", json!(-2.01), false),
+            ("frequency_penalty", json!(2.01), false),
+            ("presence_penalty", json!(-2), true),
+            ("presence_penalty", json!(2), true),
+            ("presence_penalty", json!(-2.01), false),
+            ("presence_penalty", json!(2.01), false),
+            ("presence_penalty", json!([0]), false),
+        ]
+        .into_iter()
+        .flat_map(|(field, value, ok)| {
+            ["LangA-V4-flash", "LangB-2.0-pro", "LangC-5.2"].map(|model| (model, json!({ field: value.clone() }), ok))
+        })
+        .collect();
+        table(&rows);
+    }
+
+    #[test]
+    fn stop_edges() {
+        table(&[
+            ("LangA-V4-flash", json!({"stop": "END"}), true),
+            ("LangA-V4-flash", json!({"stop": []}), true),
+            ("LangA-V4-flash", json!({"stop": ["a", "b", "c", "d"]}), true),
+            ("LangA-V4-flash", json!({"stop": ["a", "b", "c", "d", "e"]}), false),
+            ("LangA-V4-flash", json!({"stop": [1]}), false),
+            ("LangA-V4-flash", json!({"stop": 1}), false),
+            ("LangA-V4-flash", json!({"stop": null}), false),
+        ]);
+    }
+
+    #[test]
+    fn thinking_values() {
+        table(&[
+            ("LangA-V4-flash", json!({"thinking": {"type": "enabled"}}), true),
+            ("LangA-V4-flash", json!({"thinking": {"type": "disabled"}}), true),
+            ("LangB-2.0-pro", json!({"thinking": {"type": "enabled", "budget_tokens": 100}}), true),
+            ("LangB-2.1-turbo", json!({"thinking": {"type": "disabled"}}), true),
+            ("LangB-2.0-pro", json!({"thinking": {"type": "auto"}}), false),
+            ("LangB-2.0-pro", json!({"thinking": {}}), false),
+            ("LangB-2.0-pro", json!({"thinking": "enabled"}), false),
+            ("LangB-2.0-pro", json!({"thinking": true}), false),
+            ("LangC-5.2", json!({"thinking": {"type": "enabled"}}), false),
+        ]);
+    }
+
+    #[test]
+    fn reasoning_effort_values() {
+        table(&[
+            ("LangA-V4-flash", json!({"reasoning_effort": "max"}), true),
+            ("LangA-V4-flash", json!({"reasoning_effort": "minimal"}), true),
+            ("LangA-V4-flash", json!({"reasoning_effort": "high"}), true),
+            ("LangA-V4-flash", json!({"reasoning_effort": "low"}), false),
+            ("LangA-V4-flash", json!({"reasoning_effort": "medium"}), false),
+            ("LangB-2.0-pro", json!({"reasoning_effort": "low"}), true),
+            ("LangB-2.0-pro", json!({"reasoning_effort": "medium"}), true),
+            ("LangB-2.0-pro", json!({"reasoning_effort": "max"}), false),
+            ("LangB-2.1-turbo", json!({"reasoning_effort": "high"}), true),
+            ("LangC-5.2", json!({"reasoning_effort": "max"}), true),
+            ("LangC-5.2", json!({"reasoning_effort": "low"}), false),
+            ("LangA-V4-flash", json!({"reasoning_effort": "MAX"}), false),
+            ("LangA-V4-flash", json!({"reasoning_effort": 3}), false),
+        ]);
+    }
+
+    #[test]
+    fn tool_fields() {
+        let tool = json!({"type": "function", "function": {"name": "f", "parameters": {}}});
+        table(&[
+            ("LangA-V4-flash", json!({"tools": [tool.clone()], "tool_choice": "auto"}), true),
+            ("LangA-V4-flash", json!({"tools": [], "tool_choice": {"type": "function"}}), true),
+            ("LangA-V4-flash", json!({"response_format": {"type": "json_object"}}), true),
+            ("LangA-V4-flash", json!({"tools": tool}), false),
+            ("LangA-V4-flash", json!({"tools": ["f"]}), false),
+            ("LangA-V4-flash", json!({"tool_choice": 1}), false),
+            ("LangA-V4-flash", json!({"tool_choice": null}), false),
+            ("LangA-V4-flash", json!({"response_format": "json"}), false),
+        ]);
+    }
+
+    #[test]
+    fn input_modalities() {
+        let image = image_part("https://example.com/a.png");
+        let video = video_part("https://example.com/a.mp4");
+        let audio = audio_part("AAAA", "wav");
+        let audio_url = json!({"type": "audio_url", "audio_url": {"url": "https://example.com/a.mp3"}});
+        table(&[
+            ("LangA-V4-flash", with_parts(vec![image.clone()]), false),
+            ("LangA-V4-flash", with_parts(vec![video.clone()]), false),
+            ("LangC-5.2", with_parts(vec![image.clone()]), false),
+            ("LangB-2.0-pro", with_parts(vec![image.clone()]), true),
+            ("LangB-2.0-pro", with_parts(vec![video.clone()]), true),
+            ("LangB-2.0-Code", with_parts(vec![image.clone(), video.clone()]), true),
+            ("LangB-2.1-turbo", with_parts(vec![image.clone()]), true),
+            ("LangB-2.0-mini", with_parts(vec![audio.clone()]), true),
+            ("LangB-2.0-lite", with_parts(vec![audio_url.clone()]), true),
+            ("LangB-2.0-pro", with_parts(vec![audio.clone()]), false),
+            ("LangB-2.0-pro", with_parts(vec![audio_url]), false),
+            ("LangB-2.1-turbo", with_parts(vec![audio]), false),
+            ("LangB-2.0-pro", with_parts(vec![json!({"type": "image_url", "image_url": "https://e.com/a.png"})]), true),
+            ("LangB-2.0-pro", with_parts(vec![json!({"type": "image_url"})]), false),
+            ("LangB-2.0-pro", with_parts(vec![json!({"type": "image_url", "image_url": {"url": 1}})]), false),
+            ("LangB-2.0-pro", with_parts(vec![image_part("")]), false),
+            ("LangA-V4-flash", with_parts(vec![json!({"type": "file", "file": {"id": "x"}})]), true),
+        ]);
+        let err = check("LangA-V4-flash", with_parts(vec![image])).expect_err("text only");
+        assert!(err.0.contains("image") && err.0.contains("messages[0].content[0]"), "{err}");
+        assert_eq!(check("LangB-2.0-mini", with_parts(vec![audio_part("AAAA", "mp3")])).map(|p| p.has_audio), Ok(true));
+        assert_eq!(check("LangB-2.0-mini", with_parts(vec![video])).map(|p| p.has_audio), Ok(false));
+    }
+
+    #[test]
+    fn media_item_counts() {
+        let videos = |n: usize| with_parts(vec![video_part("https://example.com/v.mp4"); n]);
+        let audios = |n: usize| with_parts(vec![audio_part("AAAA", "wav"); n]);
+        table(&[
+            ("LangB-2.0-pro", videos(10), true),
+            ("LangB-2.0-pro", videos(11), false),
+            ("LangB-2.0-mini", videos(200), true),
+            ("LangB-2.0-mini", videos(201), false),
+            ("LangB-2.0-lite", audios(600), true),
+            ("LangB-2.0-lite", audios(601), false),
+        ]);
+        // The count spans messages.
+        let part = video_part("https://example.com/v.mp4");
+        let message = json!({"role": "user", "content": vec![part; 6]});
+        assert!(check("LangB-2.0-pro", json!({"messages": [message.clone(), message]})).is_err());
+    }
+
+    #[test]
+    fn inline_sizes() {
+        let limit = 10_485_760;
+        let at = data_url("image/png", limit);
+        let over = data_url("image/png", limit + 1);
+        table(&[
+            ("LangB-2.0-pro", with_parts(vec![image_part(&at)]), true),
+            ("LangB-2.0-pro", with_parts(vec![image_part(&over)]), false),
+            ("LangB-2.0-pro", with_parts(vec![image_part(&data_url("image/png", 4))]), true),
+            ("LangB-2.0-pro", with_parts(vec![image_part("data:image/png;base64,AA*A")]), false),
+            ("LangB-2.0-pro", with_parts(vec![image_part("data:image/png;base64")]), false),
+            ("LangB-2.0-pro", with_parts(vec![image_part(&data_url("video/mp4", 4))]), false),
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/mp4", 52_428_800))]), true),
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/mp4", 52_428_801))]), false),
+            ("LangB-2.0-lite", with_parts(vec![audio_part(&"A".repeat(26_214_400 / 3 * 4 + 2), "wav")]), true),
+            ("LangB-2.0-lite", with_parts(vec![audio_part(&"A".repeat(26_214_400 / 3 * 4 + 3), "wav")]), false),
+        ]);
+        let err = check("LangB-2.0-pro", with_parts(vec![image_part(&over)])).expect_err("over");
+        assert!(err.0.contains("10485760") && err.0.contains("10485761"), "{err}");
+    }
+
+    #[test]
+    fn media_formats() {
+        let video_with =
+            |format: &str| json!({"type": "video_url", "video_url": {"url": "https://e.com/v", "format": format}});
+        table(&[
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/mp4", 3))]), true),
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/quicktime", 3))]), true),
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/x-msvideo", 3))]), true),
+            ("LangB-2.0-pro", with_parts(vec![video_part(&data_url("video/webm", 3))]), false),
+            ("LangB-2.0-pro", with_parts(vec![video_with("mov")]), true),
+            ("LangB-2.0-pro", with_parts(vec![video_with("mkv")]), false),
+            ("LangB-2.0-mini", with_parts(vec![audio_part("AAAA", "flac")]), true),
+            ("LangB-2.0-mini", with_parts(vec![audio_part("AAAA", "ogg")]), false),
+            ("LangB-2.0-mini", with_parts(vec![audio_part(&data_url("audio/mpeg", 3), "mp3")]), true),
+            ("LangB-2.0-mini", with_parts(vec![audio_part(&data_url("audio/ogg", 3), "mp3")]), false),
+            ("LangB-2.0-mini", with_parts(vec![audio_part(&data_url("image/png", 3), "mp3")]), false),
+        ]);
+    }
+
+    #[test]
+    fn prompt_bound() {
+        let bound = |model: &str, extra: Value| check(model, extra).map(|p| p.prompt_bound_tokens).expect("valid");
+        let text = |n: usize| json!({"messages": [{"role": "user", "content": "é".repeat(n)}]});
+        let small = bound("LangB-2.0-pro", text(10));
+        let large = bound("LangB-2.0-pro", text(10_000));
+        assert!(small > TEMPLATE_OVERHEAD_TOKENS && small < large, "{small} {large}");
+        assert!(large >= 20_000 + TEMPLATE_OVERHEAD_TOKENS, "two bytes per é: {large}");
+        let tools = json!({"tools": [{"type": "function", "function": {"name": "x".repeat(5_000)}}]});
+        assert!(bound("LangB-2.0-pro", tools) > bound("LangB-2.0-pro", json!({})) + 5_000);
+        assert_eq!(bound("LangB-2.0-pro", text(200_000)), 229_376);
+        assert_eq!(bound("LangB-2.1-turbo", text(200_000)), 262_144);
+        assert_eq!(bound("LangA-V4-flash", text(600_000)), 1_048_576);
+        let image = bound("LangB-2.0-pro", with_parts(vec![image_part("https://e.com/a.png")]));
+        assert!(image >= 36_000_000 / 196, "{image}");
+        assert_eq!(bound("LangB-2.0-pro", with_parts(vec![video_part("https://e.com/a.mp4")])), 229_376);
+        // Inline data is a media item, not text: a 3 MB image does not count 4 million tokens.
+        let inline = bound("LangB-2.1-turbo", with_parts(vec![image_part(&data_url("image/png", 3_000_000))]));
+        assert!(inline < 200_000, "{inline}");
+    }
+
+    #[test]
+    fn unknown_fields_pass() {
+        let extra =
+            json!({"n": 1, "seed": 7, "logprobs": true, "user": "u1", "vendor_flag": {"x": [1, 2]}, "top_k": 5});
+        for model in ["LangA-V4-flash", "LangB-2.0-pro", "LangC-5.2"] {
+            assert!(check(model, extra.clone()).is_ok(), "{model}");
+        }
+    }
+}
