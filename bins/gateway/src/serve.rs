@@ -64,6 +64,7 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
     let (chat, _sim) = chat_upstream(&config).await?;
     let gateway = open(&config).await?;
     let gateway = Gateway::new(gateway.ports().clone().with_chat(Arc::new(chat)));
+    spawn_recovery(gateway.clone(), Duration::from_millis(config.upstream_timeout_ms) + Duration::from_secs(60));
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
@@ -82,6 +83,21 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         ),
     }
     api::serve(listener, api::AppState::new(gateway), shutdown_signal()).await.map_err(|e| e.to_string())
+}
+
+/// Refunds synchronous calls abandoned by an earlier crash, now and then every minute.
+fn spawn_recovery(gateway: Gateway, max_age: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            match gateway.recover_interrupted_calls(max_age).await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(ended = n, "refunded calls interrupted by a restart"),
+                Err(e) => tracing::error!(error = %e, "recovery sweep failed"),
+            }
+        }
+    });
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

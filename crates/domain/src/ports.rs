@@ -83,6 +83,14 @@ pub trait TaskStore: Send + Sync {
     /// Moves a task to a terminal `status` with its usage (JSON text) or error; a task that is
     /// already terminal is left unchanged (`Conflict`).
     async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError>;
+    /// Up to `limit` tasks of `kinds` still running whose last change is older than `before`:
+    /// synchronous calls abandoned by a crash or restart.
+    async fn stale_tasks(
+        &self,
+        kinds: &[crate::kind::ModelKind],
+        before: crate::time::Timestamp,
+        limit: u64,
+    ) -> Result<Vec<TaskId>, StoreError>;
 }
 
 /// How a task ended.

@@ -365,6 +365,42 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Ends synchronous calls (chat, image, audio) left running by a crash or restart: each one
+    /// whose task has not changed for `max_age` is refunded and marked `failed` with code
+    /// `interrupted`. A call still in flight elsewhere is never that old, because upstream calls
+    /// time out first; pass at least the upstream timeout. Returns how many were ended.
+    pub async fn recover_interrupted_calls(&self, max_age: std::time::Duration) -> Result<u64, ServiceError> {
+        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
+        let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
+        let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
+        let mut ended = 0;
+        for id in stale {
+            match self.ports.ledger.refund(&id).await {
+                Ok(_)
+                | Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
+                Err(e) => {
+                    tracing::error!(task = %id, error = %e, "refund of an interrupted call failed");
+                    continue;
+                }
+            }
+            let outcome = TaskOutcome {
+                status: TaskStatus::Failed,
+                usage_json: None,
+                error_code: Some("interrupted".into()),
+                error_message: Some(
+                    "the gateway stopped before the call finished; the reservation was refunded".into(),
+                ),
+            };
+            if self.ports.tasks.finish_task(&id, outcome).await.is_ok() {
+                ended += 1;
+            }
+        }
+        Ok(ended)
+    }
+}
+
 /// Bytes of generated text in a chunk's deltas.
 fn delta_text_bytes(chunk: &Value) -> u64 {
     let Some(choices) = chunk.get("choices").and_then(Value::as_array) else { return 0 };

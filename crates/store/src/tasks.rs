@@ -222,4 +222,26 @@ impl TaskStore for Store {
         }
         Ok(())
     }
+
+    async fn stale_tasks(
+        &self,
+        kinds: &[domain::ModelKind],
+        before: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+        let ids: Vec<String> = tasks::Entity::find()
+            .select_only()
+            .column(tasks::Column::Id)
+            .filter(tasks::Column::Kind.is_in(kinds.iter().map(|k| k.as_str())))
+            .filter(tasks::Column::Status.is_in(running))
+            .filter(tasks::Column::UpdatedAt.lt(before.millis()))
+            .order_by_asc(tasks::Column::UpdatedAt)
+            .limit(limit)
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .map_err(backend_err)?;
+        Ok(ids.into_iter().map(TaskId).collect())
+    }
 }

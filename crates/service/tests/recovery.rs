@@ -1,0 +1,85 @@
+//! Calls abandoned by a crash are refunded by the recovery sweep; fresh calls are left alone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use billing::Ledger;
+use domain::ports::{AccountStore, TaskStore};
+use domain::{
+    BillingStatus, ModelKind, NewUser, SystemClock, Task, TaskBilling, TaskId, TaskStatus, Timestamp, UsdAmount, UserId,
+};
+use service::{Gateway, Ports};
+
+fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
+    Task {
+        id: id.clone(),
+        user_id: user.clone(),
+        model: "LangA-V4-flash".into(),
+        kind: ModelKind::Language,
+        status: TaskStatus::Processing,
+        prompt: None,
+        provider: "ark".into(),
+        input_mode: None,
+        media_type: None,
+        media_url: None,
+        duration: None,
+        resolution: None,
+        ratio: None,
+        generate_audio: None,
+        billing: TaskBilling {
+            status: BillingStatus::Reserved,
+            pricing_version_id: None,
+            estimated: UsdAmount::ZERO,
+            actual: None,
+            balance_after: None,
+            usage_json: None,
+        },
+        output_url: None,
+        last_frame_url: None,
+        error_code: None,
+        error_message: None,
+        webhook_url: None,
+        created_at: at,
+        updated_at: at,
+        completed_at: None,
+    }
+}
+
+#[tokio::test]
+async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
+    let dir = std::env::temp_dir().join(format!("gw-recovery-{}", uuid::Uuid::new_v4().simple()));
+    let url =
+        std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| format!("sqlite://{}/gw.db?mode=rwc", dir.display()));
+    let store = store::Store::open(&url).await.expect("store");
+    let user = UserId(format!("usr_{}", uuid::Uuid::new_v4().simple()));
+    store
+        .create_user(NewUser {
+            id: user.clone(),
+            name: "r".into(),
+            email: "r@example.com".into(),
+            role: "user".into(),
+            balance: UsdAmount::from_micros(10_000_000),
+            concurrency_limit: 4,
+            media_quota_bytes: 0,
+        })
+        .await
+        .expect("user");
+    let now = domain::Clock::now(&SystemClock);
+    let (old, fresh) = (TaskId(format!("task_old_{}", user)), TaskId(format!("task_new_{}", user)));
+    for (id, at) in [(&old, Timestamp(now.millis() - 3_600_000)), (&fresh, now)] {
+        store.reserve(&user, id, UsdAmount::from_micros(1_000_000)).await.expect("reserve");
+        store.insert_task(task(id, &user, at)).await.expect("task");
+    }
+    let gateway = Gateway::new(Ports::from_store(store.clone(), Arc::new(SystemClock)));
+    let ended = gateway.recover_interrupted_calls(Duration::from_secs(600)).await.expect("sweep");
+    assert!(ended >= 1, "the hour-old call is ended");
+    let old_task = store.task(&user, &old).await.expect("read").expect("exists");
+    assert_eq!((old_task.status, old_task.billing.status), (TaskStatus::Failed, BillingStatus::Refunded));
+    assert_eq!(old_task.error_code.as_deref(), Some("interrupted"));
+    let fresh_task = store.task(&user, &fresh).await.expect("read").expect("exists");
+    assert_eq!((fresh_task.status, fresh_task.billing.status), (TaskStatus::Processing, BillingStatus::Reserved));
+    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(9_000_000));
+    // A second sweep changes nothing for this user.
+    gateway.recover_interrupted_calls(Duration::from_secs(600)).await.expect("sweep");
+    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(9_000_000));
+}
