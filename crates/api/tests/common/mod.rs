@@ -349,3 +349,114 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         completed_at: status.is_terminal().then_some(now),
     }
 }
+
+/// The chat upstream's key in tests; the simulator accepts any non-empty one.
+pub const SIM_API_KEY: &str = "k";
+
+impl Server {
+    /// Like [`Server::start`], with chat completions served by a fresh upstream simulator on
+    /// `127.0.0.1:0`, reached with `timeout` per call (and per stream chunk). Keep the returned handle
+    /// alive for as long as the server runs.
+    pub async fn start_with_chat(db: &Db, timeout: Duration) -> (Server, upstream::sim::SimHandle) {
+        let (sim_addr, sim) = upstream::sim::spawn().await.expect("start the upstream simulator");
+        let (label, url, dir) = match db {
+            Db::Sqlite => {
+                let dir = std::env::temp_dir().join(unique("gw-api-it-"));
+                std::fs::create_dir_all(&dir).expect("create the temp dir");
+                let url = format!("sqlite://{}?mode=rwc", dir.join("gw.db").display());
+                ("sqlite", url, Some(dir))
+            }
+            Db::Postgres(base) => ("postgres", private_postgres_url(base).await, None),
+        };
+        let store = Store::open(&url).await.expect("open and migrate the store");
+        let chat = upstream::HttpChatUpstream::new(
+            &format!("http://{sim_addr}/api/v3"),
+            SIM_API_KEY.into(),
+            Duration::from_secs(2),
+            timeout,
+        )
+        .expect("chat upstream adapter");
+        let ports =
+            Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)).with_chat(std::sync::Arc::new(chat));
+        let gateway = Gateway::new(ports);
+        let catalog = catalog::Catalog::builtin().expect("builtin catalog");
+        let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
+        assert_eq!(added, 15, "{label}: a fresh database gets all fifteen catalog models");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let state = api::AppState::new(gateway.clone());
+        let task = tokio::spawn(api::serve(listener, state, async {
+            let _ = rx.await;
+        }));
+        (Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir }, sim)
+    }
+
+    /// `POST path` with `body` and `content_type`, `Authorization: Bearer key` when a key is given,
+    /// on a fresh HTTP/1.1 connection; the whole reply.
+    pub async fn post(&self, path: &str, key: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
+        let (parts, incoming, conn) = self.post_streaming(path, key, content_type, body).await;
+        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
+            .await
+            .expect("reading the body timed out")
+            .expect("read body")
+            .to_bytes();
+        conn.abort();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+    }
+
+    /// `POST path` with a JSON `body`; the whole reply.
+    pub async fn post_json(&self, path: &str, key: Option<&str>, body: &Value) -> Reply {
+        let bytes = serde_json::to_vec(body).expect("serialize the body");
+        self.post(path, key, "application/json", &bytes).await
+    }
+
+    /// `POST path` on a fresh connection; the response head, its unread body, and the connection task
+    /// (abort it to close the connection).
+    pub async fn post_streaming(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        body: &[u8],
+    ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
+        let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(self.addr))
+            .await
+            .expect("connect timed out")
+            .expect("connect");
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake::<_, http_body_util::Full<Bytes>>(TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        let conn = tokio::spawn(conn);
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::HOST, self.addr.to_string())
+            .header(header::CONTENT_TYPE, content_type);
+        if let Some(k) = key {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        let request = builder.body(http_body_util::Full::new(Bytes::copy_from_slice(body))).expect("request");
+        let exchange = async move {
+            sender.ready().await.expect("connection ready");
+            sender.send_request(request).await.expect("send request")
+        };
+        let response = tokio::time::timeout(STEP_TIMEOUT, exchange).await.expect("request timed out");
+        let (parts, incoming) = response.into_parts();
+        (parts, incoming, conn)
+    }
+
+    /// The user's balance as the ledger port reports it.
+    pub async fn balance(&self, user: &UserId) -> UsdAmount {
+        billing::Ledger::balance(&self.store, user).await.expect("balance")
+    }
+
+    /// All of the user's ledger entries (newest first) and their sum.
+    pub async fn ledger(&self, user: &UserId) -> (Vec<domain::LedgerEntry>, UsdAmount) {
+        let entries = billing::Ledger::entries(&self.store, user, 1_000_000).await.expect("ledger entries");
+        let sum = UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("ledger sum fits");
+        (entries, sum)
+    }
+}
