@@ -83,6 +83,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::ProviderNotConfigured(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", m)
             }
+            ServiceError::IdempotencyConflict(m) => ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", m),
             ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "task_state_conflict", m),
             ServiceError::Upstream { message, .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "upstream_request_failed", message)

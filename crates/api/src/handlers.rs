@@ -61,12 +61,50 @@ pub(crate) async fn handle(
         Route::ChatCompletions => {
             let who = auth(gateway, &parts, Scope::LanguageCreate).await?;
             let bytes = read_json(&parts.headers, body, CHAT_BODY_LIMIT).await?;
-            chat_response(gateway.chat(&who, &bytes).await?)
+            let Some(key) = idempotency_key(&parts.headers)? else {
+                return chat_response(gateway.chat(&who, &bytes).await?, None).map(|(r, _)| r);
+            };
+            if let Some((status, body)) = gateway.idempotency_claim(&who, &key, &bytes).await? {
+                return Ok(replay(status, body));
+            }
+            match gateway.chat(&who, &bytes).await.map_err(ApiError::from).and_then(|r| chat_response(r, Some(&key))) {
+                Ok((response, (status, stored))) => {
+                    gateway.idempotency_complete(&who, &key, status, &stored).await;
+                    Ok(response)
+                }
+                Err(e) => {
+                    // Every failed call was refunded (or never reserved): a retry may run again.
+                    gateway.idempotency_release(&who, &key).await;
+                    Err(e)
+                }
+            }
         }
     }
 }
 
-fn chat_response(reply: ChatReply) -> Result<Response, ApiError> {
+/// The `Idempotency-Key` header, if present; a value that is not text is 400.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim().to_owned()))
+            .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII")),
+    }
+}
+
+/// The stored first answer, marked as a replay.
+fn replay(status: u16, body: Vec<u8>) -> Response {
+    let mut response = http::Response::new(crate::response::full(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
+}
+
+/// The response for a chat reply, and what a retry with the same `Idempotency-Key` gets:
+/// the same JSON for a complete answer; a 409 naming the task for a stream (streams are not replayed).
+fn chat_response(reply: ChatReply, key: Option<&str>) -> Result<(Response, (u16, Vec<u8>)), ApiError> {
     match reply {
         ChatReply::Complete { mut answer, call } => {
             if let serde_json::Value::Object(o) = &mut answer {
@@ -75,7 +113,8 @@ fn chat_response(reply: ChatReply) -> Result<Response, ApiError> {
                     serde_json::json!({"task_id": call.task_id.as_str(), "billing": wire::billing(&call.billing)}),
                 );
             }
-            Ok(ok_json(&answer))
+            let stored = if key.is_some() { serde_json::to_vec(&answer).unwrap_or_default() } else { Vec::new() };
+            Ok((ok_json(&answer), (200, stored)))
         }
         ChatReply::Stream { task_id, items } => {
             let mut response = http::Response::new(SseBody::new(items).boxed());
@@ -85,7 +124,12 @@ fn chat_response(reply: ChatReply) -> Result<Response, ApiError> {
             let id = HeaderValue::from_str(task_id.as_str())
                 .map_err(|e| ApiError::from(service::ServiceError::Internal(e.to_string())))?;
             headers.insert("x-svc-task-id", id);
-            Ok(response)
+            let message = format!(
+                "the first request with this Idempotency-Key was streamed as task {task_id}; streams are not replayed"
+            );
+            let stored = ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message);
+            let body = serde_json::json!({"error": {"code": stored.code, "message": stored.message}});
+            Ok((response, (409, serde_json::to_vec(&body).unwrap_or_default())))
         }
     }
 }

@@ -135,6 +135,42 @@ pub trait IdSource: Send + Sync {
     fn new_id(&self, prefix: &str) -> String;
 }
 
+/// What the store says about an `Idempotency-Key` presented with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyClaim {
+    /// First use (or an abandoned claim taken over): run the request, then complete or release.
+    Claimed,
+    /// Done before with the same body: answer with the stored response.
+    Replay {
+        /// HTTP status of the first answer.
+        status: u16,
+        /// Body of the first answer.
+        body: Vec<u8>,
+    },
+    /// The first request with this key is still running.
+    InProgress,
+    /// The key was used with a different body.
+    Mismatch,
+}
+
+/// `Idempotency-Key` records, per user and key.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `key` for a request whose body hashes to `request_hash`. A claim still unanswered
+    /// after `stale_after_ms` is considered abandoned (its process died) and is taken over.
+    async fn claim(
+        &self,
+        user: &UserId,
+        key: &str,
+        request_hash: &str,
+        stale_after_ms: i64,
+    ) -> Result<IdempotencyClaim, StoreError>;
+    /// Stores the answer of a claimed request.
+    async fn complete(&self, user: &UserId, key: &str, status: u16, body: &[u8]) -> Result<(), StoreError>;
+    /// Forgets a claim whose request ended without billing, so that a retry runs again.
+    async fn release(&self, user: &UserId, key: &str) -> Result<(), StoreError>;
+}
+
 /// Why an upstream call produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {

@@ -27,6 +27,9 @@ pub enum ServiceError {
     /// Maintenance mode, or the model has no provider or price.
     #[error("{0}")]
     ProviderNotConfigured(String),
+    /// An `Idempotency-Key` reused with another body, or while its first request runs.
+    #[error("{0}")]
+    IdempotencyConflict(String),
     /// The change conflicts with stored state.
     #[error("{0}")]
     Conflict(String),

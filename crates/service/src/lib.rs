@@ -4,13 +4,14 @@
 mod admin;
 mod chat;
 mod error;
+mod idempotency;
 mod keys;
 mod reads;
 
 use std::sync::Arc;
 
 use billing::Ledger;
-use domain::ports::{AccountStore, ChatUpstream, IdSource, ModelStore, TaskStore};
+use domain::ports::{AccountStore, ChatUpstream, IdSource, IdempotencyStore, ModelStore, TaskStore};
 use domain::{ApiKeyId, Clock, Scope, UserId};
 
 pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
@@ -33,6 +34,8 @@ pub struct Ports {
     pub models: Arc<dyn ModelStore>,
     /// Balances.
     pub ledger: Arc<dyn Ledger>,
+    /// `Idempotency-Key` records.
+    pub idempotency: Arc<dyn IdempotencyStore>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Ids.
@@ -45,12 +48,13 @@ impl Ports {
     /// All storage ports from one object that implements them all (the `store` crate's `Store`).
     pub fn from_store<S>(store: S, clock: Arc<dyn Clock>) -> Ports
     where
-        S: AccountStore + TaskStore + ModelStore + Ledger + Clone + 'static,
+        S: AccountStore + TaskStore + ModelStore + Ledger + IdempotencyStore + Clone + 'static,
     {
         Ports {
             accounts: Arc::new(store.clone()),
             tasks: Arc::new(store.clone()),
             models: Arc::new(store.clone()),
+            idempotency: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),

@@ -184,3 +184,24 @@ pub mod settings {
     }
     no_relations!();
 }
+
+/// `idempotency_keys`: the first answer to each `Idempotency-Key`, per user.
+pub mod idempotency_keys {
+    use sea_orm::entity::prelude::*;
+
+    /// An `idempotency_keys` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "idempotency_keys")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub user_id: String,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub idem_key: String,
+        pub request_hash: String,
+        pub task_id: Option<String>,
+        pub response_status: Option<i64>,
+        pub response_body: Option<String>,
+        pub created_at: i64,
+    }
+    no_relations!();
+}

@@ -7,6 +7,7 @@
 
 mod accounts;
 mod entities;
+mod idempotency;
 mod ledger;
 mod migrate;
 mod models;

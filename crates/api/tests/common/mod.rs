@@ -421,6 +421,32 @@ impl Server {
         content_type: &str,
         body: &[u8],
     ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
+        self.post_streaming_with(path, key, content_type, &[], body).await
+    }
+
+    /// `POST path` with JSON `body` and extra `headers`; the whole reply.
+    pub async fn post_json_with(&self, path: &str, key: Option<&str>, headers: &[(&str, &str)], body: &Value) -> Reply {
+        let bytes = serde_json::to_vec(body).expect("serialize the body");
+        let (parts, incoming, conn) = self.post_streaming_with(path, key, "application/json", headers, &bytes).await;
+        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
+            .await
+            .expect("reading the body timed out")
+            .expect("read body")
+            .to_bytes();
+        conn.abort();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+    }
+
+    /// Like `post_streaming`, with extra request headers.
+    pub async fn post_streaming_with(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
         let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(self.addr))
             .await
             .expect("connect timed out")
@@ -437,6 +463,9 @@ impl Server {
             .header(header::CONTENT_TYPE, content_type);
         if let Some(k) = key {
             builder = builder.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
         }
         let request = builder.body(http_body_util::Full::new(Bytes::copy_from_slice(body))).expect("request");
         let exchange = async move {
