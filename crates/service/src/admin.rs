@@ -116,7 +116,9 @@ impl Gateway {
 
     /// Revokes a key; later calls with it get `invalid_api_key`.
     pub async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, ServiceError> {
-        Ok(self.ports.accounts.revoke_key(id).await?)
+        let key = self.ports.accounts.revoke_key(id).await?;
+        self.caches.clear();
+        Ok(key)
     }
 
     /// Adds money to a user's balance.
@@ -135,18 +137,24 @@ impl Gateway {
         enabled: Option<bool>,
         concurrency_limit: Option<i64>,
     ) -> Result<ModelRecord, ServiceError> {
-        Ok(self.ports.models.set_model(name, enabled, concurrency_limit).await?)
+        let model = self.ports.models.set_model(name, enabled, concurrency_limit).await?;
+        self.caches.clear();
+        Ok(model)
     }
 
     /// Adds a price version for a model and makes it active.
     pub async fn set_price(&self, name: &str, sheet: PriceSheet) -> Result<PricingVersion, ServiceError> {
         sheet.validate().map_err(|e| ServiceError::InvalidRequest(e.to_string()))?;
-        Ok(self.ports.models.set_price(name, sheet).await?)
+        let version = self.ports.models.set_price(name, sheet).await?;
+        self.caches.clear();
+        Ok(version)
     }
 
     /// Turns maintenance mode on or off.
     pub async fn set_maintenance(&self, on: bool) -> Result<(), ServiceError> {
-        Ok(self.ports.models.set_maintenance(on).await?)
+        self.ports.models.set_maintenance(on).await?;
+        self.caches.clear();
+        Ok(())
     }
 
     /// Loads catalog models the store does not know yet; returns how many were added.

@@ -155,22 +155,23 @@ impl Gateway {
             .get("model")
             .and_then(Value::as_str)
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let view = self
-            .list_models()
-            .await?
-            .into_iter()
+        let snapshot = self.catalog_snapshot().await?;
+        let view = snapshot
+            .models
+            .iter()
             .find(|m| m.record.name == name && m.record.kind == ModelKind::Language)
             .ok_or_else(|| {
                 ServiceError::InvalidRequest(format!("model {name:?} is not an available language model"))
             })?;
-        if self.ports.models.maintenance().await? {
+        if snapshot.maintenance {
             return Err(ServiceError::ProviderNotConfigured("the gateway is in maintenance mode".into()));
         }
         let pricing = view
             .record
             .pricing
+            .clone()
             .ok_or_else(|| ServiceError::ProviderNotConfigured(format!("model {name} has no price configured")))?;
-        Ok((view.def, pricing))
+        Ok((view.def.clone(), pricing))
     }
 
     async fn reserve_and_record(&self, p: &Prepared, def: &ModelDef) -> Result<(), ServiceError> {

@@ -2,6 +2,7 @@
 //! tasks, and the operator's administration. Storage and the ledger come in through ports.
 
 mod admin;
+mod cache;
 mod chat;
 mod error;
 mod idempotency;
@@ -14,6 +15,7 @@ use billing::Ledger;
 use domain::ports::{AccountStore, ChatUpstream, IdSource, IdempotencyStore, ModelStore, TaskStore};
 use domain::{ApiKeyId, Clock, Scope, UserId};
 
+pub use cache::CACHE_TTL;
 pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
 pub use chat::{CallBilling, ChatReply, StreamItem};
 pub use error::ServiceError;
@@ -84,12 +86,13 @@ pub struct Principal {
 #[derive(Clone)]
 pub struct Gateway {
     ports: Ports,
+    caches: Arc<cache::Caches>,
 }
 
 impl Gateway {
     /// Use cases over `ports`.
     pub fn new(ports: Ports) -> Gateway {
-        Gateway { ports }
+        Gateway { ports, caches: Arc::new(cache::Caches::default()) }
     }
 
     /// The ports, for wiring and tests.
@@ -103,13 +106,22 @@ impl Gateway {
     /// so a caller learns nothing about which keys exist.
     pub async fn authenticate(&self, secret: Option<&str>, needed: Scope) -> Result<Principal, ServiceError> {
         let secret = secret.map(str::trim).filter(|s| !s.is_empty()).ok_or(ServiceError::InvalidApiKey)?;
-        let found = self.ports.accounts.key_by_hash(&hash_secret(secret)).await?;
-        let Some((key, _user)) = found else {
-            return Err(ServiceError::InvalidApiKey);
+        let hash = hash_secret(secret);
+        let principal = match self.caches.principal(&hash) {
+            Some(p) => p,
+            None => {
+                let found = self.ports.accounts.key_by_hash(&hash).await?;
+                let Some((key, _user)) = found.filter(|(k, _)| k.revoked_at.is_none()) else {
+                    return Err(ServiceError::InvalidApiKey);
+                };
+                let principal = Principal { user_id: key.user_id, key_id: key.id, scopes: key.scopes };
+                self.caches.remember_principal(hash, principal.clone());
+                principal
+            }
         };
-        if key.revoked_at.is_some() || !key.scopes.contains(&needed) {
+        if !principal.scopes.contains(&needed) {
             return Err(ServiceError::InvalidApiKey);
         }
-        Ok(Principal { user_id: key.user_id, key_id: key.id, scopes: key.scopes })
+        Ok(principal)
     }
 }

@@ -55,6 +55,19 @@ impl Gateway {
             .collect()
     }
 
+    /// The enabled models and the maintenance flag, from the cache when fresh (hot path).
+    pub(crate) async fn catalog_snapshot(&self) -> Result<crate::cache::CatalogSnapshot, ServiceError> {
+        if let Some(snapshot) = self.caches.catalog() {
+            return Ok(snapshot);
+        }
+        let snapshot = crate::cache::CatalogSnapshot {
+            models: std::sync::Arc::new(self.list_models().await?),
+            maintenance: self.ports.models.maintenance().await?,
+        };
+        self.caches.remember_catalog(snapshot.clone());
+        Ok(snapshot)
+    }
+
     /// The caller's account overview.
     pub async fn overview(&self, who: &Principal) -> Result<Overview, ServiceError> {
         let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
