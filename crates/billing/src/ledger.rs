@@ -115,6 +115,30 @@ pub trait Ledger: Send + Sync {
     async fn entries(&self, user: &UserId, limit: u64) -> Result<Vec<LedgerEntry>, LedgerError>;
 }
 
+/// Reservation and task bookkeeping in one atomic step each, for stores that keep both.
+///
+/// `open_call` holds the amount and records the task together; `close_call` ends the hold
+/// (charging `charge`, or refunding when it is `None`) and moves the task to its terminal state
+/// together. Either everything of a step happens or nothing does, so a crash between the two
+/// writes of a call cannot leave a hold without its task or a finished task with an open hold.
+#[async_trait]
+pub trait CallBook: Send + Sync {
+    /// Holds `hold` for `task` (a new, running task) and stores the task, atomically.
+    async fn open_call(&self, task: domain::Task, hold: UsdAmount) -> Result<Reservation, LedgerError>;
+
+    /// Ends the hold of `task` held by `user` for `reserved`: a `Settle` entry charging `charge`,
+    /// or a `Refund` entry when `charge` is `None`, and the task's `outcome`, atomically. Exactly
+    /// once: a second close, or one whose user or amount does not match, is refused and moves nothing.
+    async fn close_call(
+        &self,
+        task: &TaskId,
+        user: &UserId,
+        reserved: UsdAmount,
+        charge: Option<UsdAmount>,
+        outcome: domain::ports::TaskOutcome,
+    ) -> Result<Settlement, LedgerError>;
+}
+
 /// Checks that `amount` may be credited as `kind`: `Topup` above zero, `Adjustment` non-zero.
 pub fn check_credit(kind: LedgerKind, amount: UsdAmount) -> Result<(), LedgerError> {
     match kind {

@@ -156,13 +156,10 @@ impl Gateway {
             .and_then(Value::as_str)
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
         let snapshot = self.catalog_snapshot().await?;
-        let view = snapshot
-            .models
-            .iter()
-            .find(|m| m.record.name == name && m.record.kind == ModelKind::Language)
-            .ok_or_else(|| {
-                ServiceError::InvalidRequest(format!("model {name:?} is not an available language model"))
-            })?;
+        let view =
+            snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == ModelKind::Language).ok_or_else(
+                || ServiceError::InvalidRequest(format!("model {name:?} is not an available language model")),
+            )?;
         if snapshot.maintenance {
             return Err(ServiceError::ProviderNotConfigured("the gateway is in maintenance mode".into()));
         }
@@ -175,7 +172,6 @@ impl Gateway {
     }
 
     async fn reserve_and_record(&self, p: &Prepared, def: &ModelDef) -> Result<(), ServiceError> {
-        self.ports.ledger.reserve(&p.user_id, &p.task_id, p.estimate).await?;
         let now = self.ports.clock.now();
         let task = Task {
             id: p.task_id.clone(),
@@ -209,10 +205,7 @@ impl Gateway {
             updated_at: now,
             completed_at: None,
         };
-        if let Err(e) = self.ports.tasks.insert_task(task).await {
-            let _ = self.ports.ledger.refund(&p.task_id).await;
-            return Err(e.into());
-        }
+        self.ports.calls.open_call(task, p.estimate).await?;
         Ok(())
     }
 
@@ -242,17 +235,14 @@ impl Gateway {
     /// Refunds the hold, marks the task failed, and returns the 502 error.
     async fn fail_call(&self, p: &Prepared, e: &UpstreamError) -> ServiceError {
         tracing::warn!(task = %p.task_id, error = %e, "upstream call failed");
-        if let Err(refund) = self.ports.ledger.refund(&p.task_id).await {
-            tracing::error!(task = %p.task_id, error = %refund, "refund failed");
-        }
         let outcome = TaskOutcome {
             status: TaskStatus::Failed,
             usage_json: None,
             error_code: Some("upstream_request_failed".into()),
             error_message: Some(e.to_string()),
         };
-        if let Err(err) = self.ports.tasks.finish_task(&p.task_id, outcome).await {
-            tracing::error!(task = %p.task_id, error = %err, "task update failed");
+        if let Err(refund) = self.ports.calls.close_call(&p.task_id, &p.user_id, p.estimate, None, outcome).await {
+            tracing::error!(task = %p.task_id, error = %refund, "refund failed");
         }
         ServiceError::Upstream { message: upstream_message(e), retryable: e.retryable() }
     }
@@ -266,7 +256,6 @@ impl Gateway {
     ) -> Result<TaskBilling, ServiceError> {
         let charge = billing::language_charge(&p.pricing.sheet, usage)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", p.public_model)))?;
-        let settled = self.ports.ledger.settle(&p.task_id, charge.total).await?;
         let usage_text = usage_json.map(|u| u.to_string());
         let outcome = TaskOutcome {
             status: TaskStatus::Succeeded,
@@ -274,9 +263,8 @@ impl Gateway {
             error_code: None,
             error_message: None,
         };
-        if let Err(e) = self.ports.tasks.finish_task(&p.task_id, outcome).await {
-            tracing::error!(task = %p.task_id, error = %e, "task update failed");
-        }
+        let settled =
+            self.ports.calls.close_call(&p.task_id, &p.user_id, p.estimate, Some(charge.total), outcome).await?;
         Ok(TaskBilling {
             status: BillingStatus::Settled,
             pricing_version_id: Some(p.pricing.id()),

@@ -11,12 +11,12 @@ mod reads;
 
 use std::sync::Arc;
 
-use billing::Ledger;
+use billing::{CallBook, Ledger};
 use domain::ports::{AccountStore, ChatUpstream, IdSource, IdempotencyStore, ModelStore, TaskStore};
 use domain::{ApiKeyId, Clock, Scope, UserId};
 
-pub use cache::CACHE_TTL;
 pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
+pub use cache::CACHE_TTL;
 pub use chat::{CallBilling, ChatReply, StreamItem};
 pub use error::ServiceError;
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
@@ -36,6 +36,8 @@ pub struct Ports {
     pub models: Arc<dyn ModelStore>,
     /// Balances.
     pub ledger: Arc<dyn Ledger>,
+    /// Holds and their tasks, opened and closed atomically.
+    pub calls: Arc<dyn CallBook>,
     /// `Idempotency-Key` records.
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// Time.
@@ -50,13 +52,14 @@ impl Ports {
     /// All storage ports from one object that implements them all (the `store` crate's `Store`).
     pub fn from_store<S>(store: S, clock: Arc<dyn Clock>) -> Ports
     where
-        S: AccountStore + TaskStore + ModelStore + Ledger + IdempotencyStore + Clone + 'static,
+        S: AccountStore + TaskStore + ModelStore + Ledger + CallBook + IdempotencyStore + Clone + 'static,
     {
         Ports {
             accounts: Arc::new(store.clone()),
             tasks: Arc::new(store.clone()),
             models: Arc::new(store.clone()),
             idempotency: Arc::new(store.clone()),
+            calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),

@@ -35,6 +35,9 @@ pub enum Backend {
 pub struct Store {
     db: DatabaseConnection,
     clock: Arc<dyn Clock>,
+    /// SQLite allows one writer at a time; writers of this process queue here instead of
+    /// meeting `SQLITE_BUSY` and the busy handler's sleeps. `None` on PostgreSQL.
+    write_lock: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -67,7 +70,8 @@ impl Store {
                     .create_if_missing(true)
             });
         let db = Database::connect(options).await.map_err(backend_err)?;
-        Ok(Store { db, clock: Arc::new(SystemClock) })
+        let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
+        Ok(Store { db, clock: Arc::new(SystemClock), write_lock })
     }
 
     /// Connects to `url` and applies every pending migration.
@@ -103,6 +107,14 @@ impl Store {
 
     fn now(&self) -> i64 {
         self.clock.now().millis()
+    }
+
+    /// Held for the duration of a write transaction on SQLite; nothing on PostgreSQL.
+    pub(crate) async fn write_guard(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match &self.write_lock {
+            Some(lock) => Some(Arc::clone(lock).lock_owned().await),
+            None => None,
+        }
     }
 }
 

@@ -9,7 +9,8 @@ use domain::{
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect,
 };
 
 use crate::entities::{reservations, tasks};
@@ -69,7 +70,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     })
 }
 
-fn row_from_task(task: Task) -> tasks::ActiveModel {
+pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
     tasks::ActiveModel {
         id: Set(task.id.0),
         user_id: Set(task.user_id.0),
@@ -98,6 +99,38 @@ fn row_from_task(task: Task) -> tasks::ActiveModel {
     }
 }
 
+/// Moves a running task to its terminal state on `conn` (a pool or a transaction).
+pub(crate) async fn finish_task_on<C: ConnectionTrait>(
+    conn: &C,
+    id: &TaskId,
+    outcome: TaskOutcome,
+    now: i64,
+) -> Result<(), StoreError> {
+    if !outcome.status.is_terminal() {
+        return Err(StoreError::Invalid(format!("{} is not a terminal state", outcome.status)));
+    }
+    let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+    let mut update = tasks::Entity::update_many()
+        .col_expr(tasks::Column::Status, Expr::value(outcome.status.as_str()))
+        .col_expr(tasks::Column::UpdatedAt, Expr::value(now))
+        .col_expr(tasks::Column::CompletedAt, Expr::value(now))
+        .col_expr(tasks::Column::ErrorCode, Expr::value(outcome.error_code))
+        .col_expr(tasks::Column::ErrorMessage, Expr::value(outcome.error_message));
+    if let Some(usage) = outcome.usage_json {
+        update = update.col_expr(tasks::Column::Usage, Expr::value(usage));
+    }
+    let done = update
+        .filter(tasks::Column::Id.eq(id.as_str()))
+        .filter(tasks::Column::Status.is_in(running))
+        .exec(conn)
+        .await
+        .map_err(backend_err)?;
+    if done.rows_affected == 0 {
+        return Err(StoreError::Conflict(format!("task {id} is not running")));
+    }
+    Ok(())
+}
+
 impl Store {
     async fn with_billing(&self, rows: Vec<tasks::Model>) -> Result<Vec<Task>, StoreError> {
         let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
@@ -120,6 +153,7 @@ impl Store {
 #[async_trait]
 impl TaskStore for Store {
     async fn insert_task(&self, task: Task) -> Result<(), StoreError> {
+        let _guard = self.write_guard().await;
         let id = task.id.clone();
         row_from_task(task).insert(&self.db).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict(format!("task {id} exists")) } else { backend_err(e) }
@@ -197,30 +231,8 @@ impl TaskStore for Store {
     }
 
     async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError> {
-        if !outcome.status.is_terminal() {
-            return Err(StoreError::Invalid(format!("{} is not a terminal state", outcome.status)));
-        }
-        let now = self.now();
-        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
-        let mut update = tasks::Entity::update_many()
-            .col_expr(tasks::Column::Status, Expr::value(outcome.status.as_str()))
-            .col_expr(tasks::Column::UpdatedAt, Expr::value(now))
-            .col_expr(tasks::Column::CompletedAt, Expr::value(now))
-            .col_expr(tasks::Column::ErrorCode, Expr::value(outcome.error_code))
-            .col_expr(tasks::Column::ErrorMessage, Expr::value(outcome.error_message));
-        if let Some(usage) = outcome.usage_json {
-            update = update.col_expr(tasks::Column::Usage, Expr::value(usage));
-        }
-        let done = update
-            .filter(tasks::Column::Id.eq(id.as_str()))
-            .filter(tasks::Column::Status.is_in(running))
-            .exec(&self.db)
-            .await
-            .map_err(backend_err)?;
-        if done.rows_affected == 0 {
-            return Err(StoreError::Conflict(format!("task {id} is not running")));
-        }
-        Ok(())
+        let _guard = self.write_guard().await;
+        finish_task_on(&self.db, id, outcome, self.now()).await
     }
 
     async fn stale_tasks(

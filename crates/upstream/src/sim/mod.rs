@@ -126,6 +126,8 @@ pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) ->
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // Without this, small SSE chunks wait out the peer's delayed ACK (40 ms).
+                    let _ = stream.set_nodelay(true);
                     let state = Arc::clone(&state);
                     connections.spawn(async move {
                         let service = service_fn(move |req| handle(Arc::clone(&state), req));
