@@ -13,6 +13,7 @@ use sea_orm::{
 
 use crate::entities::{ledger_entries, reservations, users};
 use crate::tasks::{finish_task_on, row_from_task};
+use crate::writer::{End, Hold};
 use crate::{Store, is_unique_violation};
 
 fn db_err(e: DbErr) -> LedgerError {
@@ -85,6 +86,10 @@ impl Store {
             return Err(LedgerError::InvalidAmount("a reservation cannot be negative".into()));
         }
         let now = self.now();
+        if let Some(writer) = &self.writer {
+            let hold = Hold { user: user.clone(), task: task.clone(), amount, record, now };
+            return writer.hold(hold).await;
+        }
         let _guard = self.write_guard().await;
         let txn = self.db.begin().await.map_err(db_err)?;
         // The one conditional update that makes overdraft impossible under any concurrency.
@@ -164,6 +169,10 @@ impl Store {
         let actual = charge.unwrap_or(UsdAmount::ZERO);
         let back = billing::settle_delta(reserved, actual)?;
         let now = self.now();
+        if let Some(writer) = &self.writer {
+            let end = End { task: task.clone(), user: user.clone(), reserved, charge, outcome, now };
+            return writer.end(end).await;
+        }
         let _guard = self.write_guard().await;
         let txn = self.db.begin().await.map_err(db_err)?;
         let balance_after = add_to_balance(&txn, user.as_str(), back.micros()).await?;

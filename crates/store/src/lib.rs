@@ -12,6 +12,7 @@ mod ledger;
 mod migrate;
 mod models;
 mod tasks;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,8 @@ pub struct Store {
     /// SQLite allows one writer at a time; writers of this process queue here instead of
     /// meeting `SQLITE_BUSY` and the busy handler's sleeps. `None` on PostgreSQL.
     write_lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// SQLite: the writer thread that runs holds and their ends in group commits.
+    writer: Option<writer::SqliteWriter>,
 }
 
 impl std::fmt::Debug for Store {
@@ -68,10 +71,16 @@ impl Store {
                     .busy_timeout(Duration::from_secs(30))
                     .foreign_keys(true)
                     .create_if_missing(true)
+                    .pragma("mmap_size", "268435456")
+                    .pragma("cache_size", "-16384")
             });
         let db = Database::connect(options).await.map_err(backend_err)?;
         let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
-        Ok(Store { db, clock: Arc::new(SystemClock), write_lock })
+        let writer = match sqlite_path(url) {
+            Some(path) if backend == Backend::Sqlite => Some(writer::SqliteWriter::start(std::path::Path::new(path))?),
+            _ => None,
+        };
+        Ok(Store { db, clock: Arc::new(SystemClock), write_lock, writer })
     }
 
     /// Connects to `url` and applies every pending migration.
@@ -131,12 +140,17 @@ fn backend_of(url: &str) -> Result<Backend, StoreError> {
     }
 }
 
-fn ensure_sqlite_parent(url: &str) -> Result<(), StoreError> {
+/// The file of an SQLite URL; `None` for an in-memory database.
+fn sqlite_path(url: &str) -> Option<&str> {
     let path = url.trim_start_matches("sqlite:").trim_start_matches("//");
     let path = path.split('?').next().unwrap_or_default();
-    if path.is_empty() || path == ":memory:" {
+    (!path.is_empty() && path != ":memory:" && !url.contains("mode=memory")).then_some(path)
+}
+
+fn ensure_sqlite_parent(url: &str) -> Result<(), StoreError> {
+    let Some(path) = sqlite_path(url) else {
         return Ok(());
-    }
+    };
     match std::path::Path::new(path).parent() {
         Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", dir.display()))),
