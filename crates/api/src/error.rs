@@ -76,6 +76,7 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::InvalidApiKey => ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", e.to_string()),
             ServiceError::InvalidRequest(m) => ApiError::invalid(m),
+            ServiceError::TooLarge(m) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", m),
             ServiceError::NotFound(_) => ApiError::not_found(e.to_string()),
             ServiceError::InsufficientBalance { .. } => {
                 ApiError::new(StatusCode::PAYMENT_REQUIRED, "insufficient_balance", e.to_string())

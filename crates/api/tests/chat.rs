@@ -638,3 +638,40 @@ async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     .await;
     outputs.into_iter().map(|o| o.expect("every future finished")).collect()
 }
+
+/// Size limits answer 413 `request_too_large` and move no money: a declared body above 100 MB is
+/// refused before it is read; inline Base64 above a model's media limit is refused after parsing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_are_413() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for db in databases() {
+        let env = Env::new(&db, "5").await;
+        let before = env.server.balance(&env.user.id).await;
+
+        // Declared 100 MB + 1: answered without reading the body (none is sent).
+        let mut stream = tokio::net::TcpStream::connect(env.server.addr).await.expect("connect");
+        let head = format!(
+            "POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            env.key,
+            100 * 1024 * 1024 + 1
+        );
+        stream.write_all(head.as_bytes()).await.expect("write head");
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+            .await
+            .expect("answered without the body")
+            .expect("read");
+        let text = String::from_utf8_lossy(&answer[..n]);
+        assert!(text.starts_with("HTTP/1.1 413"), "{}: {text}", env.ctx("declared length"));
+        assert!(text.contains("request_too_large"), "{text}");
+
+        // An inline image of 10 MiB + 1 decoded bytes on LangB-2.0-pro (limit 10485760).
+        let b64 = "A".repeat((10_485_761usize).div_ceil(3) * 4);
+        let body = json!({"model": MODEL, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b64}")}}]}]});
+        env.chat(&body).await.assert_error(413, "request_too_large", &env.ctx("inline image"));
+        assert_eq!(env.server.balance(&env.user.id).await, before, "{}", env.ctx("no money moved"));
+        env.server.stop().await;
+    }
+}

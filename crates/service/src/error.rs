@@ -13,6 +13,9 @@ pub enum ServiceError {
     /// The request breaks a rule of the interface.
     #[error("{0}")]
     InvalidRequest(String),
+    /// Inline data above its size limit.
+    #[error("{0}")]
+    TooLarge(String),
     /// The thing does not exist or is not the caller's.
     #[error("{0} not found")]
     NotFound(String),
@@ -72,6 +75,9 @@ impl From<LedgerError> for ServiceError {
 
 impl From<validation::ValidationError> for ServiceError {
     fn from(e: validation::ValidationError) -> Self {
-        ServiceError::InvalidRequest(e.0)
+        match e {
+            validation::ValidationError::Invalid(m) => ServiceError::InvalidRequest(m),
+            validation::ValidationError::TooLarge(m) => ServiceError::TooLarge(m),
+        }
     }
 }

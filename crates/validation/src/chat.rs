@@ -246,7 +246,7 @@ pub(crate) fn count(n: usize) -> u64 {
 }
 
 pub(crate) fn invalid(message: String) -> ValidationError {
-    ValidationError(message)
+    ValidationError::Invalid(message)
 }
 
 #[cfg(test)]
@@ -326,7 +326,7 @@ mod tests {
         ]);
         let def = CATALOG.get("LangA-V4-flash").expect("model");
         let missing = chat_request(def, &Map::new()).expect_err("messages is required");
-        assert!(missing.0.contains("messages"), "{missing}");
+        assert!(missing.message().contains("messages"), "{missing}");
     }
 
     #[test]
@@ -390,7 +390,7 @@ mod tests {
         }
         table(&rows);
         let err = check("LangB-2.0-pro", json!({"max_tokens": 131_073})).expect_err("over the bound");
-        assert!(err.0.contains("max_tokens") && err.0.contains("131072"), "{err}");
+        assert!(err.message().contains("max_tokens") && err.message().contains("131072"), "{err}");
     }
 
     #[test]
@@ -529,7 +529,7 @@ mod tests {
             ("LangA-V4-flash", with_parts(vec![json!({"type": "file", "file": {"id": "x"}})]), true),
         ]);
         let err = check("LangA-V4-flash", with_parts(vec![image])).expect_err("text only");
-        assert!(err.0.contains("image") && err.0.contains("messages[0].content[0]"), "{err}");
+        assert!(err.message().contains("image") && err.message().contains("messages[0].content[0]"), "{err}");
         assert_eq!(check("LangB-2.0-mini", with_parts(vec![audio_part("AAAA", "mp3")])).map(|p| p.has_audio), Ok(true));
         assert_eq!(check("LangB-2.0-mini", with_parts(vec![video])).map(|p| p.has_audio), Ok(false));
     }
@@ -570,7 +570,8 @@ mod tests {
             ("LangB-2.0-lite", with_parts(vec![audio_part(&"A".repeat(26_214_400 / 3 * 4 + 3), "wav")]), false),
         ]);
         let err = check("LangB-2.0-pro", with_parts(vec![image_part(&over)])).expect_err("over");
-        assert!(err.0.contains("10485760") && err.0.contains("10485761"), "{err}");
+        assert!(err.message().contains("10485760") && err.message().contains("10485761"), "{err}");
+        assert!(matches!(err, ValidationError::TooLarge(_)), "oversized inline data is a 413 error: {err:?}");
     }
 
     #[test]

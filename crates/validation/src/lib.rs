@@ -10,8 +10,23 @@ use domain::ports::PageRequest;
 
 /// A request that breaks a rule of the interface; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ValidationError(pub String);
+pub enum ValidationError {
+    /// A value outside its rule: 400 `invalid_request`.
+    #[error("{0}")]
+    Invalid(String),
+    /// Inline data (Base64) above its size limit: 413 `request_too_large`.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+impl ValidationError {
+    /// The human-readable text.
+    pub fn message(&self) -> &str {
+        match self {
+            ValidationError::Invalid(m) | ValidationError::TooLarge(m) => m,
+        }
+    }
+}
 
 /// The page sizes `GET /api/v1/tasks` accepts.
 pub const TASK_PAGE_SIZES: [u64; 3] = [20, 50, 100];
@@ -39,10 +54,10 @@ pub fn task_list_query<'a>(
             "page" => page.replace(parse_page(value)?).is_some(),
             "page_size" => page_size.replace(parse_page_size(value)?).is_some(),
             "status" => status.replace(parse_status(value)?).is_some(),
-            other => return Err(ValidationError(format!("unknown query parameter {other:?}"))),
+            other => return Err(ValidationError::Invalid(format!("unknown query parameter {other:?}"))),
         };
         if slot_taken {
-            return Err(ValidationError(format!("query parameter {name:?} given more than once")));
+            return Err(ValidationError::Invalid(format!("query parameter {name:?} given more than once")));
         }
     }
     Ok(TaskListQuery { page: PageRequest { page: page.unwrap_or(1), page_size: page_size.unwrap_or(20) }, status })
@@ -51,20 +66,20 @@ pub fn task_list_query<'a>(
 fn parse_page(value: &str) -> Result<u64, ValidationError> {
     match value.parse::<u64>() {
         Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-        _ => Err(ValidationError(format!("page must be an integer of at least 1, got {value:?}"))),
+        _ => Err(ValidationError::Invalid(format!("page must be an integer of at least 1, got {value:?}"))),
     }
 }
 
 fn parse_page_size(value: &str) -> Result<u64, ValidationError> {
     match value.parse::<u64>() {
         Ok(n) if TASK_PAGE_SIZES.contains(&n) && value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-        _ => Err(ValidationError(format!("page_size must be one of 20, 50 or 100, got {value:?}"))),
+        _ => Err(ValidationError::Invalid(format!("page_size must be one of 20, 50 or 100, got {value:?}"))),
     }
 }
 
 fn parse_status(value: &str) -> Result<StatusFilter, ValidationError> {
     value.parse().map_err(|_| {
-        ValidationError(format!(
+        ValidationError::Invalid(format!(
             "status must be one of submitting, queued, processing, succeeded, failed, cancelled, expired, running, completed; got {value:?}"
         ))
     })

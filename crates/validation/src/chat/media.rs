@@ -183,9 +183,9 @@ fn check_payload(path: &str, kind: MediaKind, limits: &Value, payload: &Payload<
         Payload::Base64(data) => decoded_len(path, data)?,
     };
     match limits.get("max_bytes").and_then(Value::as_u64) {
-        Some(max) if size > max => {
-            Err(invalid(format!("{path}: inline {name} data is {size} bytes decoded, above the limit of {max} bytes")))
-        }
+        Some(max) if size > max => Err(ValidationError::TooLarge(format!(
+            "{path}: inline {name} data is {size} bytes decoded, above the limit of {max} bytes"
+        ))),
         _ => Ok(()),
     }
 }
