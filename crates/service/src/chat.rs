@@ -69,15 +69,17 @@ struct Prepared {
 
 /// The LangB-2.0 series ignores user sampling: temperature 1 and top_p 0.95 are sent.
 fn enforces_sampling(def: &ModelDef) -> bool {
-    def.limits.pointer("/sampling/temperature/enforced").is_some()
+    def.limits.pointer("/sampling/temperature/enforced").is_some_and(|v| !v.is_null())
 }
 
 /// The upstream request body: upstream model id, enforced sampling, usage in streams.
 fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> Result<Vec<u8>, ServiceError> {
     body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
     if enforces_sampling(def) {
-        let t = def.limits.pointer("/sampling/temperature/enforced").cloned().unwrap_or(json!(1));
-        let p = def.limits.pointer("/sampling/top_p/enforced").cloned().unwrap_or(json!(0.95));
+        let enforced =
+            |path: &str, default: Value| def.limits.pointer(path).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+        let t = enforced("/sampling/temperature/enforced", json!(1));
+        let p = enforced("/sampling/top_p/enforced", json!(0.95));
         body.insert("temperature".into(), t);
         body.insert("top_p".into(), p);
     }
@@ -399,4 +401,69 @@ fn delta_text_bytes(chunk: &Value) -> u64 {
         .flat_map(|d| ["content", "reasoning_content"].map(|k| d.get(k).and_then(Value::as_str).map_or(0, str::len)))
         .map(|n| n as u64)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(name: &str) -> ModelDef {
+        catalog::Catalog::builtin().expect("catalog").get(name).cloned().expect("model")
+    }
+
+    fn body(json: Value) -> Map<String, Value> {
+        match json {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        }
+    }
+
+    fn sent(name: &str, json: Value, stream: bool) -> Value {
+        let bytes = upstream_body(&def(name), body(json), stream).expect("body");
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    #[test]
+    fn langb_2_0_sampling_is_enforced_and_the_model_mapped() {
+        let out =
+            sent("LangB-2.0-pro", json!({"model": "LangB-2.0-pro", "temperature": 0.2, "top_p": 0.5, "x": 1}), false);
+        assert_eq!(out["temperature"], json!(1));
+        assert_eq!(out["top_p"], json!(0.95));
+        assert_eq!(out["model"], json!(def("LangB-2.0-pro").upstream.model_id));
+        assert_eq!(out["x"], json!(1), "unknown parameters pass through");
+        assert!(out.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn other_models_keep_user_sampling() {
+        let out = sent("LangB-2.1-turbo", json!({"temperature": 0.2, "top_p": 0.5}), false);
+        assert_eq!((out["temperature"].clone(), out["top_p"].clone()), (json!(0.2), json!(0.5)));
+        let out = sent("LangA-V4-flash", json!({"temperature": 0.7}), false);
+        assert_eq!(out["temperature"], json!(0.7));
+    }
+
+    #[test]
+    fn streams_always_ask_for_usage() {
+        let out =
+            sent("LangA-V4-flash", json!({"stream": true, "stream_options": {"include_usage": false, "k": 1}}), true);
+        assert_eq!(out["stream_options"], json!({"include_usage": true, "k": 1}));
+        let out = sent("LangA-V4-flash", json!({"stream": true, "stream_options": null}), true);
+        assert_eq!(out["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn usage_and_delta_parsing() {
+        let answer = json!({"usage": {"prompt_tokens": 10, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 2, "audio_cached_tokens": 1}}});
+        let u = usage_of(&answer).expect("usage");
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.audio_tokens, u.audio_cached_tokens),
+            (10, 5, 4, 2, 1)
+        );
+        assert!(usage_of(&json!({"usage": null})).is_none());
+        assert!(usage_of(&json!({"usage": {"prompt_tokens": 1}})).is_none());
+        let chunk = json!({"choices": [{"delta": {"content": "héllo", "reasoning_content": "ab"}}]});
+        assert_eq!(delta_text_bytes(&chunk), 8);
+        assert_eq!(delta_text_bytes(&json!({"choices": []})), 0);
+    }
 }
