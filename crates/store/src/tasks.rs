@@ -9,8 +9,8 @@ use domain::{
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, IsolationLevel,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 
 use crate::entities::{reservations, tasks};
@@ -132,14 +132,30 @@ pub(crate) async fn finish_task_on<C: ConnectionTrait>(
 }
 
 impl Store {
-    async fn with_billing(&self, rows: Vec<tasks::Model>) -> Result<Vec<Task>, StoreError> {
+    /// A read-only transaction with one snapshot for all its reads (repeatable read on
+    /// PostgreSQL; on SQLite every transaction reads one snapshot).
+    async fn read_snapshot(&self) -> Result<DatabaseTransaction, StoreError> {
+        let isolation = match self.backend() {
+            crate::Backend::Postgres => Some(IsolationLevel::RepeatableRead),
+            crate::Backend::Sqlite => None,
+        };
+        self.db.begin_with_config(isolation, None).await.map_err(backend_err)
+    }
+
+    /// Joins task rows with their reservations, read on `conn` (the caller's read transaction, so
+    /// that a task and its billing come from one snapshot).
+    async fn with_billing<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        rows: Vec<tasks::Model>,
+    ) -> Result<Vec<Task>, StoreError> {
         let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
         let holds: HashMap<String, reservations::Model> = if ids.is_empty() {
             HashMap::new()
         } else {
             reservations::Entity::find()
                 .filter(reservations::Column::TaskId.is_in(ids))
-                .all(&self.db)
+                .all(conn)
                 .await
                 .map_err(backend_err)?
                 .into_iter()
@@ -162,15 +178,18 @@ impl TaskStore for Store {
     }
 
     async fn task(&self, user: &UserId, id: &TaskId) -> Result<Option<Task>, StoreError> {
+        let txn = self.read_snapshot().await?;
         let row = tasks::Entity::find_by_id(id.as_str())
             .filter(tasks::Column::UserId.eq(user.as_str()))
-            .one(&self.db)
+            .one(&txn)
             .await
             .map_err(backend_err)?;
-        match row {
-            None => Ok(None),
-            Some(row) => Ok(self.with_billing(vec![row]).await?.pop()),
-        }
+        let task = match row {
+            None => None,
+            Some(row) => self.with_billing(&txn, vec![row]).await?.pop(),
+        };
+        txn.commit().await.map_err(backend_err)?;
+        Ok(task)
     }
 
     async fn list_tasks(
@@ -183,16 +202,19 @@ impl TaskStore for Store {
         if let Some(filter) = filter {
             query = query.filter(tasks::Column::Status.is_in(filter.statuses().iter().map(|s| s.as_str())));
         }
-        let total = query.clone().count(&self.db).await.map_err(backend_err)?;
+        let txn = self.read_snapshot().await?;
+        let total = query.clone().count(&txn).await.map_err(backend_err)?;
         let rows = query
             .order_by_desc(tasks::Column::CreatedAt)
             .order_by_desc(tasks::Column::Id)
             .offset(page.offset())
             .limit(page.page_size)
-            .all(&self.db)
+            .all(&txn)
             .await
             .map_err(backend_err)?;
-        Ok((self.with_billing(rows).await?, total))
+        let tasks = self.with_billing(&txn, rows).await?;
+        txn.commit().await.map_err(backend_err)?;
+        Ok((tasks, total))
     }
 
     async fn task_stats(&self, user: &UserId) -> Result<TaskStats, StoreError> {
