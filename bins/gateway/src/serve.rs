@@ -63,8 +63,9 @@ async fn chat_upstream(
 pub(crate) async fn run(config: Config) -> Result<(), String> {
     let (chat, _sim) = chat_upstream(&config).await?;
     let gateway = open(&config).await?;
-    let gateway = Gateway::new(gateway.ports().clone().with_chat(Arc::new(chat)));
-    spawn_recovery(gateway.clone(), Duration::from_millis(config.upstream_timeout_ms) + Duration::from_secs(60));
+    let gateway = Gateway::new(gateway.ports().clone().with_chat(Arc::new(chat)))
+        .with_call_timeout(Duration::from_millis(config.upstream_timeout_ms));
+    spawn_recovery(gateway.clone(), gateway.recovery_age());
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&config.listen)

@@ -1,11 +1,12 @@
 //! One function per route: authenticate with the route's scope, run the use case, shape the reply.
 
 use domain::Scope;
+use domain::TaskId;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use service::{ChatReply, Gateway, Principal};
+use service::{CallBilling, ChatReply, Gateway, Principal, ServiceError, StreamItem};
 
 use crate::body::read_json;
 use crate::error::ApiError;
@@ -61,23 +62,60 @@ pub(crate) async fn handle(
         Route::ChatCompletions => {
             let who = auth(gateway, &parts, Scope::LanguageCreate).await?;
             let bytes = read_json(&parts.headers, body, CHAT_BODY_LIMIT).await?;
-            let Some(key) = idempotency_key(&parts.headers)? else {
-                return chat_response(gateway.chat(&who, &bytes).await?, None).map(|(r, _)| r);
-            };
-            if let Some((status, body)) = gateway.idempotency_claim(&who, &key, &bytes).await? {
-                return Ok(replay(status, body));
-            }
-            match gateway.chat(&who, &bytes).await.map_err(ApiError::from).and_then(|r| chat_response(r, Some(&key))) {
-                Ok((response, (status, stored))) => {
-                    gateway.idempotency_complete(&who, &key, status, &stored).await;
-                    Ok(response)
-                }
-                Err(e) => {
-                    // Every failed call was refunded (or never reserved): a retry may run again.
+            let key = idempotency_key(&parts.headers)?;
+            // The call runs on a task of its own: a client that hangs up cannot stop it half-way,
+            // so its reservation is always settled or refunded and its key completed or released.
+            let gateway = gateway.clone();
+            tokio::spawn(async move { chat_call(&gateway, &who, &bytes, key).await })
+                .await
+                .unwrap_or_else(|e| Err(ServiceError::Internal(format!("chat call task failed: {e}")).into()))
+        }
+    }
+}
+
+/// A chat call, with `Idempotency-Key` handling when a key was given.
+async fn chat_call(
+    gateway: &Gateway,
+    who: &Principal,
+    bytes: &[u8],
+    key: Option<String>,
+) -> Result<Response, ApiError> {
+    let Some(key) = key else {
+        return match gateway.chat(who, bytes).await? {
+            ChatReply::Complete { answer, call } => Ok(complete_response(answer, &call, false).0),
+            ChatReply::Stream { task_id, items, .. } => stream_response(&task_id, items),
+        };
+    };
+    if let Some((status, body)) = gateway.idempotency_claim(who, &key, bytes).await? {
+        return Ok(replay(status, body));
+    }
+    match gateway.chat(who, bytes).await {
+        Ok(ChatReply::Complete { answer, call }) => {
+            let (response, stored) = complete_response(answer, &call, true);
+            gateway.idempotency_complete(who, &key, 200, &stored).await;
+            Ok(response)
+        }
+        Ok(ChatReply::Stream { task_id, items, billed }) => {
+            // Streams are not replayed: once the stream is charged, a retry learns which task it
+            // was; a stream that ended without a charge frees the key for a retry.
+            let (gateway, who, id) = (gateway.clone(), who.clone(), task_id.clone());
+            tokio::spawn(async move {
+                if billed.await.unwrap_or(false) {
+                    let message = format!(
+                        "the first request with this Idempotency-Key was streamed as task {id}; streams are not replayed"
+                    );
+                    let body = serde_json::json!({"error": {"code": "idempotency_conflict", "message": message}});
+                    gateway.idempotency_complete(&who, &key, 409, body.to_string().as_bytes()).await;
+                } else {
                     gateway.idempotency_release(&who, &key).await;
-                    Err(e)
                 }
-            }
+            });
+            stream_response(&task_id, items)
+        }
+        Err(e) => {
+            // Every failed call was refunded (or never reserved): a retry may run again.
+            gateway.idempotency_release(who, &key).await;
+            Err(e.into())
         }
     }
 }
@@ -102,36 +140,28 @@ fn replay(status: u16, body: Vec<u8>) -> Response {
     response
 }
 
-/// The response for a chat reply, and what a retry with the same `Idempotency-Key` gets:
-/// the same JSON for a complete answer; a 409 naming the task for a stream (streams are not replayed).
-fn chat_response(reply: ChatReply, key: Option<&str>) -> Result<(Response, (u16, Vec<u8>)), ApiError> {
-    match reply {
-        ChatReply::Complete { mut answer, call } => {
-            if let serde_json::Value::Object(o) = &mut answer {
-                o.insert(
-                    "svc".into(),
-                    serde_json::json!({"task_id": call.task_id.as_str(), "billing": wire::billing(&call.billing)}),
-                );
-            }
-            let stored = if key.is_some() { serde_json::to_vec(&answer).unwrap_or_default() } else { Vec::new() };
-            Ok((ok_json(&answer), (200, stored)))
-        }
-        ChatReply::Stream { task_id, items } => {
-            let mut response = http::Response::new(SseBody::new(items).boxed());
-            let headers = response.headers_mut();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            let id = HeaderValue::from_str(task_id.as_str())
-                .map_err(|e| ApiError::from(service::ServiceError::Internal(e.to_string())))?;
-            headers.insert("x-svc-task-id", id);
-            let message = format!(
-                "the first request with this Idempotency-Key was streamed as task {task_id}; streams are not replayed"
-            );
-            let stored = ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", message);
-            let body = serde_json::json!({"error": {"code": stored.code, "message": stored.message}});
-            Ok((response, (409, serde_json::to_vec(&body).unwrap_or_default())))
-        }
+/// The JSON answer with `svc` added, and (when `keep`) its bytes for idempotent replays.
+fn complete_response(mut answer: serde_json::Value, call: &CallBilling, keep: bool) -> (Response, Vec<u8>) {
+    if let serde_json::Value::Object(o) = &mut answer {
+        o.insert(
+            "svc".into(),
+            serde_json::json!({"task_id": call.task_id.as_str(), "billing": wire::billing(&call.billing)}),
+        );
     }
+    let stored = if keep { serde_json::to_vec(&answer).unwrap_or_default() } else { Vec::new() };
+    (ok_json(&answer), stored)
+}
+
+/// A `text/event-stream` response over the chat stream's items, naming the task.
+fn stream_response(task_id: &TaskId, items: tokio::sync::mpsc::Receiver<StreamItem>) -> Result<Response, ApiError> {
+    let mut response = http::Response::new(SseBody::new(items).boxed());
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let id =
+        HeaderValue::from_str(task_id.as_str()).map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))?;
+    headers.insert("x-svc-task-id", id);
+    Ok(response)
 }
 
 #[cfg(test)]

@@ -675,3 +675,43 @@ async fn oversized_requests_are_413() {
         env.server.stop().await;
     }
 }
+
+/// A client that hangs up while a non-streaming call is upstream does not strand its reservation:
+/// the call runs to its end and is settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_during_a_non_streaming_call_still_settles() {
+    for db in databases() {
+        let env = Env::new(&db, "10").await;
+        let ctx = env.ctx("non-stream disconnect");
+        let request = body(json!({"sim_latency_ms": 300}));
+        let bytes = serde_json::to_vec(&request).expect("json");
+        // Send the request on a raw socket, then close it before the answer (300 ms away) arrives.
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = tokio::net::TcpStream::connect(env.server.addr).await.expect("connect");
+            let head = format!(
+                "POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n",
+                env.key,
+                bytes.len()
+            );
+            stream.write_all(head.as_bytes()).await.expect("head");
+            stream.write_all(&bytes).await.expect("body");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut settled = None;
+        for _ in 0..100 {
+            let tasks = env.tasks().await;
+            if let Some(t) = tasks.first().filter(|t| t["billing"]["status"] != "reserved") {
+                settled = Some(t.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let task = settled.unwrap_or_else(|| panic!("{ctx}: the call was never settled"));
+        assert_eq!(task["billing"]["status"], "settled", "{ctx}: {task}");
+        assert_eq!(task["status"], "succeeded", "{ctx}: {task}");
+        env.assert_ledger_consistent("non-stream disconnect").await;
+        env.server.stop().await;
+    }
+}

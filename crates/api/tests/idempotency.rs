@@ -124,3 +124,37 @@ async fn race(server: &std::sync::Arc<Server>, key: &str, idem: &str, body: &ser
     }
     out
 }
+
+/// A stream that ends without any charge frees its key: a retry runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncharged_stream_frees_its_key() {
+    for db in databases() {
+        let (server, _sim) = Server::start_with_chat(&db, Duration::from_secs(2)).await;
+        let user = server.user("10").await;
+        let key = server.key(&user.id, &[Scope::LanguageCreate]).await.secret;
+        let idem = unique("idem-");
+        let headers = [("idempotency-key", idem.as_str())];
+        // The simulator drops the connection before any chunk reaches the gateway: nothing is charged.
+        let failing = json!({"model": "LangB-2.0-pro", "stream": true, "messages": [{"role": "user", "content": "d"}],
+            "max_tokens": 8, "sim_fault": "midstream_drop"});
+        let first = server.post_json_with(CHAT, Some(&key), &headers, &failing).await;
+        assert_eq!(first.status, 200, "{}", server.label);
+        let text = String::from_utf8_lossy(&first.raw).into_owned();
+        assert!(text.contains("upstream_request_failed"), "{text}");
+        let charged = text.contains("only the output delivered was charged");
+        let mut last = 0;
+        for _ in 0..40 {
+            last = server.post_json_with(CHAT, Some(&key), &headers, &failing).await.status;
+            if last != 409 || charged {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if charged {
+            assert_eq!(last, 409, "a charged stream keeps its key");
+        } else {
+            assert_eq!(last, 200, "{}: the retry ran again", server.label);
+        }
+        server.stop().await;
+    }
+}

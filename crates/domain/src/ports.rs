@@ -83,6 +83,8 @@ pub trait TaskStore: Send + Sync {
     /// Moves a task to a terminal `status` with its usage (JSON text) or error; a task that is
     /// already terminal is left unchanged (`Conflict`).
     async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError>;
+    /// Marks a running task as alive (`updated_at = now`); long streams call it periodically.
+    async fn touch_task(&self, id: &TaskId, now: crate::time::Timestamp) -> Result<(), StoreError>;
     /// Up to `limit` tasks of `kinds` still running whose last change is older than `before`:
     /// synchronous calls abandoned by a crash or restart.
     async fn stale_tasks(

@@ -13,7 +13,9 @@ use catalog::ModelDef;
 use domain::ports::{ChatUpstream, EventStream, TaskOutcome, UpstreamError};
 use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{Gateway, Principal, ServiceError};
 
@@ -53,6 +55,8 @@ pub enum ChatReply {
         task_id: TaskId,
         /// Items in order.
         items: mpsc::Receiver<StreamItem>,
+        /// Whether the call was charged, once the stream has ended.
+        billed: oneshot::Receiver<bool>,
     },
 }
 
@@ -66,6 +70,13 @@ struct Prepared {
     body: Vec<u8>,
     prompt_bound: u64,
 }
+
+/// A stream whose client accepts no chunk for this long is treated as abandoned and settled.
+pub const CLIENT_STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// How often a running stream touches its task, so that the recovery sweep leaves it alone.
+/// The sweep's age limit must exceed the upstream read timeout plus this plus the stall limit.
+pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// The LangB-2.0 series ignores user sampling: temperature 1 and top_p 0.95 are sent.
 fn enforces_sampling(def: &ModelDef) -> bool {
@@ -283,18 +294,30 @@ impl Gateway {
             Err(e) => return Err(self.fail_call(&p, &e).await),
         };
         let (tx, rx) = mpsc::channel(32);
+        let (billed_tx, billed) = oneshot::channel();
         let task_id = p.task_id.clone();
         let gateway = self.clone();
-        tokio::spawn(async move { gateway.pump(events, p, tx).await });
-        Ok(ChatReply::Stream { task_id, items: rx })
+        tokio::spawn(async move { gateway.pump(events, p, tx, billed_tx).await });
+        Ok(ChatReply::Stream { task_id, items: rx, billed })
     }
 
-    /// Forwards upstream events to the client and settles when the stream ends for any reason.
-    async fn pump(&self, mut events: Box<dyn EventStream>, p: Prepared, tx: mpsc::Sender<StreamItem>) {
+    /// Forwards upstream events to the client and settles when the stream ends for any reason:
+    /// upstream end, upstream failure, the client leaving, or the client not reading for
+    /// [`CLIENT_STALL_LIMIT`]. While it runs it touches the task every [`STREAM_HEARTBEAT`], so that
+    /// the recovery sweep never takes a live stream for an abandoned one. `billed` learns whether
+    /// anything was charged.
+    async fn pump(
+        &self,
+        mut events: Box<dyn EventStream>,
+        p: Prepared,
+        tx: mpsc::Sender<StreamItem>,
+        billed: oneshot::Sender<bool>,
+    ) {
         let mut usage: Option<(LanguageUsage, Value)> = None;
         let mut delivered_bytes: u64 = 0;
         let mut failure: Option<UpstreamError> = None;
         let mut client_gone = false;
+        let mut last_beat = Instant::now();
         while let Some(event) = events.next_event().await {
             let mut chunk: Value = match event.and_then(|bytes| {
                 serde_json::from_slice(&bytes).map_err(|e| UpstreamError::Malformed(format!("stream chunk: {e}")))
@@ -312,9 +335,18 @@ impl Gateway {
             if let Value::Object(o) = &mut chunk {
                 o.insert("model".into(), Value::String(p.public_model.clone()));
             }
-            if tx.send(StreamItem::Chunk(chunk)).await.is_err() {
-                client_gone = true;
-                break;
+            match tokio::time::timeout(CLIENT_STALL_LIMIT, tx.send(StreamItem::Chunk(chunk))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    client_gone = true;
+                    break;
+                }
+            }
+            if last_beat.elapsed() >= STREAM_HEARTBEAT {
+                last_beat = Instant::now();
+                if let Err(e) = self.ports.tasks.touch_task(&p.task_id, self.ports.clock.now()).await {
+                    tracing::warn!(task = %p.task_id, error = %e, "stream heartbeat failed");
+                }
             }
         }
         drop(events); // Stop reading upstream as soon as the client is gone.
@@ -330,17 +362,25 @@ impl Gateway {
                 (estimate, Some(json))
             })
         });
-        let charged = usage.is_some();
-        let ended = match (&failure, usage) {
-            (_, Some((u, json))) => self.settle_usage(&p, &u, json).await.map(|_| ()),
-            (Some(e), None) => Err(self.fail_call(&p, e).await),
+        let charged = match (&failure, usage) {
+            (_, Some((u, json))) => match self.settle_usage(&p, &u, json).await {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::error!(task = %p.task_id, error = %e, "stream settlement failed");
+                    false
+                }
+            },
+            (Some(e), None) => {
+                let _refunded = self.fail_call(&p, e).await;
+                false
+            }
             (None, None) => {
-                Err(self.fail_call(&p, &UpstreamError::Stream("the stream ended with no output".into())).await)
+                let no_output = UpstreamError::Stream("the stream ended with no output".into());
+                let _refunded = self.fail_call(&p, &no_output).await;
+                false
             }
         };
-        if let Err(e) = &ended {
-            tracing::debug!(task = %p.task_id, error = %e, client_gone, "stream ended without settlement");
-        }
+        let _ = billed.send(charged);
         if client_gone {
             return;
         }

@@ -5,9 +5,10 @@ use domain::ports::IdempotencyClaim;
 
 use crate::{Gateway, Principal, ServiceError, hash_secret};
 
-/// An unanswered claim older than this is taken to be abandoned by a crashed process.
-/// It exceeds the default upstream timeout (10 minutes) by five minutes.
-pub const IDEMPOTENCY_STALE_AFTER_MS: i64 = 15 * 60 * 1000;
+/// The default age after which an unanswered claim is taken to be abandoned by a crashed process:
+/// the default upstream timeout (10 minutes) plus five. `Gateway::with_call_timeout` derives it
+/// from the configured upstream timeout instead.
+pub const IDEMPOTENCY_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 /// Longest accepted key.
 pub const IDEMPOTENCY_KEY_MAX: usize = 255;
@@ -28,7 +29,7 @@ impl Gateway {
         }
         // The same SHA-256 hex used for keys identifies the body.
         let hash = hash_secret(&String::from_utf8_lossy(body));
-        let claim = self.ports.idempotency.claim(&who.user_id, key, &hash, IDEMPOTENCY_STALE_AFTER_MS).await?;
+        let claim = self.ports.idempotency.claim(&who.user_id, key, &hash, self.idempotency_stale_ms()).await?;
         match claim {
             IdempotencyClaim::Claimed => Ok(None),
             IdempotencyClaim::Replay { status, body } => Ok(Some((status, body))),

@@ -90,12 +90,37 @@ pub struct Principal {
 pub struct Gateway {
     ports: Ports,
     caches: Arc<cache::Caches>,
+    /// The longest an upstream call may take (its read timeout).
+    call_timeout: std::time::Duration,
 }
 
 impl Gateway {
     /// Use cases over `ports`.
     pub fn new(ports: Ports) -> Gateway {
-        Gateway { ports, caches: Arc::new(cache::Caches::default()) }
+        Gateway {
+            ports,
+            caches: Arc::new(cache::Caches::default()),
+            call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),
+        }
+    }
+
+    /// The same use cases for an upstream whose calls may take up to `timeout`: an unanswered
+    /// `Idempotency-Key` claim is taken over only five minutes after that, and the recovery sweep
+    /// (`recovery_age`) waits longer than a live call can go without a sign of life.
+    pub fn with_call_timeout(mut self, timeout: std::time::Duration) -> Gateway {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// How old a running synchronous call must be before the recovery sweep ends it: longer than
+    /// an upstream read can stall, plus a stream's heartbeat and client-stall allowances.
+    pub fn recovery_age(&self) -> std::time::Duration {
+        self.call_timeout + chat::STREAM_HEARTBEAT + chat::CLIENT_STALL_LIMIT + std::time::Duration::from_secs(60)
+    }
+
+    fn idempotency_stale_ms(&self) -> i64 {
+        let stale = self.call_timeout + std::time::Duration::from_secs(300);
+        i64::try_from(stale.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The ports, for wiring and tests.

@@ -48,8 +48,11 @@ fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
 #[tokio::test]
 async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
     let dir = std::env::temp_dir().join(format!("gw-recovery-{}", uuid::Uuid::new_v4().simple()));
-    let url =
-        std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| format!("sqlite://{}/gw.db?mode=rwc", dir.display()));
+    let url = std::env::var("TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .ok_or(())
+        .unwrap_or_else(|_| format!("sqlite://{}/gw.db?mode=rwc", dir.display()));
     let store = store::Store::open(&url).await.expect("store");
     let user = UserId(format!("usr_{}", uuid::Uuid::new_v4().simple()));
     store
@@ -70,6 +73,11 @@ async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
         store.reserve(&user, id, UsdAmount::from_micros(1_000_000)).await.expect("reserve");
         store.insert_task(task(id, &user, at)).await.expect("task");
     }
+    // A third, hour-old call that is still alive (a long stream) touches its task: it is kept.
+    let alive = TaskId(format!("task_alive_{}", user));
+    store.reserve(&user, &alive, UsdAmount::from_micros(1_000_000)).await.expect("reserve");
+    store.insert_task(task(&alive, &user, Timestamp(now.millis() - 3_600_000))).await.expect("task");
+    store.touch_task(&alive, now).await.expect("touch");
     let gateway = Gateway::new(Ports::from_store(store.clone(), Arc::new(SystemClock)));
     let ended = gateway.recover_interrupted_calls(Duration::from_secs(600)).await.expect("sweep");
     assert!(ended >= 1, "the hour-old call is ended");
@@ -78,8 +86,10 @@ async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
     assert_eq!(old_task.error_code.as_deref(), Some("interrupted"));
     let fresh_task = store.task(&user, &fresh).await.expect("read").expect("exists");
     assert_eq!((fresh_task.status, fresh_task.billing.status), (TaskStatus::Processing, BillingStatus::Reserved));
-    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(9_000_000));
+    let alive_task = store.task(&user, &alive).await.expect("read").expect("exists");
+    assert_eq!(alive_task.billing.status, BillingStatus::Reserved, "a touched call is alive");
+    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(8_000_000));
     // A second sweep changes nothing for this user.
     gateway.recover_interrupted_calls(Duration::from_secs(600)).await.expect("sweep");
-    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(9_000_000));
+    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(8_000_000));
 }

@@ -214,12 +214,16 @@ impl Store {
             now,
         };
         append(&txn, movement).await?;
-        // The money step is what must happen exactly once; a task already terminal is only logged.
-        if let Some(Err(e)) = match outcome {
-            Some(outcome) => Some(finish_task_on(&txn, task, outcome, now).await),
-            None => None,
-        } {
-            tracing::warn!(%task, error = %e, "task not moved while ending its reservation");
+        // The money step is what must happen exactly once; a task already terminal is only logged,
+        // but a database error aborts the transaction (PostgreSQL would not commit it anyway).
+        if let Some(outcome) = outcome {
+            match finish_task_on(&txn, task, outcome, now).await {
+                Ok(()) => {}
+                Err(domain::ports::StoreError::Conflict(why)) => {
+                    tracing::warn!(%task, why, "task not moved while ending its reservation");
+                }
+                Err(e) => return Err(LedgerError::Backend(e.to_string())),
+            }
         }
         txn.commit().await.map_err(db_err)?;
         Ok(Settlement {

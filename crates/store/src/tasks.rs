@@ -257,6 +257,19 @@ impl TaskStore for Store {
         finish_task_on(&self.db, id, outcome, self.now()).await
     }
 
+    async fn touch_task(&self, id: &TaskId, now: Timestamp) -> Result<(), StoreError> {
+        let _guard = self.write_guard().await;
+        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+        tasks::Entity::update_many()
+            .col_expr(tasks::Column::UpdatedAt, Expr::value(now.millis()))
+            .filter(tasks::Column::Id.eq(id.as_str()))
+            .filter(tasks::Column::Status.is_in(running))
+            .exec(&self.db)
+            .await
+            .map_err(backend_err)?;
+        Ok(())
+    }
+
     async fn stale_tasks(
         &self,
         kinds: &[domain::ModelKind],

@@ -155,11 +155,23 @@ fn run_batch(conn: &mut Connection, batch: Vec<Op>) {
     };
     let mut txn = txn;
     let mut answers = Vec::with_capacity(batch.len());
+    let mut aborted = false;
     for op in batch {
-        answers.push(match op {
-            Op::Hold(h, tx) => Answer::Hold(tx, in_savepoint(&mut txn, |sp| apply_hold(sp, &h))),
-            Op::End(e, tx) => Answer::End(tx, in_savepoint(&mut txn, |sp| apply_end(sp, &e))),
-        });
+        let answer = match op {
+            Op::Hold(h, tx) if !aborted => Answer::Hold(tx, in_savepoint(&mut txn, |sp| apply_hold(sp, &h))),
+            Op::End(e, tx) if !aborted => Answer::End(tx, in_savepoint(&mut txn, |sp| apply_end(sp, &e))),
+            Op::Hold(_, tx) => Answer::Hold(tx, Err(LedgerError::Backend("batch aborted".into()))),
+            Op::End(_, tx) => Answer::End(tx, Err(LedgerError::Backend("batch aborted".into()))),
+        };
+        answers.push(answer);
+        // Some errors (I/O, disk full) make SQLite roll back the whole transaction. Running more
+        // operations would then autocommit them one by one behind the batch's back: stop here.
+        aborted = aborted || txn.is_autocommit();
+    }
+    if aborted {
+        tracing::error!("SQLite rolled back a ledger batch; none of its operations happened");
+        answers.into_iter().for_each(|a| a.fail("the database rolled the batch back"));
+        return;
     }
     match txn.commit() {
         Ok(()) => answers.into_iter().for_each(Answer::send),
@@ -176,11 +188,14 @@ fn in_savepoint<T>(
     txn: &mut Transaction<'_>,
     f: impl FnOnce(&Connection) -> Result<T, LedgerError>,
 ) -> Result<T, LedgerError> {
-    let sp = txn.savepoint().map_err(sql_err)?;
+    let mut sp = txn.savepoint().map_err(sql_err)?;
     let result = f(&sp);
     match &result {
         Ok(_) => sp.commit().map_err(sql_err)?,
-        Err(_) => drop(sp), // Dropping a savepoint rolls it back.
+        Err(_) => {
+            // Undo this operation only; the savepoint is released when dropped.
+            sp.rollback().map_err(sql_err)?;
+        }
     }
     result
 }

@@ -15,7 +15,7 @@ async fn stores(name: &str) -> Vec<Store> {
     let dir =
         std::env::temp_dir().join(format!("gw-store-{name}-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
     let mut urls = vec![format!("sqlite://{}/gw.db?mode=rwc", dir.display())];
-    if let Ok(pg) = std::env::var("TEST_DATABASE_URL") {
+    if let Ok(pg) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()).ok_or(()) {
         urls.push(pg);
     }
     let mut out = Vec::new();
@@ -95,7 +95,7 @@ async fn two_hundred_concurrent_reservations_against_twenty_five_worth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_pools_on_one_database_cannot_overdraw() {
     // Two independent connection pools stand in for two replicas sharing one database.
-    let Ok(url) = std::env::var("TEST_DATABASE_URL") else {
+    let Ok(url) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()).ok_or(()) else {
         let dir = std::env::temp_dir().join(format!("gw-store-pools-{}", uuid::Uuid::new_v4().simple()));
         return run_two_pools(&format!("sqlite://{}/gw.db?mode=rwc", dir.display())).await;
     };
