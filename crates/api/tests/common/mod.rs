@@ -88,6 +88,11 @@ pub struct Server {
 impl Server {
     /// Opens (and migrates) the database, seeds the catalog and starts serving on `127.0.0.1:0`.
     pub async fn start(db: &Db) -> Server {
+        Server::launch(db, None).await
+    }
+
+    /// The shared start: store, gateway (with `chat` when given), catalog, server.
+    async fn launch(db: &Db, chat: Option<upstream::HttpChatUpstream>) -> Server {
         let (label, url, dir) = match db {
             Db::Sqlite => {
                 let dir = std::env::temp_dir().join(unique("gw-api-it-"));
@@ -98,7 +103,11 @@ impl Server {
             Db::Postgres(base) => ("postgres", private_postgres_url(base).await, None),
         };
         let store = Store::open(&url).await.expect("open and migrate the store");
-        let gateway = Gateway::new(Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)));
+        let mut ports = Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock));
+        if let Some(chat) = chat {
+            ports = ports.with_chat(std::sync::Arc::new(chat));
+        }
+        let gateway = Gateway::new(ports);
         let catalog = catalog::Catalog::builtin().expect("builtin catalog");
         let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
         assert_eq!(added, 15, "{label}: a fresh database gets all fifteen catalog models");
@@ -359,16 +368,6 @@ impl Server {
     /// alive for as long as the server runs.
     pub async fn start_with_chat(db: &Db, timeout: Duration) -> (Server, upstream::sim::SimHandle) {
         let (sim_addr, sim) = upstream::sim::spawn().await.expect("start the upstream simulator");
-        let (label, url, dir) = match db {
-            Db::Sqlite => {
-                let dir = std::env::temp_dir().join(unique("gw-api-it-"));
-                std::fs::create_dir_all(&dir).expect("create the temp dir");
-                let url = format!("sqlite://{}?mode=rwc", dir.join("gw.db").display());
-                ("sqlite", url, Some(dir))
-            }
-            Db::Postgres(base) => ("postgres", private_postgres_url(base).await, None),
-        };
-        let store = Store::open(&url).await.expect("open and migrate the store");
         let chat = upstream::HttpChatUpstream::new(
             &format!("http://{sim_addr}/api/v3"),
             SIM_API_KEY.into(),
@@ -376,20 +375,7 @@ impl Server {
             timeout,
         )
         .expect("chat upstream adapter");
-        let ports =
-            Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)).with_chat(std::sync::Arc::new(chat));
-        let gateway = Gateway::new(ports);
-        let catalog = catalog::Catalog::builtin().expect("builtin catalog");
-        let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
-        assert_eq!(added, 15, "{label}: a fresh database gets all fifteen catalog models");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local addr");
-        let (tx, rx) = oneshot::channel::<()>();
-        let state = api::AppState::new(gateway.clone());
-        let task = tokio::spawn(api::serve(listener, state, async {
-            let _ = rx.await;
-        }));
-        (Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir }, sim)
+        (Server::launch(db, Some(chat)).await, sim)
     }
 
     /// `POST path` with `body` and `content_type`, `Authorization: Bearer key` when a key is given,
