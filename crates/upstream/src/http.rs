@@ -105,8 +105,10 @@ impl HttpChatUpstream {
             }
             answer.extend_from_slice(&chunk);
         }
-        match serde_json::from_slice::<serde_json::Value>(&answer) {
-            Ok(value) if value.is_object() => Ok(answer),
+        // Checked without building a value: the caller parses the answer once, for its own use.
+        let is_object = answer.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        match serde_json::from_slice::<serde::de::IgnoredAny>(&answer) {
+            Ok(_) if is_object => Ok(answer),
             Ok(_) => Err(UpstreamError::Malformed("answer is JSON but not an object".to_owned())),
             Err(e) => Err(UpstreamError::Malformed(format!("answer is not JSON: {e}"))),
         }
