@@ -381,7 +381,19 @@ impl Server {
     /// `POST path` with `body` and `content_type`, `Authorization: Bearer key` when a key is given,
     /// on a fresh HTTP/1.1 connection; the whole reply.
     pub async fn post(&self, path: &str, key: Option<&str>, content_type: &str, body: &[u8]) -> Reply {
-        let (parts, incoming, conn) = self.post_streaming(path, key, content_type, body).await;
+        self.post_with(path, key, content_type, &[], body).await
+    }
+
+    /// `post` with extra request headers.
+    pub async fn post_with(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let (parts, incoming, conn) = self.post_streaming_with(path, key, content_type, headers, body).await;
         let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
             .await
             .expect("reading the body timed out")
@@ -413,15 +425,7 @@ impl Server {
     /// `POST path` with JSON `body` and extra `headers`; the whole reply.
     pub async fn post_json_with(&self, path: &str, key: Option<&str>, headers: &[(&str, &str)], body: &Value) -> Reply {
         let bytes = serde_json::to_vec(body).expect("serialize the body");
-        let (parts, incoming, conn) = self.post_streaming_with(path, key, "application/json", headers, &bytes).await;
-        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
-            .await
-            .expect("reading the body timed out")
-            .expect("read body")
-            .to_bytes();
-        conn.abort();
-        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+        self.post_with(path, key, "application/json", headers, &bytes).await
     }
 
     /// Like `post_streaming`, with extra request headers.
