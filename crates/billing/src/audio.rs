@@ -26,6 +26,18 @@ pub fn audio_charge(sheet: &PriceSheet, original_duration_millis: u64) -> Result
     bill.finish()
 }
 
+/// The charge for one audio call whose upstream reported `original_duration` seconds (an exact
+/// decimal, any number of places); anything above 120 s is billed as 120 s. Rounded once.
+pub fn audio_charge_seconds(sheet: &PriceSheet, original_duration: Decimal) -> Result<Charge, PricingError> {
+    if original_duration.is_sign_negative() && !original_duration.is_zero() {
+        return Err(PricingError::InvalidInput(format!("negative audio duration {original_duration}")));
+    }
+    let cap = Decimal::new(i64::try_from(MAX_BILLED_MILLIS).map_err(|_| PricingError::Overflow)?, 3);
+    let mut bill = ChargeBuilder::new(sheet);
+    bill.add(AUDIO_RATE, original_duration.min(cap))?;
+    bill.finish()
+}
+
 /// The amount to hold before an audio call: 120 s of audio.
 pub fn audio_reservation(sheet: &PriceSheet) -> Result<UsdAmount, PricingError> {
     Ok(audio_charge(sheet, MAX_BILLED_MILLIS)?.total)

@@ -11,7 +11,9 @@
 //!   operator's negative adjustment) a balance can go below zero.
 
 use async_trait::async_trait;
-use domain::{BillingStatus, LedgerEntry, LedgerKind, TaskId, UsdAmount, UserId};
+use domain::{
+    BillingStatus, LedgerEntry, LedgerKind, TaskEvent, TaskId, TaskStatus, TaskTransition, UsdAmount, UserId,
+};
 
 /// Why a ledger operation was refused or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +49,24 @@ pub enum LedgerError {
     /// The balance or an entry would not fit in 64-bit micro-USD.
     #[error("amount out of range")]
     Overflow,
+    /// Closing a call needs a terminal state for its task; nothing moved.
+    #[error("{0} is not a terminal state")]
+    NotTerminal(TaskStatus),
+    /// The task does not exist (`status: None`), is not in the state the operation expects, or
+    /// the transition table refuses the event; nothing moved.
+    #[error("task {task} ({}) cannot take {event:?}", status.map_or("missing", TaskStatus::as_str))]
+    TaskConflict {
+        /// The task.
+        task: TaskId,
+        /// Its state when the operation was applied, if it exists.
+        status: Option<TaskStatus>,
+        /// The refused event.
+        event: TaskEvent,
+    },
+    /// A terminal state was asked for a task whose reservation is still open: the reservation
+    /// and the task end together (`CallBook::close_task`); nothing moved.
+    #[error("task {0} still holds a reservation; end it with its call")]
+    ReservationOpen(TaskId),
     /// The storage behind the ledger failed; the text is for the log, not for clients.
     #[error("ledger backend error: {0}")]
     Backend(String),
@@ -129,6 +149,10 @@ pub trait CallBook: Send + Sync {
     /// Ends the hold of `task` held by `user` for `reserved`: a `Settle` entry charging `charge`,
     /// or a `Refund` entry when `charge` is `None`, and the task's `outcome`, atomically. Exactly
     /// once: a second close, or one whose user or amount does not match, is refused and moves nothing.
+    ///
+    /// The task moves from whatever running state it is in (`outcome.transition()`); a
+    /// non-terminal `outcome.status` is `NotTerminal`, a task the transition table does not let
+    /// reach it (or a missing task) is `TaskConflict`, and in both cases nothing moves.
     async fn close_call(
         &self,
         task: &TaskId,
@@ -136,6 +160,22 @@ pub trait CallBook: Send + Sync {
         reserved: UsdAmount,
         charge: Option<UsdAmount>,
         outcome: domain::ports::TaskOutcome,
+    ) -> Result<Settlement, LedgerError> {
+        let change = outcome.transition().ok_or(LedgerError::NotTerminal(outcome.status))?;
+        self.close_task(task, user, reserved, charge, change).await
+    }
+
+    /// Ends the hold of `task` as `close_call` does and moves the task by `change` (a
+    /// compare-and-set on `change.from` through the transition table), atomically. The new state
+    /// must be terminal (`NotTerminal` otherwise); a task not in `change.from`, or one the table
+    /// refuses the event, is `TaskConflict`. Refused means nothing moved: the hold stays open.
+    async fn close_task(
+        &self,
+        task: &TaskId,
+        user: &UserId,
+        reserved: UsdAmount,
+        charge: Option<UsdAmount>,
+        change: TaskTransition,
     ) -> Result<Settlement, LedgerError>;
 }
 

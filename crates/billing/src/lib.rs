@@ -14,8 +14,12 @@
 //! # Ledger
 //!
 //! [`Ledger`] is the port every balance movement goes through: `credit`, `reserve`, `settle`,
-//! `refund`. [`InMemoryLedger`] implements it with a mutex and no runtime; the `store` crate
-//! implements it on a database.
+//! `refund`; [`CallBook`] opens and closes a call (hold + task row, end + task outcome) in one
+//! step each. The rules themselves live once, in [`book`]: a pure planner that decides a batch of
+//! operations against the state they touch and lists the rows to write. [`InMemoryLedger`] runs
+//! it under a mutex with no runtime; the `store` crate runs it in batched database transactions.
+//! [`conformance`] holds the one test suite every implementation must pass (plain async code, no
+//! runtime of its own; each implementation's tests drive it).
 //!
 //! # Embedding the in-memory ledger
 //!
@@ -74,14 +78,16 @@
 //! ```
 
 pub mod audio;
+pub mod book;
 mod charge;
+pub mod conformance;
 pub mod image;
 pub mod language;
 mod ledger;
 mod memory;
 pub mod video;
 
-pub use audio::{audio_charge, audio_reservation};
+pub use audio::{audio_charge, audio_charge_seconds, audio_reservation};
 pub use charge::{Charge, ChargeLine, PricingError};
 pub use image::{ImageUsage, image_charge, image_reservation};
 pub use language::{LanguageUsage, language_charge, language_reservation, language_reservation_text_only};

@@ -1,16 +1,22 @@
-//! `InMemoryLedger`: the `Ledger` port behind one `std::sync::Mutex`, for tests and embedding.
+//! `InMemoryLedger`: the `Ledger` and `CallBook` ports behind one `std::sync::Mutex`, for tests
+//! and embedding.
 //!
-//! Every operation takes the lock once, checks, computes every new value with checked
-//! arithmetic, and only then writes; a refused or failed operation changes nothing. Its futures
-//! never wait: they are ready on their first poll, so no async runtime is needed.
+//! Every operation takes the lock once, reads what it touches, and lets [`crate::book::plan`]
+//! (the rules every ledger shares) decide; then it applies the plan's rows to the maps. A refused
+//! or failed operation changes nothing. Its futures never wait: they are ready on their first
+//! poll, so no async runtime is needed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use domain::{BillingStatus, Clock, LedgerEntry, LedgerKind, SystemClock, TaskId, UsdAmount, UserId};
+use domain::{
+    BillingStatus, Clock, LedgerEntry, LedgerKind, SystemClock, Task, TaskId, TaskStatus, TaskTransition, UsdAmount,
+    UserId,
+};
 
-use crate::ledger::{Ledger, LedgerError, Reservation, Settlement, check_credit, settle_delta};
+use crate::book::{self, BookAnswer, BookOp, BookState, Held, Plan};
+use crate::ledger::{CallBook, Ledger, LedgerError, Reservation, Settlement};
 
 /// A ledger held in memory; see the crate documentation for an embedding example.
 pub struct InMemoryLedger {
@@ -23,7 +29,9 @@ struct State {
     /// The id of the last entry written; ids increase across all users.
     last_id: i64,
     accounts: HashMap<UserId, Account>,
-    holds: HashMap<TaskId, Hold>,
+    holds: HashMap<TaskId, Held>,
+    /// Tasks recorded by `open_call`: owner and state.
+    tasks: HashMap<TaskId, (UserId, TaskStatus)>,
 }
 
 #[derive(Default)]
@@ -33,77 +41,64 @@ struct Account {
     entries: Vec<LedgerEntry>,
 }
 
-struct Hold {
-    user: UserId,
-    amount: UsdAmount,
-    status: BillingStatus,
-}
-
-/// One movement about to be written.
-struct Movement<'a> {
-    user: &'a UserId,
-    task: Option<&'a TaskId>,
-    kind: LedgerKind,
-    amount: UsdAmount,
-    description: String,
-}
-
 impl State {
     fn account(&self, user: &UserId) -> Result<&Account, LedgerError> {
         self.accounts.get(user).ok_or_else(|| LedgerError::UnknownUser(user.clone()))
     }
 
-    /// Appends the movement and applies it to the balance, or changes nothing on error.
-    fn apply(&mut self, m: Movement<'_>, now: domain::Timestamp) -> Result<LedgerEntry, LedgerError> {
-        let id = self.last_id.checked_add(1).ok_or(LedgerError::Overflow)?;
-        let account = self.accounts.get_mut(m.user).ok_or_else(|| LedgerError::UnknownUser(m.user.clone()))?;
-        let balance_after = account.balance.checked_add(m.amount).map_err(|_| LedgerError::Overflow)?;
-        let entry = LedgerEntry {
-            id,
-            user_id: m.user.clone(),
-            task_id: m.task.cloned(),
-            kind: m.kind,
-            amount: m.amount,
-            balance_after,
-            description: m.description,
-            created_at: now,
-        };
-        account.balance = balance_after;
-        account.entries.push(entry.clone());
-        self.last_id = id;
-        Ok(entry)
+    /// What `op` reads: the accounts, reservations and tasks it names, and their owners.
+    fn read_for(&self, op: &BookOp) -> BookState {
+        let keys = book::keys([op]);
+        let mut users = keys.users;
+        for task in &keys.owners_unknown {
+            users.extend(self.holds.get(task).map(|h| h.user.clone()));
+            users.extend(self.tasks.get(task).map(|t| t.0.clone()));
+        }
+        BookState {
+            balances: users.into_iter().filter_map(|u| Some((u.clone(), self.accounts.get(&u)?.balance))).collect(),
+            holds: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.holds.get(t)?.clone()))).collect(),
+            tasks: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.tasks.get(t)?.clone()))).collect(),
+        }
     }
 
-    /// Ends the hold of `task` as `status`, charging `actual`, exactly once.
-    fn finish(
-        &mut self,
-        task: &TaskId,
-        status: BillingStatus,
-        actual: UsdAmount,
-        now: domain::Timestamp,
-    ) -> Result<Settlement, LedgerError> {
-        let hold = self.holds.get(task).ok_or_else(|| LedgerError::UnknownReservation(task.clone()))?;
-        if hold.status != BillingStatus::Reserved {
-            return Err(LedgerError::AlreadyFinished { task: task.clone(), status: hold.status });
+    /// Writes the plan's rows; returns the ids given to its entries.
+    fn write(&mut self, plan: &Plan) -> Result<Vec<i64>, LedgerError> {
+        let first = self.last_id.checked_add(1).ok_or(LedgerError::Overflow)?;
+        let count = i64::try_from(plan.entries.len()).map_err(|_| LedgerError::Overflow)?;
+        self.last_id.checked_add(count).ok_or(LedgerError::Overflow)?;
+        let ids: Vec<i64> = (first..first + count).collect();
+        for (e, &id) in plan.entries.iter().zip(&ids) {
+            let account = self.accounts.get_mut(&e.user).ok_or_else(|| LedgerError::UnknownUser(e.user.clone()))?;
+            account.entries.push(LedgerEntry {
+                id,
+                user_id: e.user.clone(),
+                task_id: e.task.clone(),
+                kind: e.kind,
+                amount: e.amount,
+                balance_after: e.balance_after,
+                description: e.description.clone(),
+                created_at: plan.now(),
+            });
+            account.balance = e.balance_after;
+            self.last_id = id;
         }
-        let (user, reserved) = (hold.user.clone(), hold.amount);
-        let delta = settle_delta(reserved, actual)?;
-        let (kind, description) = match status {
-            BillingStatus::Refunded => (LedgerKind::Refund, format!("refund of {reserved} held for {task}")),
-            _ => (LedgerKind::Settle, format!("charged {actual} of {reserved} held for {task}")),
-        };
-        let entry = self.apply(Movement { user: &user, task: Some(task), kind, amount: delta, description }, now)?;
-        if let Some(hold) = self.holds.get_mut(task) {
-            hold.status = status;
+        for h in &plan.new_holds {
+            self.holds.insert(h.task.clone(), Held { user: h.user.clone(), amount: h.amount, status: h.status });
         }
-        Ok(Settlement {
-            task_id: task.clone(),
-            user_id: user,
-            status,
-            reserved,
-            actual,
-            balance_after: entry.balance_after,
-        })
+        for h in &plan.ended_holds {
+            if let Some(held) = self.holds.get_mut(&h.task) {
+                held.status = h.status;
+            }
+        }
+        for t in &plan.new_tasks {
+            self.tasks.insert(t.task.id.clone(), (t.task.user_id.clone(), t.task.status));
+        }
+        for w in &plan.task_writes {
+            if let Some(task) = self.tasks.get_mut(&w.task) {
+                task.1 = w.to;
+            }
+        }
+        Ok(ids)
     }
 }
 
@@ -131,12 +126,32 @@ impl InMemoryLedger {
         self.with_state(|state| Ok(state.holds.get(task).map(|h| h.status)))
     }
 
+    /// The state of a task recorded by `open_call`, if any.
+    pub fn task_status(&self, task: &TaskId) -> Result<Option<TaskStatus>, LedgerError> {
+        self.with_state(|state| Ok(state.tasks.get(task).map(|t| t.1)))
+    }
+
     /// Runs `f` under the lock. A poisoned lock (a panic while holding it, which no code path
     /// here can cause) is reported as a backend error rather than trusted.
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> Result<T, LedgerError>) -> Result<T, LedgerError> {
         let mut state = self.state.lock().map_err(|_| LedgerError::Backend("in-memory ledger lock poisoned".into()))?;
         f(&mut state)
     }
+
+    /// Plans `op` against the current state and applies it, as one step under the lock.
+    fn run(&self, op: BookOp) -> Result<BookAnswer, LedgerError> {
+        let now = self.clock.now();
+        self.with_state(|state| {
+            let plan = book::plan([&op], state.read_for(&op), now);
+            let ids = state.write(&plan)?;
+            plan.answers(&ids).pop().unwrap_or_else(|| Err(LedgerError::Backend("no answer".into())))
+        })
+    }
+}
+
+/// The answer a `Ledger` method expects, or a backend error when the plan answered another kind.
+fn unexpected(answer: BookAnswer) -> LedgerError {
+    LedgerError::Backend(format!("unexpected ledger answer {answer:?}"))
 }
 
 impl Default for InMemoryLedger {
@@ -151,6 +166,22 @@ impl std::fmt::Debug for InMemoryLedger {
     }
 }
 
+impl InMemoryLedger {
+    fn hold(&self, op: BookOp) -> Result<Reservation, LedgerError> {
+        match self.run(op)? {
+            BookAnswer::Held(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn end(&self, op: BookOp) -> Result<Settlement, LedgerError> {
+        match self.run(op)? {
+            BookAnswer::Ended(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
 #[async_trait]
 impl Ledger for InMemoryLedger {
     async fn credit(
@@ -160,42 +191,22 @@ impl Ledger for InMemoryLedger {
         kind: LedgerKind,
         note: &str,
     ) -> Result<LedgerEntry, LedgerError> {
-        check_credit(kind, amount)?;
-        let now = self.clock.now();
-        let description = if note.is_empty() { kind.as_str().to_owned() } else { note.to_owned() };
-        self.with_state(|state| state.apply(Movement { user, task: None, kind, amount, description }, now))
+        match self.run(BookOp::Credit { user: user.clone(), amount, kind, note: note.to_owned() })? {
+            BookAnswer::Credited(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn reserve(&self, user: &UserId, task: &TaskId, amount: UsdAmount) -> Result<Reservation, LedgerError> {
-        if amount.is_negative() {
-            return Err(LedgerError::InvalidAmount(format!("a reservation cannot be negative ({amount})")));
-        }
-        let hold = amount.checked_neg().map_err(|_| LedgerError::Overflow)?;
-        let now = self.clock.now();
-        self.with_state(|state| {
-            let available = state.account(user)?.balance;
-            if state.holds.contains_key(task) {
-                return Err(LedgerError::DuplicateReservation(task.clone()));
-            }
-            if available < amount {
-                return Err(LedgerError::InsufficientBalance { needed: amount, available });
-            }
-            let description = format!("hold of {amount} for {task}");
-            let movement = Movement { user, task: Some(task), kind: LedgerKind::Reserve, amount: hold, description };
-            let entry = state.apply(movement, now)?;
-            state.holds.insert(task.clone(), Hold { user: user.clone(), amount, status: BillingStatus::Reserved });
-            Ok(Reservation { task_id: task.clone(), user_id: user.clone(), amount, balance_after: entry.balance_after })
-        })
+        self.hold(BookOp::Hold { user: user.clone(), task: task.clone(), amount, record: None })
     }
 
     async fn settle(&self, task: &TaskId, actual: UsdAmount) -> Result<Settlement, LedgerError> {
-        let now = self.clock.now();
-        self.with_state(|state| state.finish(task, BillingStatus::Settled, actual, now))
+        self.end(BookOp::End { task: task.clone(), expect: None, charge: Some(actual), then: None })
     }
 
     async fn refund(&self, task: &TaskId) -> Result<Settlement, LedgerError> {
-        let now = self.clock.now();
-        self.with_state(|state| state.finish(task, BillingStatus::Refunded, UsdAmount::ZERO, now))
+        self.end(BookOp::End { task: task.clone(), expect: None, charge: None, then: None })
     }
 
     async fn balance(&self, user: &UserId) -> Result<UsdAmount, LedgerError> {
@@ -205,5 +216,25 @@ impl Ledger for InMemoryLedger {
     async fn entries(&self, user: &UserId, limit: u64) -> Result<Vec<LedgerEntry>, LedgerError> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         self.with_state(|state| Ok(state.account(user)?.entries.iter().rev().take(limit).cloned().collect()))
+    }
+}
+
+#[async_trait]
+impl CallBook for InMemoryLedger {
+    async fn open_call(&self, task: Task, hold: UsdAmount) -> Result<Reservation, LedgerError> {
+        let (user, id) = (task.user_id.clone(), task.id.clone());
+        self.hold(BookOp::Hold { user, task: id, amount: hold, record: Some(Box::new(task)) })
+    }
+
+    async fn close_task(
+        &self,
+        task: &TaskId,
+        user: &UserId,
+        reserved: UsdAmount,
+        charge: Option<UsdAmount>,
+        change: TaskTransition,
+    ) -> Result<Settlement, LedgerError> {
+        let expect = Some((user.clone(), reserved));
+        self.end(BookOp::End { task: task.clone(), expect, charge, then: Some(change) })
     }
 }

@@ -8,9 +8,9 @@
 mod common;
 
 use billing::{
-    Charge, ImageUsage, LanguageUsage, PricingError, audio_charge, audio_reservation, image_charge, image_reservation,
-    language_charge, language_reservation, language_reservation_text_only, video_charge, video_estimate_tokens,
-    video_reservation,
+    Charge, ImageUsage, LanguageUsage, PricingError, audio_charge, audio_charge_seconds, audio_reservation,
+    image_charge, image_reservation, language_charge, language_reservation, language_reservation_text_only,
+    video_charge, video_estimate_tokens, video_reservation,
 };
 use common::*;
 use domain::{PriceSheet, UsdAmount};
@@ -347,4 +347,27 @@ fn audio_model() {
     let per_minute = common::sheet(60, "second", &[("output_audio_seconds", 150_000)]);
     assert_eq!(audio_charge(&per_minute, 1).map(|c| c.total.micros()), Ok(3));
     assert_eq!(audio_reservation(&per_minute), Ok(UsdAmount::from_micros(300_000)));
+}
+
+#[test]
+fn audio_model_exact_seconds_round_once() {
+    let sheet = audiogen();
+    let seconds = |s: &str| s.parse::<rust_decimal::Decimal>().unwrap();
+    for (text, want) in [
+        ("0", 0),
+        ("0.6", 1_500),
+        ("74.5001", 186_250),  // 186250.25 → 186250
+        ("74.5002", 186_251),  // 186250.5 → 186251 (half away from zero, once)
+        ("0.0001", 0),         // 0.25 → 0
+        ("0.0002", 1),         // 0.5 → 1
+        ("119.9999", 300_000), // 299999.75 → 300000
+        ("120", 300_000),
+        ("120.0001", 300_000), // capped
+        ("1000000", 300_000),
+    ] {
+        assert_eq!(audio_charge_seconds(&sheet, seconds(text)).map(|c| c.total.micros()), Ok(want), "{text} s");
+    }
+    assert!(matches!(audio_charge_seconds(&sheet, seconds("-0.001")), Err(PricingError::InvalidInput(_))));
+    // Whole milliseconds agree with the millisecond form.
+    assert_eq!(audio_charge_seconds(&sheet, seconds("61.234")), audio_charge(&sheet, 61_234));
 }

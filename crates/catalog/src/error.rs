@@ -69,4 +69,14 @@ pub enum CatalogError {
     /// `limits` is not a JSON object.
     #[error("model {0}: limits must be a JSON object")]
     LimitsNotObject(String),
+    /// A limit is missing, misspelt, of the wrong type or inconsistent.
+    #[error("model {model}: {field}: {message}")]
+    Limits {
+        /// The model.
+        model: String,
+        /// The field path, starting `limits` (`limits.sizes.named_pixels`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
 }

@@ -7,11 +7,13 @@
 
 mod catalog;
 mod error;
+pub mod limits;
 mod model;
 mod pricing;
 
 pub use catalog::{Catalog, SPEC_MODELS};
 pub use error::CatalogError;
+pub use limits::{AudioLimits, ImageLimits, KindLimits, LanguageLimits, VideoLimits};
 pub use model::{
     KindDefaults, MAX_CONCURRENCY_LIMIT, MIN_CONCURRENCY_LIMIT, Mode, ModelDef, PricingKind, UpstreamProfile,
     kind_defaults,

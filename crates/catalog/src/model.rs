@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::CatalogError;
+use crate::limits::{AudioLimits, ImageLimits, KindLimits, LanguageLimits, VideoLimits};
 use crate::pricing::optional_sheet;
 
 /// The smallest accepted per-model concurrency cap.
@@ -119,7 +120,12 @@ pub struct UpstreamProfile {
 }
 
 /// One catalog entry: everything the gateway knows about a model besides operator changes.
+///
+/// Deserializing one (directly or through [`ModelDef::from_definition`] / [`crate::Catalog::from_json`])
+/// also parses `limits` into the typed [`KindLimits`] of its kind; a limit that is missing, misspelt or
+/// of the wrong type refuses the entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ModelDefRaw")]
 pub struct ModelDef {
     /// Public name, the value of a request's `model` field.
     pub name: String,
@@ -143,13 +149,71 @@ pub struct ModelDef {
     pub pricing_kind: PricingKind,
     /// Capability names, such as `streaming` or `text_to_image`.
     pub capabilities: Vec<String>,
-    /// The model's limits as an open JSON object, shown to API users as is.
+    /// The model's limits as an open JSON object, shown to API users as is. Rules read the typed copy,
+    /// [`ModelDef::typed_limits`], parsed from this object when the entry was built; the two are only
+    /// kept in step by building a new entry, so treat this field as read-only.
     pub limits: Value,
     /// Where the model is served upstream.
     pub upstream: UpstreamProfile,
     /// Default prices (the first pricing version); `None` for an unpriced model.
     #[serde(default, with = "optional_sheet", skip_serializing_if = "Option::is_none")]
     pub pricing: Option<PriceSheet>,
+    /// `limits`, typed by kind.
+    #[serde(skip)]
+    typed: KindLimits,
+}
+
+/// The serde form of [`ModelDef`], before its limits are typed.
+#[derive(Deserialize)]
+pub(crate) struct ModelDefRaw {
+    pub(crate) name: String,
+    #[serde(with = "as_text")]
+    pub(crate) kind: ModelKind,
+    description: Option<String>,
+    enabled: bool,
+    concurrency_limit: i64,
+    endpoint: String,
+    #[serde(with = "as_text")]
+    scope: Scope,
+    mode: Mode,
+    pricing_kind: PricingKind,
+    capabilities: Vec<String>,
+    limits: Value,
+    upstream: UpstreamProfile,
+    #[serde(default, with = "optional_sheet")]
+    pricing: Option<PriceSheet>,
+}
+
+impl TryFrom<ModelDefRaw> for ModelDef {
+    type Error = CatalogError;
+
+    /// Types the entry's limits by its kind: `LimitsNotObject` or `Limits` (naming the field) on failure.
+    fn try_from(raw: ModelDefRaw) -> Result<ModelDef, CatalogError> {
+        if !raw.limits.is_object() {
+            return Err(CatalogError::LimitsNotObject(raw.name));
+        }
+        let typed = KindLimits::parse(raw.kind, &raw.limits).map_err(|e| CatalogError::Limits {
+            model: raw.name.clone(),
+            field: if e.field.is_empty() { "limits".to_owned() } else { format!("limits.{}", e.field) },
+            message: e.message,
+        })?;
+        Ok(ModelDef {
+            name: raw.name,
+            kind: raw.kind,
+            description: raw.description,
+            enabled: raw.enabled,
+            concurrency_limit: raw.concurrency_limit,
+            endpoint: raw.endpoint,
+            scope: raw.scope,
+            mode: raw.mode,
+            pricing_kind: raw.pricing_kind,
+            capabilities: raw.capabilities,
+            limits: raw.limits,
+            upstream: raw.upstream,
+            pricing: raw.pricing,
+            typed,
+        })
+    }
 }
 
 impl ModelDef {
@@ -167,18 +231,54 @@ impl ModelDef {
 
     /// Reads a definition stored by [`ModelDef::seed`]; the result has no pricing (prices live in the store).
     pub fn from_definition(json: &str) -> Result<ModelDef, CatalogError> {
-        let mut def: ModelDef = serde_json::from_str(json).map_err(|e| CatalogError::Definition(e.to_string()))?;
+        let raw: ModelDefRaw = serde_json::from_str(json).map_err(|e| CatalogError::Definition(e.to_string()))?;
+        let mut def = ModelDef::try_from(raw)?;
         def.pricing = None;
         def.validate()?;
         Ok(def)
     }
 
-    /// The largest completion the model allows: `limits.max_completion_tokens`, else `limits.max_tokens.max`.
+    /// The largest completion a language model allows: `limits.max_completion_tokens`, else
+    /// `limits.max_tokens.max`; `None` for other kinds.
     pub fn max_completion_tokens(&self) -> Option<u64> {
-        self.limits
-            .get("max_completion_tokens")
-            .and_then(Value::as_u64)
-            .or_else(|| self.limits.pointer("/max_tokens/max").and_then(Value::as_u64))
+        self.language_limits().map(LanguageLimits::max_completion_tokens)
+    }
+
+    /// The limits, typed by the model's kind.
+    pub fn typed_limits(&self) -> &KindLimits {
+        &self.typed
+    }
+
+    /// The limits of a language model; `None` for other kinds.
+    pub fn language_limits(&self) -> Option<&LanguageLimits> {
+        match &self.typed {
+            KindLimits::Language(limits) => Some(limits),
+            _ => None,
+        }
+    }
+
+    /// The limits of an image model; `None` for other kinds.
+    pub fn image_limits(&self) -> Option<&ImageLimits> {
+        match &self.typed {
+            KindLimits::Image(limits) => Some(limits),
+            _ => None,
+        }
+    }
+
+    /// The limits of a video model; `None` for other kinds.
+    pub fn video_limits(&self) -> Option<&VideoLimits> {
+        match &self.typed {
+            KindLimits::Video(limits) => Some(limits),
+            _ => None,
+        }
+    }
+
+    /// The limits of an audio model; `None` for other kinds.
+    pub fn audio_limits(&self) -> Option<&AudioLimits> {
+        match &self.typed {
+            KindLimits::Audio(limits) => Some(limits),
+            _ => None,
+        }
     }
 
     /// The limits object as shown to API users.
@@ -199,6 +299,13 @@ impl ModelDef {
         }
         if !self.limits.is_object() {
             return Err(CatalogError::LimitsNotObject(self.name.clone()));
+        }
+        if self.typed.kind() != self.kind {
+            return Err(CatalogError::Limits {
+                model: self.name.clone(),
+                field: "limits".to_owned(),
+                message: format!("typed as {} limits, but the model is {}", self.typed.kind(), self.kind),
+            });
         }
         let defaults = kind_defaults(self.kind);
         let checks = [
@@ -275,7 +382,13 @@ mod as_text {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Catalog;
     use domain::Rate;
+
+    /// The builtin entry `name`, with a fresh one-rate sheet.
+    fn builtin(name: &str) -> ModelDef {
+        Catalog::builtin().expect("builtin").get(name).cloned().expect("model")
+    }
 
     fn sample() -> ModelDef {
         let mut sheet = PriceSheet::default();
@@ -283,25 +396,14 @@ mod tests {
             "output_audio_seconds".into(),
             Rate { amount_microusd: 2500, denominator: 1, unit: "second".into() },
         );
-        ModelDef {
-            name: "AudioGen-1.0".into(),
-            kind: ModelKind::Audio,
-            description: Some("speech".into()),
-            enabled: true,
-            concurrency_limit: 200,
-            endpoint: "/api/v1/audio/generations".into(),
-            scope: Scope::AudioCreate,
-            mode: Mode::Synchronous,
-            pricing_kind: PricingKind::PerSecond,
-            capabilities: vec!["text_to_speech".into()],
-            limits: serde_json::json!({"text_prompt": {"min_chars": 1, "max_chars": 3000}}),
-            upstream: UpstreamProfile {
-                provider: "speech".into(),
-                model_id: "seed-audio-1.0".into(),
-                base_url_key: "speech".into(),
-            },
-            pricing: Some(sheet),
-        }
+        ModelDef { pricing: Some(sheet), ..builtin("AudioGen-1.0") }
+    }
+
+    /// `def` stored and read back with `limits` replaced.
+    fn with_limits(def: &ModelDef, limits: Value) -> Result<ModelDef, CatalogError> {
+        let mut stored: Value = serde_json::from_str(&def.seed().definition).expect("definition is JSON");
+        stored["limits"] = limits;
+        ModelDef::from_definition(&stored.to_string())
     }
 
     #[test]
@@ -317,7 +419,10 @@ mod tests {
         assert_eq!(stored, serde_form);
         assert_eq!(seed.sheet, def.pricing);
         let back = ModelDef::from_definition(&seed.definition).expect("definition reads back");
-        assert_eq!(back, ModelDef { pricing: None, ..def });
+        assert_eq!(back, ModelDef { pricing: None, ..def.clone() });
+        let through_serde: ModelDef = serde_json::from_value(serde_json::to_value(&def).expect("ser")).expect("de");
+        assert_eq!(through_serde, def);
+        assert_eq!(through_serde.typed_limits(), def.typed_limits());
     }
 
     #[test]
@@ -327,9 +432,7 @@ mod tests {
         let err = ModelDef::from_definition(&def.seed().definition);
         assert!(matches!(err, Err(CatalogError::KindMismatch { field: "endpoint", .. })), "{err:?}");
 
-        let mut def = sample();
-        def.limits = Value::Array(vec![]);
-        let err = ModelDef::from_definition(&def.seed().definition);
+        let err = with_limits(&sample(), Value::Array(vec![]));
         assert_eq!(err, Err(CatalogError::LimitsNotObject("AudioGen-1.0".into())));
 
         let err = ModelDef::from_definition(r#"{"name": "x", "kind": "sound"}"#);
@@ -338,12 +441,70 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_typed_by_kind() {
+        let audio = sample();
+        assert_eq!(audio.audio_limits().map(|l| l.reserve_seconds), Some(120));
+        assert!(audio.image_limits().is_none() && audio.language_limits().is_none() && audio.video_limits().is_none());
+        assert_eq!(audio.typed_limits().kind(), ModelKind::Audio);
+        let image = builtin("Vendor-Imagegen-5.0-pro");
+        assert_eq!(image.image_limits().map(|l| l.reference_images.max_items), Some(10));
+        let video = builtin("videogen-2-0");
+        assert_eq!(video.video_limits().map(|l| l.duration.max), Some(15));
+        let chat = builtin("LangB-2.0-pro");
+        let sampling = chat.language_limits().and_then(|l| l.sampling.as_ref()).expect("sampling");
+        assert_eq!(sampling.top_p.enforced.as_ref().map(ToString::to_string), Some("0.95".to_owned()));
+    }
+
+    #[test]
+    fn a_misspelt_or_missing_limit_refuses_the_entry() {
+        let def = sample();
+        let mut misspelt = def.limits.clone();
+        misspelt["reserve_secs"] = misspelt["reserve_seconds"].take();
+        if let Some(o) = misspelt.as_object_mut() {
+            o.remove("reserve_seconds");
+        }
+        let err = with_limits(&def, misspelt).expect_err("misspelt");
+        assert!(
+            matches!(&err, CatalogError::Limits { model, field, message }
+                if model == "AudioGen-1.0" && field == "limits.reserve_secs" && message.contains("unknown field")),
+            "{err:?}"
+        );
+        let mut missing = def.limits.clone();
+        if let Some(o) = missing.as_object_mut() {
+            o.remove("reserve_seconds");
+        }
+        let err = with_limits(&def, missing).expect_err("missing");
+        assert!(
+            matches!(&err, CatalogError::Limits { field, message, .. }
+                if field == "limits" && message.contains("missing field `reserve_seconds`")),
+            "{err:?}"
+        );
+        let mut nested = def.limits.clone();
+        nested["references"]["max_base64_byte"] = Value::from(1);
+        let err = with_limits(&def, nested).expect_err("nested unknown");
+        assert!(
+            matches!(&err, CatalogError::Limits { field, .. } if field == "limits.references.max_base64_byte"),
+            "{err:?}"
+        );
+        let mut wrong_type = def.limits.clone();
+        wrong_type["speech_rate"]["min"] = Value::from("-50");
+        let err = with_limits(&def, wrong_type).expect_err("wrong type");
+        assert!(matches!(&err, CatalogError::Limits { field, .. } if field == "limits.speech_rate.min"), "{err:?}");
+        assert!(err.to_string().starts_with("model AudioGen-1.0: limits.speech_rate.min: "), "{err}");
+    }
+
+    #[test]
     fn max_completion_tokens_falls_back_to_max_tokens() {
-        let mut def = sample();
-        assert_eq!(def.max_completion_tokens(), None);
-        def.limits = serde_json::json!({"max_tokens": {"min": 1, "max": 393216}});
-        assert_eq!(def.max_completion_tokens(), Some(393_216));
-        def.limits = serde_json::json!({"max_tokens": {"min": 1, "max": 393216}, "max_completion_tokens": 131072});
-        assert_eq!(def.max_completion_tokens(), Some(131_072));
+        assert_eq!(sample().max_completion_tokens(), None);
+        let flash = builtin("LangA-V4-flash");
+        assert_eq!(flash.max_completion_tokens(), Some(393_216));
+        let mut limits = flash.limits.clone();
+        if let Some(o) = limits.as_object_mut() {
+            o.remove("max_completion_tokens");
+        }
+        limits["max_tokens"]["max"] = Value::from(100_000);
+        assert_eq!(with_limits(&flash, limits.clone()).map(|d| d.max_completion_tokens()), Ok(Some(100_000)));
+        limits["max_completion_tokens"] = Value::from(131_072);
+        assert_eq!(with_limits(&flash, limits).map(|d| d.max_completion_tokens()), Ok(Some(131_072)));
     }
 }

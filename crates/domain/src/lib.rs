@@ -2,6 +2,7 @@
 //!
 //! Nothing here performs I/O or needs an async runtime; the crate knows no HTTP, JSON or ORM.
 
+pub mod egress;
 pub mod kind;
 pub mod money;
 pub mod ports;
@@ -10,7 +11,9 @@ pub mod records;
 pub mod scope;
 pub mod task;
 pub mod time;
+pub mod video;
 
+pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use kind::{ModelKind, UnknownName};
 pub use money::{MoneyError, UsdAmount};
 pub use pricing::{PriceSheet, PricingVersion, Rate, RateError};
@@ -19,5 +22,6 @@ pub use records::{
     TaskId, TaskStats, User, UserId,
 };
 pub use scope::Scope;
-pub use task::{StatusFilter, TaskEvent, TaskStatus, TransitionError};
+pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
 pub use time::{Clock, SystemClock, Timestamp};
+pub use video::{DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

@@ -108,6 +108,65 @@ impl TaskStatus {
     }
 }
 
+impl TaskEvent {
+    /// The event that ends a task in the terminal state `status`; `None` for a non-terminal one.
+    pub const fn ending_in(status: TaskStatus) -> Option<TaskEvent> {
+        match status {
+            TaskStatus::Succeeded => Some(TaskEvent::Succeeded),
+            TaskStatus::Failed => Some(TaskEvent::Failed),
+            TaskStatus::Cancelled => Some(TaskEvent::Cancel),
+            TaskStatus::Expired => Some(TaskEvent::Expire),
+            TaskStatus::Submitting | TaskStatus::Queued | TaskStatus::Processing => None,
+        }
+    }
+}
+
+/// What a state change records besides the state: each field given replaces the stored one,
+/// each field left `None` keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskUpdate {
+    /// The upstream's id for the task (video: recorded on `submitting → queued`).
+    pub upstream_id: Option<String>,
+    /// Result address.
+    pub output_url: Option<String>,
+    /// Video last frame address.
+    pub last_frame_url: Option<String>,
+    /// Usage reported by the upstream, as JSON text.
+    pub usage_json: Option<String>,
+    /// Failure code.
+    pub error_code: Option<String>,
+    /// Failure text.
+    pub error_message: Option<String>,
+}
+
+/// A compare-and-set state change: the task moves by `event` (through [`TaskStatus::apply`]) only
+/// if it is in `from` when the store applies it; `from: None` accepts whatever state it is in.
+/// `updated_at` becomes the time of the change, and `completed_at` too when the new state is terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskTransition {
+    /// The state the task must be in; `None`: any state the event is allowed from.
+    pub from: Option<TaskStatus>,
+    /// What happened.
+    pub event: TaskEvent,
+    /// Fields recorded with the change.
+    pub update: TaskUpdate,
+}
+
+impl TaskTransition {
+    /// The change `from` → `from.apply(event)` recording nothing else.
+    pub fn new(from: TaskStatus, event: TaskEvent) -> TaskTransition {
+        TaskTransition { from: Some(from), event, update: TaskUpdate::default() }
+    }
+
+    /// The state after this change from `current`, if the expected state and the table allow it.
+    pub fn target(&self, current: TaskStatus) -> Result<TaskStatus, TransitionError> {
+        match self.from {
+            Some(from) if from != current => Err(TransitionError { from: current, event: self.event }),
+            _ => current.apply(self.event),
+        }
+    }
+}
+
 impl fmt::Display for TaskStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -1,6 +1,6 @@
 //! Chat request validation: checks a `POST /api/v1/chat/completions` body against the model's catalog limits.
 //!
-//! The rules come from the model's `limits` object (`messages`, `max_tokens`, `max_completion_tokens`,
+//! The rules come from the model's typed limits ([`LanguageLimits`]: `messages`, `max_tokens`, `max_completion_tokens`,
 //! `max_input_tokens`, `stop`, `thinking`, `reasoning_effort`, `sampling`, `input_modalities`, `media`);
 //! unknown parameters are passed through untouched. The result, [`ChatPlan`], is what the gateway needs
 //! to reserve and forward the call: stream or not, the output cap and an upper bound on prompt tokens.
@@ -8,12 +8,13 @@
 mod media;
 mod messages;
 
-use catalog::ModelDef;
-use serde_json::{Map, Value};
+use catalog::{LanguageLimits, ModelDef};
+use serde_json::{Map, Number, Value};
 
 use crate::ValidationError;
 
-/// The largest output cap the interface allows; used when a model's limits state none.
+/// The largest output cap the interface allows (its Limits table); every language model's typed
+/// `max_tokens.max` is at most this (checked by a test).
 pub const MAX_OUTPUT_TOKENS: u64 = 393_216;
 
 /// Tokens added to every prompt bound for the chat template's fixed text (system preamble,
@@ -48,13 +49,16 @@ pub struct ChatPlan {
 /// interface does not list are allowed and left alone. A JSON `null` counts as a wrong type for every
 /// optional field; only an assistant message with `tool_calls` may have `content: null`.
 pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPlan, ValidationError> {
-    let input = messages::check(def, body)?;
+    let Some(limits) = def.language_limits() else {
+        return Err(invalid(format!("model {} is not a language model", def.name)));
+    };
+    let input = messages::check(def, limits, body)?;
     let stream = check_stream(body)?;
-    let max_output_tokens = check_output_tokens(def, body)?;
-    check_sampling(def, body)?;
-    check_stop(def, body)?;
-    check_thinking(def, body)?;
-    check_reasoning_effort(def, body)?;
+    let max_output_tokens = check_output_tokens(def, limits, body)?;
+    check_sampling(limits, body)?;
+    check_stop(limits, body)?;
+    check_thinking(def, limits, body)?;
+    check_reasoning_effort(def, limits, body)?;
     check_tools(body)?;
 
     let other_fields = body
@@ -62,10 +66,7 @@ pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPla
         .filter(|(key, _)| key.as_str() != "messages")
         .fold(0u64, |sum, (key, value)| sum.saturating_add(entry_size(key, value)));
     let estimate = TEMPLATE_OVERHEAD_TOKENS.saturating_add(input.prompt_tokens).saturating_add(other_fields);
-    let cap = ["max_input_tokens", "context_window"]
-        .iter()
-        .find_map(|key| def.limits.get(*key).and_then(Value::as_u64))
-        .unwrap_or(u64::MAX);
+    let cap = limits.input_window().unwrap_or(u64::MAX);
     Ok(ChatPlan { stream, max_output_tokens, prompt_bound_tokens: estimate.min(cap), has_audio: input.has_audio })
 }
 
@@ -93,10 +94,13 @@ fn check_stream(body: &Map<String, Value>) -> Result<bool, ValidationError> {
 
 /// Checks `max_tokens` and `max_completion_tokens` (both, when both are given) against the model's
 /// `limits.max_tokens` range and returns the effective output cap.
-fn check_output_tokens(def: &ModelDef, body: &Map<String, Value>) -> Result<u64, ValidationError> {
-    let model_max = def.max_completion_tokens().unwrap_or(MAX_OUTPUT_TOKENS);
-    let min = def.limits.pointer("/max_tokens/min").and_then(Value::as_u64).unwrap_or(1);
-    let max = def.limits.pointer("/max_tokens/max").and_then(Value::as_u64).unwrap_or(model_max);
+fn check_output_tokens(
+    def: &ModelDef,
+    limits: &LanguageLimits,
+    body: &Map<String, Value>,
+) -> Result<u64, ValidationError> {
+    let model_max = limits.max_completion_tokens();
+    let (min, max) = (limits.max_tokens.min, limits.max_tokens.max);
     let mut chosen = None;
     for field in ["max_tokens", "max_completion_tokens"] {
         let Some(value) = body.get(field) else { continue };
@@ -114,12 +118,12 @@ fn check_output_tokens(def: &ModelDef, body: &Map<String, Value>) -> Result<u64,
     Ok(chosen.unwrap_or(model_max))
 }
 
-fn check_sampling(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
-    for (field, default_max) in [("temperature", 2.0), ("top_p", 1.0)] {
-        let bound = |end: &str, default: f64| {
-            def.limits.pointer(&format!("/sampling/{field}/{end}")).and_then(Value::as_f64).unwrap_or(default)
-        };
-        check_number(body, field, bound("min", 0.0), bound("max", default_max))?;
+fn check_sampling(limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    let sampling = limits.sampling.as_ref();
+    let ranges = [("temperature", sampling.map(|s| &s.temperature), 2.0), ("top_p", sampling.map(|s| &s.top_p), 1.0)];
+    for (field, range, default_max) in ranges {
+        let bound = |n: Option<&Number>, default: f64| n.and_then(Number::as_f64).unwrap_or(default);
+        check_number(body, field, bound(range.map(|r| &r.min), 0.0), bound(range.map(|r| &r.max), default_max))?;
     }
     for field in ["frequency_penalty", "presence_penalty"] {
         check_number(body, field, PENALTY_RANGE.0, PENALTY_RANGE.1)?;
@@ -135,8 +139,8 @@ fn check_number(body: &Map<String, Value>, field: &str, min: f64, max: f64) -> R
     }
 }
 
-fn check_stop(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
-    let max = def.limits.pointer("/stop/max_items").and_then(Value::as_u64).unwrap_or(4);
+fn check_stop(limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
+    let max = limits.stop.max_items;
     let refuse = || invalid(format!("stop must be a string or an array of at most {max} strings"));
     match body.get("stop") {
         None | Some(Value::String(_)) => Ok(()),
@@ -145,12 +149,12 @@ fn check_stop(def: &ModelDef, body: &Map<String, Value>) -> Result<(), Validatio
     }
 }
 
-fn check_thinking(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+fn check_thinking(def: &ModelDef, limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
     let Some(value) = body.get("thinking") else { return Ok(()) };
-    let Some(limits) = def.limits.get("thinking") else {
+    let Some(thinking) = &limits.thinking else {
         return Err(invalid(format!("thinking is not supported by model {}", def.name)));
     };
-    let types = string_list(limits.get("types")).unwrap_or_else(|| vec!["enabled", "disabled"]);
+    let types: Vec<&str> = thinking.types.iter().map(String::as_str).collect();
     let Value::Object(thinking) = value else {
         return Err(invalid(format!("thinking must be an object, got {}", describe(value))));
     };
@@ -165,11 +169,16 @@ fn check_thinking(def: &ModelDef, body: &Map<String, Value>) -> Result<(), Valid
     }
 }
 
-fn check_reasoning_effort(def: &ModelDef, body: &Map<String, Value>) -> Result<(), ValidationError> {
+fn check_reasoning_effort(
+    def: &ModelDef,
+    limits: &LanguageLimits,
+    body: &Map<String, Value>,
+) -> Result<(), ValidationError> {
     let Some(value) = body.get("reasoning_effort") else { return Ok(()) };
-    let Some(values) = string_list(def.limits.pointer("/reasoning_effort/values")) else {
+    let Some(effort) = &limits.reasoning_effort else {
         return Err(invalid(format!("reasoning_effort is not supported by model {}", def.name)));
     };
+    let values: Vec<&str> = effort.values.iter().map(String::as_str).collect();
     match value {
         Value::String(v) if values.contains(&v.as_str()) => Ok(()),
         _ => Err(invalid(format!(
@@ -200,11 +209,6 @@ fn check_tools(body: &Map<String, Value>) -> Result<(), ValidationError> {
         None | Some(Value::Object(_)) => Ok(()),
         Some(other) => Err(invalid(format!("response_format must be an object, got {}", describe(other)))),
     }
-}
-
-/// The strings of a JSON array, or `None` when `value` is not an array.
-fn string_list(value: Option<&Value>) -> Option<Vec<&str>> {
-    Some(value?.as_array()?.iter().filter_map(Value::as_str).collect())
 }
 
 /// A short description of a JSON value for error messages: scalars as written (long strings cut), containers by kind.

@@ -1,12 +1,34 @@
 //! Request validation: turns raw request values into checked domain inputs, or an `invalid_request` message.
 //!
-//! Knows the spec's limits but nothing of HTTP: callers hand over decoded values.
+//! Knows the spec's limits but nothing of HTTP: callers hand over decoded values (chat) or the body's
+//! bytes (images, audio: typed requests with no additional properties).
 
+mod audio;
 mod chat;
+mod image;
+pub mod media;
+mod native;
+mod shape;
+pub mod sniff;
+mod video;
 
+pub use audio::{
+    AudioConfig, AudioFormat, AudioPlan, AudioReference, AudioRequest, MAX_REFERENCES, PITCH_RANGE, RATE_RANGE,
+    REFERENCE_FIELDS, SampleRate, TEXT_PROMPT_MAX_CHARS, TEXT_PROMPT_MIN_CHARS, check_audio_request,
+    parse_audio_request,
+};
 pub use chat::{ChatPlan, MAX_OUTPUT_TOKENS, ROLES, TEMPLATE_OVERHEAD_TOKENS, chat_request};
 use domain::StatusFilter;
 use domain::ports::PageRequest;
+pub use image::{
+    ImagePlan, ImageRefs, ImageRequest, OptimizePromptOptions, OutputFormat, PromptMode, PromptThinking,
+    ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
+};
+pub use native::{NativePlan, messages_request, responses_request};
+pub use video::{
+    MediaInput, MediaType, Ratio, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest,
+    check_video_request, parse_video_request,
+};
 
 /// A request that breaks a rule of the interface; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,6 +151,16 @@ mod tests {
         assert_eq!(check(&[("status", "completed")]).map(|q| q.status), Ok(Some(StatusFilter::Completed)));
         for bad in ["", "RUNNING", "done", "queued,failed"] {
             assert!(check(&[("status", bad)]).is_err(), "status={bad:?}");
+        }
+    }
+
+    #[test]
+    fn no_language_model_exceeds_the_interface_output_cap() {
+        let catalog = catalog::Catalog::builtin().expect("builtin catalog");
+        for def in &catalog.models {
+            if let Some(limits) = def.language_limits() {
+                assert!(limits.max_completion_tokens() <= MAX_OUTPUT_TOKENS, "{}", def.name);
+            }
         }
     }
 

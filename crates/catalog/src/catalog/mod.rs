@@ -6,7 +6,7 @@ use domain::{ModelKind, ModelSeed};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CatalogError;
-use crate::model::ModelDef;
+use crate::model::{ModelDef, ModelDefRaw};
 
 /// The interface's model enum: every public model name with its kind, in the spec's order.
 pub const SPEC_MODELS: [(&str, ModelKind); 15] = [
@@ -43,9 +43,19 @@ impl Catalog {
         Catalog::from_json(BUILTIN_JSON)
     }
 
-    /// Parses a catalog document `{"models": [...]}` and checks it (see [`Catalog::validate`]).
+    /// Parses a catalog document `{"models": [...]}`, types every entry's limits (a bad limit is
+    /// [`CatalogError::Limits`], naming the model and the field) and checks it (see [`Catalog::validate`]).
     pub fn from_json(json: &str) -> Result<Catalog, CatalogError> {
-        let catalog: Catalog = serde_json::from_str(json).map_err(|e| CatalogError::Malformed(e.to_string()))?;
+        let raw: CatalogRaw = serde_json::from_str(json).map_err(|e| CatalogError::Malformed(e.to_string()))?;
+        for entry in &raw.models {
+            if let Some(expected) = spec_kind(&entry.name)
+                && entry.kind != expected
+            {
+                return Err(CatalogError::WrongKind { model: entry.name.clone(), expected, found: entry.kind });
+            }
+        }
+        let models = raw.models.into_iter().map(ModelDef::try_from).collect::<Result<Vec<_>, _>>()?;
+        let catalog = Catalog { models };
         catalog.validate()?;
         Ok(catalog)
     }
@@ -82,6 +92,12 @@ impl Catalog {
     pub fn seeds(&self) -> Vec<ModelSeed> {
         self.models.iter().map(ModelDef::seed).collect()
     }
+}
+
+/// The serde form of a catalog document, before its entries' limits are typed.
+#[derive(Deserialize)]
+struct CatalogRaw {
+    models: Vec<ModelDefRaw>,
 }
 
 /// The kind the interface gives `name`, if it is one of its models.

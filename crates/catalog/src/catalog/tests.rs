@@ -306,7 +306,9 @@ fn seeds_round_trip_through_the_definition() {
         assert_eq!(seed.sheet, def.pricing, "{}", def.name);
         assert!(!seed.definition.contains("amountMicrousd"), "{}: pricing leaked into the definition", def.name);
         let back = ModelDef::from_definition(&seed.definition).expect("definition reads back");
-        assert_eq!(back, ModelDef { pricing: None, ..def.clone() });
+        let mut unpriced = def.clone();
+        unpriced.pricing = None;
+        assert_eq!(back, unpriced);
     }
 }
 
@@ -370,4 +372,23 @@ fn validation_checks_prices_and_kind_fields() {
     assert!(matches!(mode, Err(CatalogError::KindMismatch { field: "mode", .. })), "{mode:?}");
     let scope = load_changed(|models| models[6]["scope"] = json!("image:create"));
     assert!(matches!(scope, Err(CatalogError::KindMismatch { field: "scope", .. })), "{scope:?}");
+}
+
+#[test]
+fn a_bad_limit_is_a_load_error_naming_model_and_field() {
+    let misspelt = load_changed(|models| {
+        let sizes = &mut models[5]["limits"]["sizes"];
+        sizes["side_multiples"] = sizes["side_multiple"].take();
+    });
+    assert!(
+        matches!(&misspelt, Err(CatalogError::Limits { model, field, .. })
+            if model == "Vendor-Imagegen-5.0-pro" && field == "limits.sizes.side_multiples"),
+        "{misspelt:?}"
+    );
+    let wrong_type = load_changed(|models| models[6]["limits"]["max_tokens"]["max"] = json!(-1));
+    assert!(
+        matches!(&wrong_type, Err(CatalogError::Limits { model, field, .. })
+            if model == "LangA-V4-flash" && field == "limits.max_tokens.max"),
+        "{wrong_type:?}"
+    );
 }

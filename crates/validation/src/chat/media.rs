@@ -1,10 +1,11 @@
 //! Media content parts of chat messages (image, video, audio): modality, item counts, inline sizes and formats.
 
-use catalog::ModelDef;
+use catalog::{LanguageLimits, ModelDef};
 use serde_json::{Map, Value};
 
 use super::{count, describe, invalid};
 use crate::ValidationError;
+use crate::media::{self as shared, Base64Rules, DataUrl, DataUrlError};
 
 /// The largest image the interface allows, in pixels, when the model's limits state none.
 const DEFAULT_MAX_PIXELS: u64 = 36_000_000;
@@ -72,6 +73,36 @@ impl MediaTally {
     }
 }
 
+/// The limits of one media kind of a model, whatever the kind.
+struct KindRules<'a> {
+    /// Most items of the kind per request, when bounded.
+    max_items: Option<u64>,
+    /// Largest inline item, decoded bytes.
+    max_bytes: u64,
+    /// Accepted formats, when listed.
+    formats: Option<&'a [String]>,
+}
+
+/// The model's limits for media of `kind`, if it states any.
+fn kind_rules(limits: &LanguageLimits, kind: MediaKind) -> Option<KindRules<'_>> {
+    let media = limits.media.as_ref()?;
+    match kind {
+        MediaKind::Image => {
+            media.image.as_ref().map(|l| KindRules { max_items: None, max_bytes: l.max_bytes, formats: None })
+        }
+        MediaKind::Video => media.video.as_ref().map(|l| KindRules {
+            max_items: Some(l.max_items),
+            max_bytes: l.max_bytes,
+            formats: Some(&l.formats),
+        }),
+        MediaKind::Audio => media.audio.as_ref().map(|l| KindRules {
+            max_items: Some(l.max_items),
+            max_bytes: l.max_bytes,
+            formats: Some(&l.formats),
+        }),
+    }
+}
+
 /// Where a media item's bytes are.
 enum Payload<'a> {
     /// A link the upstream fetches; its size is not known here.
@@ -85,6 +116,7 @@ enum Payload<'a> {
 /// Checks one media part at `path` (`part_type` is its `type`) and returns its prompt-token bound.
 pub(super) fn check_part(
     def: &ModelDef,
+    limits: &LanguageLimits,
     path: &str,
     kind: MediaKind,
     part_type: &str,
@@ -92,11 +124,8 @@ pub(super) fn check_part(
     tally: &mut MediaTally,
 ) -> Result<u64, ValidationError> {
     let name = kind.name();
-    let modalities: Vec<&str> = def
-        .limits
-        .get("input_modalities")
-        .and_then(Value::as_array)
-        .map_or_else(|| vec!["text"], |list| list.iter().filter_map(Value::as_str).collect());
+    let modalities: Vec<&str> =
+        limits.input_modalities.as_ref().map_or_else(|| vec!["text"], |list| list.iter().map(String::as_str).collect());
     if !modalities.contains(&name) {
         return Err(invalid(format!(
             "{path}: {name} input is not supported by model {}, which accepts {}",
@@ -104,19 +133,19 @@ pub(super) fn check_part(
             modalities.join(", ")
         )));
     }
-    let limits = def.limits.pointer(&format!("/media/{name}"));
+    let rules = kind_rules(limits, kind);
     let seen = tally.add(kind);
-    if let Some(max) = limits.and_then(|l| l.get("max_items")).and_then(Value::as_u64)
+    if let Some(max) = rules.as_ref().and_then(|r| r.max_items)
         && seen > max
     {
         return Err(invalid(format!("{path}: messages may carry at most {max} {name} items for model {}", def.name)));
     }
     let (payload, format) = locate(path, part_type, part)?;
-    if let Some(limits) = limits {
-        check_payload(path, kind, limits, &payload)?;
-        check_format(path, kind, limits, &payload, format)?;
+    if let Some(rules) = &rules {
+        check_payload(path, kind, rules, &payload)?;
+        check_format(path, kind, rules, &payload, format)?;
     }
-    Ok(item_tokens(def, kind))
+    Ok(item_tokens(limits, kind))
 }
 
 /// Finds the payload and the declared `format` of a media part.
@@ -149,27 +178,26 @@ fn locate<'a>(
     if source.is_empty() {
         return Err(invalid(format!("{path}.{part_type}.{inner_key} must not be empty")));
     }
-    let payload = match source.get(..5) {
-        Some(prefix) if prefix.eq_ignore_ascii_case("data:") => parse_data_url(path, &source[5..])?,
-        _ if part_type == "input_audio" => Payload::Base64(source),
-        _ => Payload::Url,
+    let payload = match shared::strip_data_scheme(source) {
+        Some(rest) => match shared::parse_data_url(rest) {
+            Ok(DataUrl { mime, base64, data }) => Payload::DataUrl { mime, base64, data },
+            Err(DataUrlError::NoComma) => {
+                return Err(invalid(format!("{path}: the data URL has no comma before its data")));
+            }
+        },
+        None if part_type == "input_audio" => Payload::Base64(source),
+        None => Payload::Url,
     };
     Ok((payload, format))
 }
 
-/// Parses the part of a `data:` URL after the scheme: `<mime>[;param…][;base64],<data>`.
-fn parse_data_url<'a>(path: &str, rest: &'a str) -> Result<Payload<'a>, ValidationError> {
-    let Some((header, data)) = rest.split_once(',') else {
-        return Err(invalid(format!("{path}: the data URL has no comma before its data")));
-    };
-    let mut params = header.split(';');
-    let mime = params.next().unwrap_or_default().trim();
-    let base64 = params.next_back().is_some_and(|p| p.trim().eq_ignore_ascii_case("base64"));
-    Ok(Payload::DataUrl { mime, base64, data })
-}
-
-/// Checks the decoded size of inline data against `limits.max_bytes`, and a data URL's MIME type against the kind.
-fn check_payload(path: &str, kind: MediaKind, limits: &Value, payload: &Payload<'_>) -> Result<(), ValidationError> {
+/// Checks the decoded size of inline data against `max_bytes`, and a data URL's MIME type against the kind.
+fn check_payload(
+    path: &str,
+    kind: MediaKind,
+    rules: &KindRules<'_>,
+    payload: &Payload<'_>,
+) -> Result<(), ValidationError> {
     let name = kind.name();
     let size = match payload {
         Payload::Url => return Ok(()),
@@ -182,38 +210,32 @@ fn check_payload(path: &str, kind: MediaKind, limits: &Value, payload: &Payload<
         }
         Payload::Base64(data) => decoded_len(path, data)?,
     };
-    match limits.get("max_bytes").and_then(Value::as_u64) {
-        Some(max) if size > max => Err(ValidationError::TooLarge(format!(
+    let max = rules.max_bytes;
+    if size > max {
+        return Err(ValidationError::TooLarge(format!(
             "{path}: inline {name} data is {size} bytes decoded, above the limit of {max} bytes"
-        ))),
-        _ => Ok(()),
+        )));
     }
+    Ok(())
 }
 
-/// The decoded size of base64 `data`, from its length: three bytes per four symbols; padding and
-/// whitespace do not count. Any other character makes the data invalid.
+/// The decoded size of base64 `data` (chat reads it leniently: both alphabets, padding and whitespace
+/// anywhere, not counted).
 fn decoded_len(path: &str, data: &str) -> Result<u64, ValidationError> {
-    let mut symbols = 0u64;
-    for b in data.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_') {
-            symbols += 1;
-        } else if b != b'=' && !b.is_ascii_whitespace() {
-            return Err(invalid(format!("{path}: the inline data is not valid base64")));
-        }
-    }
-    Ok(symbols / 4 * 3 + (symbols % 4) * 3 / 4)
+    shared::decoded_len(data, Base64Rules::Lenient)
+        .ok_or_else(|| invalid(format!("{path}: the inline data is not valid base64")))
 }
 
-/// Checks the format named by a data URL's MIME type and by a `format` field against `limits.formats`.
+/// Checks the format named by a data URL's MIME type and by a `format` field against the model's formats.
 fn check_format(
     path: &str,
     kind: MediaKind,
-    limits: &Value,
+    rules: &KindRules<'_>,
     payload: &Payload<'_>,
     format: Option<&str>,
 ) -> Result<(), ValidationError> {
-    let Some(formats) = limits.get("formats").and_then(Value::as_array) else { return Ok(()) };
-    let formats: Vec<&str> = formats.iter().filter_map(Value::as_str).collect();
+    let Some(formats) = rules.formats else { return Ok(()) };
+    let formats: Vec<&str> = formats.iter().map(String::as_str).collect();
     let from_mime = match payload {
         Payload::DataUrl { mime, .. } => mime.split_once('/').map(|(_, sub)| format_of_subtype(kind, sub)),
         _ => None,
@@ -248,17 +270,14 @@ fn format_of_subtype(kind: MediaKind, subtype: &str) -> &str {
 
 /// The prompt-token bound of one item: an image counts one token per 14×14 patch of the model's largest
 /// image; a video or audio item counts the whole input window, since its duration is not read here.
-fn item_tokens(def: &ModelDef, kind: MediaKind) -> u64 {
+fn item_tokens(limits: &LanguageLimits, kind: MediaKind) -> u64 {
     match kind {
-        MediaKind::Image => def
-            .limits
-            .pointer("/media/image/max_pixels")
-            .and_then(Value::as_u64)
-            .unwrap_or(DEFAULT_MAX_PIXELS)
+        MediaKind::Image => limits
+            .media
+            .as_ref()
+            .and_then(|m| m.image.as_ref())
+            .map_or(DEFAULT_MAX_PIXELS, |image| image.max_pixels)
             .div_ceil(PIXELS_PER_IMAGE_TOKEN),
-        MediaKind::Video | MediaKind::Audio => ["max_input_tokens", "context_window"]
-            .iter()
-            .find_map(|key| def.limits.get(*key).and_then(Value::as_u64))
-            .unwrap_or(DEFAULT_TIMED_ITEM_TOKENS),
+        MediaKind::Video | MediaKind::Audio => limits.input_window().unwrap_or(DEFAULT_TIMED_ITEM_TOKENS),
     }
 }

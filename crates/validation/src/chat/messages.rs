@@ -1,6 +1,6 @@
 //! The `messages` array of a chat request: count, roles, content shapes, and the prompt size they imply.
 
-use catalog::ModelDef;
+use catalog::{LanguageLimits, ModelDef};
 use serde_json::{Map, Value};
 
 use super::media::{self, MediaKind, MediaTally};
@@ -15,16 +15,19 @@ pub(super) struct Messages {
     pub has_audio: bool,
 }
 
-/// Checks `body["messages"]`: an array of `limits.messages.min..=max` message objects (default 1..=1000).
-pub(super) fn check(def: &ModelDef, body: &Map<String, Value>) -> Result<Messages, ValidationError> {
+/// Checks `body["messages"]`: an array of `limits.messages.min..=max` message objects.
+pub(super) fn check(
+    def: &ModelDef,
+    limits: &LanguageLimits,
+    body: &Map<String, Value>,
+) -> Result<Messages, ValidationError> {
     let Some(value) = body.get("messages") else {
         return Err(invalid("messages is required".to_owned()));
     };
     let Value::Array(items) = value else {
         return Err(invalid(format!("messages must be an array, got {}", describe(value))));
     };
-    let min = def.limits.pointer("/messages/min").and_then(Value::as_u64).unwrap_or(1);
-    let max = def.limits.pointer("/messages/max").and_then(Value::as_u64).unwrap_or(1000);
+    let (min, max) = (limits.messages.min, limits.messages.max);
     let n = count(items.len());
     if !(min..=max).contains(&n) {
         return Err(invalid(format!("messages must have {min} to {max} items, got {n}")));
@@ -32,14 +35,20 @@ pub(super) fn check(def: &ModelDef, body: &Map<String, Value>) -> Result<Message
     let mut tally = MediaTally::default();
     let mut prompt_tokens = 2u64;
     for (i, item) in items.iter().enumerate() {
-        let size = check_message(def, i, item, &mut tally)?;
+        let size = check_message(def, limits, i, item, &mut tally)?;
         prompt_tokens = prompt_tokens.saturating_add(size).saturating_add(1);
     }
     Ok(Messages { prompt_tokens, has_audio: tally.has_audio() })
 }
 
 /// Checks one message and returns its size bound in tokens.
-fn check_message(def: &ModelDef, i: usize, item: &Value, tally: &mut MediaTally) -> Result<u64, ValidationError> {
+fn check_message(
+    def: &ModelDef,
+    limits: &LanguageLimits,
+    i: usize,
+    item: &Value,
+    tally: &mut MediaTally,
+) -> Result<u64, ValidationError> {
     let Value::Object(message) = item else {
         return Err(invalid(format!("messages[{i}] must be an object, got {}", describe(item))));
     };
@@ -75,7 +84,7 @@ fn check_message(def: &ModelDef, i: usize, item: &Value, tally: &mut MediaTally)
     for (key, value) in message {
         let entry = match (key.as_str(), value) {
             ("content", Value::Array(parts)) => {
-                count(key.len()).saturating_add(4).saturating_add(check_parts(def, i, parts, tally)?)
+                count(key.len()).saturating_add(4).saturating_add(check_parts(def, limits, i, parts, tally)?)
             }
             ("content", Value::String(_)) => entry_size(key, value),
             ("content", Value::Null) if role == "assistant" && has_tool_calls => entry_size(key, value),
@@ -99,7 +108,13 @@ fn content_error(i: usize, value: &Value) -> ValidationError {
 }
 
 /// Checks the content parts of message `i` and returns their size bound in tokens.
-fn check_parts(def: &ModelDef, i: usize, parts: &[Value], tally: &mut MediaTally) -> Result<u64, ValidationError> {
+fn check_parts(
+    def: &ModelDef,
+    limits: &LanguageLimits,
+    i: usize,
+    parts: &[Value],
+    tally: &mut MediaTally,
+) -> Result<u64, ValidationError> {
     let mut size = 2u64;
     for (j, part) in parts.iter().enumerate() {
         let path = format!("messages[{i}].content[{j}]");
@@ -110,7 +125,7 @@ fn check_parts(def: &ModelDef, i: usize, parts: &[Value], tally: &mut MediaTally
             return Err(invalid(format!("{path}.type must be a string")));
         };
         let part_size = match MediaKind::of_part_type(kind) {
-            Some(media_kind) => media::check_part(def, &path, media_kind, kind, object, tally)?,
+            Some(media_kind) => media::check_part(def, limits, &path, media_kind, kind, object, tally)?,
             None => json_size(part),
         };
         size = size.saturating_add(part_size).saturating_add(1);

@@ -1,0 +1,84 @@
+//! `image` references of an image request: count, and each an https URL or a
+//! `data:image/<type>;base64,<data>` URI of an allowed type whose decoded size is within the limit.
+
+use catalog::ImageLimits;
+
+use super::{ImageRefs, invalid};
+use crate::ValidationError;
+use crate::media::{self, Base64Rules};
+
+/// What the references add to the plan.
+pub(super) struct Refs {
+    /// How many.
+    pub count: u64,
+    /// `text`, `url`, `base64` or `mixed`.
+    pub mode: &'static str,
+}
+
+/// Checks the references against the model's `reference_images` limits.
+pub(super) fn check(limits: &ImageLimits, image: Option<&ImageRefs>) -> Result<Refs, ValidationError> {
+    let Some(image) = image else { return Ok(Refs { count: 0, mode: "text" }) };
+    let rules = &limits.reference_images;
+    let items = image.as_slice();
+    let count = u64::try_from(items.len()).unwrap_or(u64::MAX);
+    if !(rules.min_items..=rules.max_items).contains(&count) {
+        return Err(invalid(format!("image must have {}..{} items, got {count}", rules.min_items, rules.max_items)));
+    }
+    let (mut urls, mut inline) = (0u64, 0u64);
+    for (i, item) in items.iter().enumerate() {
+        let path = match image {
+            ImageRefs::One(_) => "image".to_owned(),
+            ImageRefs::Many(_) => format!("image[{i}]"),
+        };
+        if check_item(limits, &path, item)? {
+            inline += 1;
+        } else {
+            urls += 1;
+        }
+    }
+    let mode = match (urls, inline) {
+        (_, 0) => "url",
+        (0, _) => "base64",
+        _ => "mixed",
+    };
+    Ok(Refs { count, mode })
+}
+
+/// Checks one reference; returns whether it is inline (Base64).
+fn check_item(limits: &ImageLimits, path: &str, item: &str) -> Result<bool, ValidationError> {
+    let rules = &limits.reference_images;
+    let Some(rest) = media::strip_data_scheme(item) else {
+        return if media::is_https_url(item) { Ok(false) } else { Err(wrong(path)) };
+    };
+    let (header, data) = rest.split_once(',').ok_or_else(|| wrong(path))?;
+    let kind = header
+        .split_once(';')
+        .filter(|(_, param)| param.eq_ignore_ascii_case("base64"))
+        .and_then(|(mime, _)| mime.split_once('/'))
+        .filter(|(top, _)| top.eq_ignore_ascii_case("image"))
+        .map(|(_, kind)| kind)
+        .ok_or_else(|| wrong(path))?;
+    if !rules.data_uri_types.iter().any(|t| t.eq_ignore_ascii_case(kind)) {
+        return Err(invalid(format!(
+            "{path} must be an https URL or a data:image/<type>;base64, URI with <type> one of {}, got type {:?}",
+            rules.data_uri_types.join(", "),
+            kind.chars().take(40).collect::<String>()
+        )));
+    }
+    let size = media::decoded_len(data, Base64Rules::Strict)
+        .ok_or_else(|| invalid(format!("{path}: the data after base64, is not valid Base64")))?;
+    if size == 0 {
+        return Err(invalid(format!("{path}: the inline image is empty")));
+    }
+    if size > rules.max_decoded_bytes {
+        return Err(ValidationError::TooLarge(format!(
+            "{path} is {size} bytes decoded, above the limit of {} bytes",
+            rules.max_decoded_bytes
+        )));
+    }
+    Ok(true)
+}
+
+fn wrong(path: &str) -> ValidationError {
+    invalid(format!("{path} must be an https URL or a data:image/<type>;base64, URI"))
+}

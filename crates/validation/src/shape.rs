@@ -1,0 +1,219 @@
+//! Request shapes: reads a JSON body into a typed request with a path-aware deserialiser, and maps
+//! serde's and validator's raw messages, once, into the interface's `invalid_request` text, which names
+//! the field path and the bound (`text_prompt must be 1..3000 characters, got 3001`,
+//! `unknown field "foo" at audio_config`). Raw library messages are not a client contract.
+
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_path_to_error::{Path, Segment};
+use validator::{ValidationErrors, ValidationErrorsKind};
+
+use crate::ValidationError;
+
+/// Longest quoted string echoed back in a message, in characters.
+const ECHO_CHARS: usize = 40;
+
+/// Reads `body` as a JSON object of type `T`. Syntax errors, a non-object body, unknown fields, wrong
+/// types and unknown enum values are `Invalid` with the field's path.
+pub(crate) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ValidationError::Invalid(format!("request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ValidationError::Invalid(format!("request body must be a JSON object, got {}", kind_of(&value))));
+    }
+    // Deserializing from the owned value moves its strings (Base64 payloads) instead of copying them.
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| ValidationError::Invalid(shape_message(e.path(), &e.inner().to_string())))
+}
+
+/// `request` as JSON with `model` first, set to `model` (the request types skip their own `model` when
+/// serialized, so the public name never reaches the upstream).
+pub(crate) fn with_model<T: Serialize>(model: &str, request: &T) -> Result<Vec<u8>, ValidationError> {
+    #[derive(Serialize)]
+    struct WithModel<'a, T> {
+        model: &'a str,
+        #[serde(flatten)]
+        request: &'a T,
+    }
+    serde_json::to_vec(&WithModel { model, request })
+        .map_err(|e| ValidationError::Invalid(format!("the upstream body cannot be written: {e}")))
+}
+
+/// For `#[serde(default, deserialize_with = "present")]` on an optional field: absent is `None`, a value
+/// is `Some`, and an explicit `null` is a wrong type (the interface's optional fields are not nullable).
+pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// The field path as the interface writes it: `audio_config.format`, `references[1].speaker`.
+fn dotted(segments: &[&Segment]) -> String {
+    let mut out = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+/// The one mapping from a serde message at `path` to the interface's text.
+fn shape_message(path: &Path, raw: &str) -> String {
+    let segments: Vec<&Segment> = path.iter().collect();
+    let field = dotted(&segments);
+    if let Some(rest) = raw.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or_default();
+        let parent = dotted(segments.split_last().map_or(&[][..], |(_, parent)| parent));
+        return if parent.is_empty() {
+            format!("unknown field {name:?}")
+        } else {
+            format!("unknown field {name:?} at {parent}")
+        };
+    }
+    if let Some(rest) = raw.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or_default();
+        return if field.is_empty() { format!("{name} is required") } else { format!("{field}.{name} is required") };
+    }
+    if let Some(rest) = raw.strip_prefix("unknown variant `") {
+        let (given, expected) = rest.split_once('`').unwrap_or((rest, ""));
+        let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        return format!("{field} must be one of {}, got {}", names.join(", "), quote(given));
+    }
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = raw.strip_prefix(prefix)
+            && let Some((unexpected, expected)) = rest.rsplit_once(", expected ")
+        {
+            return format!("{field} must be {}, got {}", expected_text(expected), unexpected_text(unexpected));
+        }
+    }
+    match (field.is_empty(), raw.starts_with("must ")) {
+        (true, _) => raw.to_owned(),
+        (false, true) => format!("{field} {raw}"),
+        (false, false) => format!("{field}: {raw}"),
+    }
+}
+
+/// serde's name of an expected type, in the interface's words.
+fn expected_text(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer".to_owned(),
+        "i8" | "i16" | "i32" | "i64" | "isize" => "an integer".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        "a sequence" => "an array".to_owned(),
+        "a map" => "an object".to_owned(),
+        other if other.starts_with("struct ") => "an object".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// serde_json's description of an unexpected value (`string "x"`, ``integer `5` ``), shortened.
+fn unexpected_text(unexpected: &str) -> String {
+    if let Some(text) = unexpected.strip_prefix("string ") {
+        return shorten(text);
+    }
+    for prefix in ["integer `", "floating point `", "boolean `"] {
+        if let Some(rest) = unexpected.strip_prefix(prefix) {
+            return rest.trim_end_matches('`').to_owned();
+        }
+    }
+    match unexpected {
+        "map" => "an object".to_owned(),
+        "sequence" => "an array".to_owned(),
+        "unit value" | "null" => "null".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// `text` quoted, cut to [`ECHO_CHARS`] characters.
+pub(crate) fn quote(text: &str) -> String {
+    if text.chars().count() <= ECHO_CHARS {
+        format!("{text:?}")
+    } else {
+        format!("{:?}…", text.chars().take(ECHO_CHARS).collect::<String>())
+    }
+}
+
+/// An already quoted text, cut to about [`ECHO_CHARS`] characters.
+fn shorten(quoted: &str) -> String {
+    if quoted.chars().count() <= ECHO_CHARS + 2 {
+        quoted.to_owned()
+    } else {
+        format!("{}\"…", quoted.chars().take(ECHO_CHARS + 1).collect::<String>())
+    }
+}
+
+/// A JSON value's kind, for messages.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The one mapping from validator's errors to the interface's text: the first failing field (in path
+/// order, so the message is stable) with its bound.
+pub(crate) fn validator_message(errors: &ValidationErrors) -> String {
+    let mut found = Vec::new();
+    collect(errors, String::new(), &mut found);
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    match found.into_iter().next() {
+        Some((field, error)) => field_message(&field, error),
+        None => "the request is invalid".to_owned(),
+    }
+}
+
+fn collect<'a>(errors: &'a ValidationErrors, prefix: String, out: &mut Vec<(String, &'a validator::ValidationError)>) {
+    for (name, kind) in errors.errors() {
+        let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
+        match kind {
+            ValidationErrorsKind::Field(list) => out.extend(list.iter().map(|e| (path.clone(), e))),
+            ValidationErrorsKind::Struct(inner) => collect(inner, path, out),
+            ValidationErrorsKind::List(items) => {
+                for (i, inner) in items {
+                    collect(inner, format!("{path}[{i}]"), out);
+                }
+            }
+        }
+    }
+}
+
+/// A bound or value for a message: JSON numbers as written, whole floats without `.0`.
+fn number_text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::Number(n)) => {
+            let text = n.to_string();
+            text.strip_suffix(".0").map_or_else(|| text.clone(), str::to_owned)
+        }
+        Some(other) => kind_of(other).to_owned(),
+        None => "?".to_owned(),
+    }
+}
+
+fn field_message(field: &str, error: &validator::ValidationError) -> String {
+    let param = |name: &str| number_text(error.params.get(name));
+    let value = error.params.get("value");
+    match error.code.as_ref() {
+        "length" => {
+            let (unit, got) = match value {
+                Some(Value::String(s)) => ("characters", s.chars().count()),
+                Some(Value::Array(items)) => ("items", items.len()),
+                _ => ("items", 0),
+            };
+            let verb = if unit == "items" { "have" } else { "be" };
+            format!("{field} must {verb} {}..{} {unit}, got {got}", param("min"), param("max"))
+        }
+        "range" => format!("{field} must be from {} to {}, got {}", param("min"), param("max"), number_text(value)),
+        code => format!("{field} is invalid ({code})"),
+    }
+}
