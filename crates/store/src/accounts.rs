@@ -4,7 +4,9 @@ use async_trait::async_trait;
 use domain::ports::{AccountStore, StoreError};
 use domain::{ApiKey, ApiKeyId, LedgerKind, NewUser, Scope, Timestamp, UsdAmount, User, UserId};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
+    ActiveModelTrait,
+    ActiveValue::{NotSet, Set},
+    ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
 };
 
 use crate::entities::{api_keys, ledger_entries, users};
@@ -58,6 +60,8 @@ impl AccountStore for Store {
             concurrency_limit: Set(user.concurrency_limit),
             media_quota_bytes: Set(user.media_quota_bytes),
             created_at: Set(now),
+            webhook_secret: NotSet,
+            media_used_bytes: NotSet,
         };
         let row = row.insert(&txn).await.map_err(|e| {
             if is_unique_violation(&e) {

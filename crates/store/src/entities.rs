@@ -27,6 +27,10 @@ pub mod users {
         pub concurrency_limit: i64,
         pub media_quota_bytes: i64,
         pub created_at: i64,
+        /// The secret the user's webhooks are signed with (migration 0004).
+        pub webhook_secret: Option<String>,
+        /// Bytes of media stored for the user, counted against `media_quota_bytes` (migration 0004).
+        pub media_used_bytes: i64,
     }
     no_relations!();
 }
@@ -124,6 +128,8 @@ pub mod tasks {
         pub created_at: i64,
         pub updated_at: i64,
         pub completed_at: Option<i64>,
+        /// The upstream's id for the task (migration 0003).
+        pub upstream_id: Option<String>,
     }
     no_relations!();
 }
@@ -185,16 +191,18 @@ pub mod settings {
     no_relations!();
 }
 
-/// `idempotency_keys`: the first answer to each `Idempotency-Key`, per user.
-pub mod idempotency_keys {
+/// `idempotency_claims`: the first answer to each `Idempotency-Key`, per user and route.
+pub mod idempotency_claims {
     use sea_orm::entity::prelude::*;
 
-    /// An `idempotency_keys` row.
+    /// An `idempotency_claims` row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "idempotency_keys")]
+    #[sea_orm(table_name = "idempotency_claims")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub user_id: String,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub route: String,
         #[sea_orm(primary_key, auto_increment = false)]
         pub idem_key: String,
         pub request_hash: String,
@@ -202,6 +210,94 @@ pub mod idempotency_keys {
         pub response_status: Option<i64>,
         pub response_body: Option<String>,
         pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `native_responses`: response ids returned by the response-style endpoint, with their owner.
+pub mod native_responses {
+    use sea_orm::entity::prelude::*;
+
+    /// A `native_responses` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "native_responses")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub response_id: String,
+        pub user_id: String,
+        pub task_id: String,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `media_objects`: media stored for a user's task (migration 0004).
+pub mod media_objects {
+    use sea_orm::entity::prelude::*;
+
+    /// A `media_objects` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "media_objects")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub key: String,
+        pub user_id: String,
+        pub task_id: String,
+        pub position: i64,
+        pub kind: String,
+        pub mime: String,
+        pub bytes: i64,
+        pub source_url: Option<String>,
+        pub asset_id: Option<String>,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `webhook_deliveries`: the webhook outbox, one row per announced status (migration 0004).
+pub mod webhook_deliveries {
+    use sea_orm::entity::prelude::*;
+
+    /// A `webhook_deliveries` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "webhook_deliveries")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub task_id: String,
+        pub user_id: String,
+        pub url: String,
+        pub event: String,
+        pub payload: String,
+        pub attempts: i64,
+        pub next_attempt_at: i64,
+        pub lease_owner: Option<String>,
+        pub lease_until: Option<i64>,
+        pub delivered_at: Option<i64>,
+        pub given_up_at: Option<i64>,
+        pub last_status: Option<i64>,
+        pub last_error: Option<String>,
+        pub created_at: i64,
+    }
+    no_relations!();
+}
+
+/// `webhook_attempts`: every attempt of every delivery (migration 0004).
+pub mod webhook_attempts {
+    use sea_orm::entity::prelude::*;
+
+    /// A `webhook_attempts` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "webhook_attempts")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub delivery_id: i64,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub attempt: i64,
+        pub status: Option<i64>,
+        pub latency_ms: i64,
+        pub error: Option<String>,
+        pub at: i64,
     }
     no_relations!();
 }

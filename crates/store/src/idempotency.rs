@@ -1,41 +1,57 @@
-//! `IdempotencyStore`: one row per (user, key) holding the request hash and, once known, the answer.
+//! `IdempotencyStore`: one row per (user, route, key) holding the request hash and, once known, the answer.
 
 use async_trait::async_trait;
-use domain::UserId;
-use domain::ports::{IdempotencyClaim, IdempotencyStore, StoreError};
+use domain::ports::{IdempotencyClaim, IdempotencyScope, IdempotencyStore, StoreError};
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, Select, UpdateMany};
 
-use crate::entities::idempotency_keys as keys;
+use crate::entities::idempotency_claims as claims;
 use crate::{Store, backend_err};
+
+/// Rows of this scope, for reads.
+fn find(scope: IdempotencyScope<'_>) -> Select<claims::Entity> {
+    claims::Entity::find_by_id((scope.user.0.clone(), scope.route.to_owned(), scope.key.to_owned()))
+}
+
+/// An update of this scope's row.
+fn update(scope: IdempotencyScope<'_>) -> UpdateMany<claims::Entity> {
+    claims::Entity::update_many()
+        .filter(claims::Column::UserId.eq(scope.user.as_str()))
+        .filter(claims::Column::Route.eq(scope.route))
+        .filter(claims::Column::IdemKey.eq(scope.key))
+}
 
 #[async_trait]
 impl IdempotencyStore for Store {
     async fn claim(
         &self,
-        user: &UserId,
-        key: &str,
+        scope: IdempotencyScope<'_>,
         request_hash: &str,
         stale_after_ms: i64,
     ) -> Result<IdempotencyClaim, StoreError> {
         let now = self.now();
-        let inserted = keys::Entity::insert(keys::ActiveModel {
-            user_id: Set(user.0.clone()),
-            idem_key: Set(key.to_owned()),
+        let inserted = claims::Entity::insert(claims::ActiveModel {
+            user_id: Set(scope.user.0.clone()),
+            route: Set(scope.route.to_owned()),
+            idem_key: Set(scope.key.to_owned()),
             request_hash: Set(request_hash.to_owned()),
             task_id: Set(None),
             response_status: Set(None),
             response_body: Set(None),
             created_at: Set(now),
         })
-        .on_conflict(OnConflict::columns([keys::Column::UserId, keys::Column::IdemKey]).do_nothing().to_owned())
+        .on_conflict(
+            OnConflict::columns([claims::Column::UserId, claims::Column::Route, claims::Column::IdemKey])
+                .do_nothing()
+                .to_owned(),
+        )
         .exec_without_returning(&self.db)
         .await
         .map_err(backend_err)?;
         if inserted == 1 {
             return Ok(IdempotencyClaim::Claimed);
         }
-        let row = keys::Entity::find_by_id((user.0.clone(), key.to_owned()))
+        let row = find(scope)
             .one(&self.db)
             .await
             .map_err(backend_err)?
@@ -44,42 +60,39 @@ impl IdempotencyStore for Store {
             return Ok(IdempotencyClaim::Mismatch);
         }
         if let (Some(status), Some(body)) = (row.response_status, row.response_body) {
-            return Ok(IdempotencyClaim::Replay {
-                status: u16::try_from(status).unwrap_or(500),
-                body: body.into_bytes(),
-            });
+            let status = u16::try_from(status)
+                .map_err(|_| StoreError::Invalid(format!("stored idempotent status {status} is not an HTTP status")))?;
+            return Ok(IdempotencyClaim::Replay { status, body: body.into_bytes() });
         }
         // Unanswered: take it over only if its claimant must have died, and only once.
-        let taken = keys::Entity::update_many()
-            .col_expr(keys::Column::CreatedAt, Expr::value(now))
-            .filter(keys::Column::UserId.eq(user.as_str()))
-            .filter(keys::Column::IdemKey.eq(key))
-            .filter(keys::Column::ResponseStatus.is_null())
-            .filter(keys::Column::CreatedAt.lt(now.saturating_sub(stale_after_ms)))
+        let taken = update(scope)
+            .col_expr(claims::Column::CreatedAt, Expr::value(now))
+            .filter(claims::Column::ResponseStatus.is_null())
+            .filter(claims::Column::CreatedAt.lt(now.saturating_sub(stale_after_ms)))
             .exec(&self.db)
             .await
             .map_err(backend_err)?;
         Ok(if taken.rows_affected == 1 { IdempotencyClaim::Claimed } else { IdempotencyClaim::InProgress })
     }
 
-    async fn complete(&self, user: &UserId, key: &str, status: u16, body: &[u8]) -> Result<(), StoreError> {
-        let body = String::from_utf8_lossy(body).into_owned();
-        keys::Entity::update_many()
-            .col_expr(keys::Column::ResponseStatus, Expr::value(i64::from(status)))
-            .col_expr(keys::Column::ResponseBody, Expr::value(body))
-            .filter(keys::Column::UserId.eq(user.as_str()))
-            .filter(keys::Column::IdemKey.eq(key))
+    async fn complete(&self, scope: IdempotencyScope<'_>, status: u16, body: &[u8]) -> Result<(), StoreError> {
+        let body = std::str::from_utf8(body)
+            .map_err(|e| StoreError::Invalid(format!("an idempotent answer must be UTF-8 text: {e}")))?;
+        update(scope)
+            .col_expr(claims::Column::ResponseStatus, Expr::value(i64::from(status)))
+            .col_expr(claims::Column::ResponseBody, Expr::value(body))
             .exec(&self.db)
             .await
             .map_err(backend_err)?;
         Ok(())
     }
 
-    async fn release(&self, user: &UserId, key: &str) -> Result<(), StoreError> {
-        keys::Entity::delete_many()
-            .filter(keys::Column::UserId.eq(user.as_str()))
-            .filter(keys::Column::IdemKey.eq(key))
-            .filter(keys::Column::ResponseStatus.is_null())
+    async fn release(&self, scope: IdempotencyScope<'_>) -> Result<(), StoreError> {
+        claims::Entity::delete_many()
+            .filter(claims::Column::UserId.eq(scope.user.as_str()))
+            .filter(claims::Column::Route.eq(scope.route))
+            .filter(claims::Column::IdemKey.eq(scope.key))
+            .filter(claims::Column::ResponseStatus.is_null())
             .exec(&self.db)
             .await
             .map_err(backend_err)?;

@@ -1,17 +1,27 @@
-//! Storage on SQLite or PostgreSQL through SeaORM: accounts, keys, models, prices, tasks and the ledger.
+//! Storage on SQLite or PostgreSQL: accounts, keys, models, prices, tasks and the ledger.
 //!
-//! This is the only crate that knows SeaORM. It implements the port traits of `domain`
-//! (`AccountStore`, `TaskStore`, `ModelStore`) and the `Ledger` port of `billing`.
-//! Reservations are single conditional updates, so no concurrency can overdraw a balance,
-//! whether the writers are tasks of one process or replicas sharing one PostgreSQL.
+//! This is the only crate that knows SeaORM, sqlx and rusqlite. It implements the port traits
+//! of `domain` (`AccountStore`, `TaskStore`, `ModelStore`, `IdempotencyStore`, `VideoStore`) and
+//! the `Ledger` and `CallBook` ports of `billing`. Every movement of money and every task state
+//! change goes through one batched writer (`writer.rs`): the rules are `billing::book::plan`, and
+//! the two databases differ only in how a batch locks, reads and writes its rows (`sqlite_book.rs`,
+//! `pg_book.rs`). No concurrency can overdraw a balance, whether the writers are tasks of one
+//! process or replicas sharing one PostgreSQL.
 
 mod accounts;
 mod entities;
 mod idempotency;
 mod ledger;
+mod media;
 mod migrate;
 mod models;
+mod pg_book;
+mod pg_rows;
+mod responses;
+mod sqlite_book;
 mod tasks;
+mod video;
+mod webhooks;
 mod writer;
 
 use std::sync::Arc;
@@ -21,6 +31,7 @@ use domain::ports::StoreError;
 use domain::{Clock, SystemClock};
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
+pub use writer::MAX_BATCH;
 
 /// Which database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +47,21 @@ pub enum Backend {
 pub struct Store {
     db: DatabaseConnection,
     clock: Arc<dyn Clock>,
-    /// SQLite allows one writer at a time; writers of this process queue here instead of
-    /// meeting `SQLITE_BUSY` and the busy handler's sleeps. `None` on PostgreSQL.
+    /// SQLite: task inserts and touches of this process, and the video worker's writes (claims,
+    /// media, webhooks), queue here rather than in SQLite's sleeping busy handler. Other SeaORM writes (accounts, keys, models, prices,
+    /// idempotency keys) and the batched writer's own connection do not take it; they meet
+    /// through SQLite's busy timeout. `None` on PostgreSQL.
     write_lock: Option<Arc<tokio::sync::Mutex<()>>>,
-    /// SQLite: the writer thread that runs holds and their ends in group commits.
-    writer: Option<writer::SqliteWriter>,
+    /// The batched writer of money and task states.
+    writer: writer::BookWriter,
 }
+
+/// Connections of the PostgreSQL pool (reads and the writes outside the batched writer); the
+/// writer holds one of them while a batch runs.
+pub const PG_POOL_CONNECTIONS: u32 = 8;
+
+/// Connections of the SQLite read pool (the writer has its own connection besides).
+pub const SQLITE_POOL_CONNECTIONS: u32 = 8;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,9 +73,17 @@ impl Store {
     /// Connects to `url` (`sqlite://path?mode=rwc` or `postgres://…`) without migrating.
     ///
     /// SQLite runs in WAL mode with `synchronous=NORMAL`, a busy timeout and foreign keys on;
-    /// the parent folder of the file is created if missing.
+    /// the parent folder of the file is created if missing. An in-memory SQLite database is
+    /// refused: the writer needs its own connection to the same file. Starts the batched writer
+    /// (a thread on SQLite, a task on the current tokio runtime on PostgreSQL).
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         let backend = backend_of(url)?;
+        let sqlite_file = match backend {
+            Backend::Sqlite => Some(sqlite_path(url).ok_or_else(|| {
+                StoreError::Invalid("an in-memory SQLite database is not supported: use a file".into())
+            })?),
+            Backend::Postgres => None,
+        };
         if backend == Backend::Sqlite {
             ensure_sqlite_parent(url)?;
         }
@@ -63,7 +91,7 @@ impl Store {
         options
             .sqlx_logging(false)
             .acquire_timeout(Duration::from_secs(30))
-            .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
+            .max_connections(if backend == Backend::Sqlite { SQLITE_POOL_CONNECTIONS } else { PG_POOL_CONNECTIONS })
             .min_connections(1)
             .map_sqlx_sqlite_opts(|o: SqliteConnectOptions| {
                 o.journal_mode(SqliteJournalMode::Wal)
@@ -76,9 +104,9 @@ impl Store {
             });
         let db = Database::connect(options).await.map_err(backend_err)?;
         let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
-        let writer = match sqlite_path(url) {
-            Some(path) if backend == Backend::Sqlite => Some(writer::SqliteWriter::start(std::path::Path::new(path))?),
-            _ => None,
+        let writer = match sqlite_file {
+            Some(path) => sqlite_book::start(std::path::Path::new(path))?,
+            None => pg_book::start(db.get_postgres_connection_pool().clone()),
         };
         Ok(Store { db, clock: Arc::new(SystemClock), write_lock, writer })
     }

@@ -6,11 +6,28 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, Transac
 use crate::backend_err;
 
 /// `(version, SQLite text, PostgreSQL text)`, in order.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    include_str!("../../../migrations/sqlite/0001_init.sql"),
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/sqlite/0002_scoped_idempotency.sql"),
+        include_str!("../../../migrations/postgres/0002_scoped_idempotency.sql"),
+    ),
+    (
+        3,
+        include_str!("../../../migrations/sqlite/0003_task_upstream_id.sql"),
+        include_str!("../../../migrations/postgres/0003_task_upstream_id.sql"),
+    ),
+    (
+        4,
+        include_str!("../../../migrations/sqlite/0004_video_work.sql"),
+        include_str!("../../../migrations/postgres/0004_video_work.sql"),
+    ),
+];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.
 const PG_MIGRATION_LOCK: i64 = 0x6761_7465_7761_7901;

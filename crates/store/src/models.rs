@@ -136,7 +136,7 @@ impl ModelStore for Store {
                 kind: Set(seed.kind.as_str().to_owned()),
                 enabled: Set(seed.enabled),
                 concurrency_limit: Set(seed.concurrency_limit),
-                definition: Set(seed.definition),
+                definition: Set(seed.definition.clone()),
                 active_pricing_version: Set(None),
                 created_at: Set(now),
                 updated_at: Set(now),
@@ -146,7 +146,17 @@ impl ModelStore for Store {
             .await
             .map_err(backend_err)?;
             if inserted == 0 {
-                continue; // Known model: operator changes are kept.
+                // Known model: its definition (limits, capabilities, upstream profile) is the
+                // binary's catalog and follows it; switches and prices are the operator's and stay.
+                models::Entity::update_many()
+                    .col_expr(models::Column::Definition, Expr::value(seed.definition.clone()))
+                    .filter(models::Column::Name.eq(seed.name.as_str()))
+                    .filter(models::Column::Definition.ne(seed.definition.as_str()))
+                    .exec(&txn)
+                    .await
+                    .map_err(backend_err)?;
+                txn.commit().await.map_err(backend_err)?;
+                continue;
             }
             if let Some(sheet) = &seed.sheet {
                 sheet.validate().map_err(|e| StoreError::Invalid(format!("model {}: {e}", seed.name)))?;
@@ -156,6 +166,16 @@ impl ModelStore for Store {
             added += 1;
         }
         Ok(added)
+    }
+
+    async fn pricing_version(&self, name: &str, version: i64) -> Result<Option<PricingVersion>, StoreError> {
+        let row = pricing_versions::Entity::find()
+            .filter(pricing_versions::Column::Model.eq(name))
+            .filter(pricing_versions::Column::Version.eq(version))
+            .one(&self.db)
+            .await
+            .map_err(backend_err)?;
+        row.map(version_from_row).transpose()
     }
 
     async fn models(&self) -> Result<Vec<ModelRecord>, StoreError> {
@@ -225,6 +245,24 @@ impl ModelStore for Store {
         .await
         .map_err(backend_err)?;
         Ok(())
+    }
+}
+
+impl Store {
+    /// The process-wide secret called `name`, shared by every replica of this database: the first
+    /// caller's `candidate` is kept (insert if absent), and every later caller gets that one.
+    pub async fn shared_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        let setting = format!("secret:{name}");
+        settings::Entity::insert(settings::ActiveModel {
+            name: Set(setting.clone()),
+            value: Set(candidate.to_owned()),
+        })
+        .on_conflict(OnConflict::column(settings::Column::Name).do_nothing().to_owned())
+        .exec_without_returning(&self.db)
+        .await
+        .map_err(backend_err)?;
+        let row = settings::Entity::find_by_id(setting).one(&self.db).await.map_err(backend_err)?;
+        row.map(|r| r.value).ok_or_else(|| StoreError::Backend(format!("the secret {name} vanished")))
     }
 }
 

@@ -3,9 +3,12 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use billing::LedgerError;
+use billing::book::{BookAnswer, BookOp};
 use domain::ports::{PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
-    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, Timestamp, UsdAmount, UserId,
+    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, TaskTransition, Timestamp,
+    UsdAmount, UserId,
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -96,45 +99,24 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         created_at: Set(task.created_at.millis()),
         updated_at: Set(task.updated_at.millis()),
         completed_at: Set(task.completed_at.map(|t| t.millis())),
+        upstream_id: sea_orm::ActiveValue::NotSet,
     }
 }
 
-/// Moves a running task to its terminal state on `conn` (a pool or a transaction).
-pub(crate) async fn finish_task_on<C: ConnectionTrait>(
-    conn: &C,
-    id: &TaskId,
-    outcome: TaskOutcome,
-    now: i64,
-) -> Result<(), StoreError> {
-    if !outcome.status.is_terminal() {
-        return Err(StoreError::Invalid(format!("{} is not a terminal state", outcome.status)));
+/// The port's error for a refused or failed task change.
+fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
+    match e {
+        LedgerError::TaskConflict { status: None, .. } => StoreError::NotFound(format!("task {id}")),
+        LedgerError::NotTerminal(_) => StoreError::Invalid(e.to_string()),
+        LedgerError::Backend(text) => StoreError::Backend(text),
+        other => StoreError::Conflict(other.to_string()),
     }
-    let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
-    let mut update = tasks::Entity::update_many()
-        .col_expr(tasks::Column::Status, Expr::value(outcome.status.as_str()))
-        .col_expr(tasks::Column::UpdatedAt, Expr::value(now))
-        .col_expr(tasks::Column::CompletedAt, Expr::value(now))
-        .col_expr(tasks::Column::ErrorCode, Expr::value(outcome.error_code))
-        .col_expr(tasks::Column::ErrorMessage, Expr::value(outcome.error_message));
-    if let Some(usage) = outcome.usage_json {
-        update = update.col_expr(tasks::Column::Usage, Expr::value(usage));
-    }
-    let done = update
-        .filter(tasks::Column::Id.eq(id.as_str()))
-        .filter(tasks::Column::Status.is_in(running))
-        .exec(conn)
-        .await
-        .map_err(backend_err)?;
-    if done.rows_affected == 0 {
-        return Err(StoreError::Conflict(format!("task {id} is not running")));
-    }
-    Ok(())
 }
 
 impl Store {
     /// A read-only transaction with one snapshot for all its reads (repeatable read on
     /// PostgreSQL; on SQLite every transaction reads one snapshot).
-    async fn read_snapshot(&self) -> Result<DatabaseTransaction, StoreError> {
+    pub(crate) async fn read_snapshot(&self) -> Result<DatabaseTransaction, StoreError> {
         let isolation = match self.backend() {
             crate::Backend::Postgres => Some(IsolationLevel::RepeatableRead),
             crate::Backend::Sqlite => None,
@@ -144,7 +126,7 @@ impl Store {
 
     /// Joins task rows with their reservations, read on `conn` (the caller's read transaction, so
     /// that a task and its billing come from one snapshot).
-    async fn with_billing<C: ConnectionTrait>(
+    pub(crate) async fn with_billing<C: ConnectionTrait>(
         &self,
         conn: &C,
         rows: Vec<tasks::Model>,
@@ -253,8 +235,15 @@ impl TaskStore for Store {
     }
 
     async fn finish_task(&self, id: &TaskId, outcome: TaskOutcome) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
-        finish_task_on(&self.db, id, outcome, self.now()).await
+        let change = outcome.transition().ok_or(LedgerError::NotTerminal(outcome.status));
+        self.transition_task(id, change.map_err(|e| task_change_err(id, e))?).await.map(drop)
+    }
+
+    async fn transition_task(&self, id: &TaskId, change: TaskTransition) -> Result<TaskStatus, StoreError> {
+        match self.book(BookOp::Move { task: id.clone(), change }).await.map_err(|e| task_change_err(id, e))? {
+            BookAnswer::Moved(status) => Ok(status),
+            other => Err(StoreError::Backend(format!("unexpected answer to a task change: {other:?}"))),
+        }
     }
 
     async fn touch_task(&self, id: &TaskId, now: Timestamp) -> Result<(), StoreError> {

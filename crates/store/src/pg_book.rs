@@ -1,0 +1,197 @@
+//! The PostgreSQL dialect of the batched write path: a writer task per process, prepared
+//! statements through sqlx, and a fixed number of round trips per batch whatever its size.
+//!
+//! One batch: `BEGIN`; (only when some operation names a task without its user) read the owners
+//! of those tasks; lock every user the batch touches with `SELECT … ORDER BY id FOR NO KEY
+//! UPDATE` (sorted, so replicas never deadlock; all money and task-state writes of a user happen
+//! under that lock, so reservations and tasks need no row locks of their own); read their
+//! reservations and tasks in one statement; let `billing::book::plan` decide; write every
+//! planned row in one statement of data-modifying CTEs over `unnest` arrays (one conditional
+//! update per user, guarded by the balance read under the lock; reservations and tasks inserted
+//! `ON CONFLICT DO NOTHING`); check the counts; `COMMIT`. A count that differs (a lost race on a
+//! task id with another replica) or a serialization failure rolls back and retries the batch.
+
+use std::collections::BTreeSet;
+
+use billing::book::{self, BookOp, BookState, Held, Plan};
+use domain::{TaskId, UsdAmount, UserId};
+use sea_orm::sqlx::{self, PgPool, Postgres, Row, Transaction};
+use tokio::sync::mpsc;
+
+use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
+
+const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
+                      UNION SELECT user_id FROM tasks WHERE id = ANY($1)";
+const LOCK_USERS: &str = "SELECT id, balance_micros FROM users WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+const READ_TASKS: &str = "SELECT 'r' AS k, task_id AS id, user_id, amount_micros, status FROM reservations \
+                          WHERE task_id = ANY($1) UNION ALL \
+                          SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($1)";
+
+/// Every planned row of a batch in one statement; `$55` is the batch's time.
+const WRITE: &str = "WITH \
+bal AS (UPDATE users AS u SET balance_micros = v.to_balance \
+  FROM unnest($1::text[], $2::int8[], $3::int8[]) AS v(id, from_balance, to_balance) \
+  WHERE u.id = v.id AND u.balance_micros = v.from_balance RETURNING 1), \
+hold AS (INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, created_at, updated_at) \
+  SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after, $55::int8, $55::int8 \
+  FROM unnest($4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[]) AS v(task_id, user_id, amount, status, actual, after) \
+  ON CONFLICT (task_id) DO NOTHING RETURNING 1), \
+ends AS (UPDATE reservations AS r SET status = v.status, actual_micros = v.actual, balance_after_micros = v.after, updated_at = $55::int8 \
+  FROM unnest($10::text[], $11::text[], $12::int8[], $13::int8[]) AS v(task_id, status, actual, after) \
+  WHERE r.task_id = v.task_id AND r.status = 'reserved' RETURNING 1), \
+ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balance_after_micros, description, created_at) \
+  SELECT v.user_id, v.task_id, v.kind, v.amount, v.after, v.note, $55::int8 \
+  FROM unnest($14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[]) WITH ORDINALITY \
+    AS v(user_id, task_id, kind, amount, after, note, n) \
+  ORDER BY v.n RETURNING id), \
+newt AS (INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
+    duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, error_code, \
+    error_message, webhook_url, created_at, updated_at, completed_at, upstream_id) \
+  SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], \
+    $27::text[], $28::text[], $29::text[], $30::int8[], $31::text[], $32::text[], $33::bool[], $34::text[], $35::text[], \
+    $36::text[], $37::text[], $38::text[], $39::text[], $40::text[], $41::int8[], $42::int8[], $43::int8[], $44::text[]) \
+  ON CONFLICT (id) DO NOTHING RETURNING 1), \
+movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
+    completed_at = CASE WHEN v.done THEN $55::int8 ELSE t.completed_at END, \
+    upstream_id = COALESCE(v.upstream_id, t.upstream_id), output_url = COALESCE(v.output_url, t.output_url), \
+    last_frame_url = COALESCE(v.last_frame_url, t.last_frame_url), usage = COALESCE(v.usage, t.usage), \
+    error_code = COALESCE(v.error_code, t.error_code), error_message = COALESCE(v.error_message, t.error_message) \
+  FROM unnest($45::text[], $46::text[], $47::text[], $48::bool[], $49::text[], $50::text[], $51::text[], $52::text[], \
+    $53::text[], $54::text[]) AS v(id, from_status, to_status, done, upstream_id, output_url, last_frame_url, usage, \
+    error_code, error_message) \
+  WHERE t.id = v.id AND t.status = v.from_status RETURNING 1) \
+SELECT (SELECT count(*) FROM bal), (SELECT count(*) FROM hold), (SELECT count(*) FROM ends), \
+  (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent), (SELECT count(*) FROM newt), \
+  (SELECT count(*) FROM movt)";
+
+/// Starts the writer task on the current runtime.
+pub(crate) fn start(pool: PgPool) -> BookWriter {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(pool, rx));
+    BookWriter::new(tx)
+}
+
+async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        drain(&mut rx, &mut jobs);
+        match commit_with_retries(&pool, &jobs).await {
+            Ok(done) => answer(jobs, done),
+            Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
+            Err(e) => {
+                tracing::warn!(
+                    error = e.text(),
+                    ops = jobs.len(),
+                    "ledger batch failed; running its operations one by one"
+                );
+                for job in jobs {
+                    match commit_with_retries(&pool, std::slice::from_ref(&job)).await {
+                        Ok(done) => answer(vec![job], done),
+                        Err(e) => fail(vec![job], e.text()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn commit_with_retries(pool: &PgPool, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let mut last = BatchError::Fail("no attempt".into());
+    for _ in 0..ATTEMPTS {
+        match commit(pool, jobs).await {
+            Ok(done) => return Ok(done),
+            Err(e @ BatchError::Retry(_)) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+fn fail_pg(e: sqlx::Error) -> BatchError {
+    let retry =
+        matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505")));
+    if retry { BatchError::Retry(e.to_string()) } else { BatchError::Fail(e.to_string()) }
+}
+
+/// One batch in one transaction; any error rolls it back (the transaction is dropped).
+async fn commit(pool: &PgPool, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let mut tx = pool.begin().await.map_err(fail_pg)?;
+    let state = read(&mut tx, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+    let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    let ids = if plan.is_empty() { Vec::new() } else { write(&mut tx, &plan).await? };
+    tx.commit().await.map_err(fail_pg)?;
+    Ok((plan, ids))
+}
+
+fn bad_row(what: &str, e: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::Protocol(format!("stored {what}: {e}"))
+}
+
+/// Locks the users the batch touches (sorted) and reads their balances, then the reservations
+/// and tasks it names.
+async fn read<'a>(
+    tx: &mut Transaction<'static, Postgres>,
+    ops: impl IntoIterator<Item = &'a BookOp>,
+) -> Result<BookState, sqlx::Error> {
+    let keys = book::keys(ops);
+    let mut users: BTreeSet<UserId> = keys.users;
+    if !keys.owners_unknown.is_empty() {
+        let unknown: Vec<&str> = keys.owners_unknown.iter().map(TaskId::as_str).collect();
+        let rows = sqlx::query(OWNERS).bind(&unknown).fetch_all(&mut **tx).await?;
+        for row in rows {
+            users.insert(UserId(row.try_get(0)?));
+        }
+    }
+    let mut state = BookState::default();
+    let ids: Vec<&str> = users.iter().map(UserId::as_str).collect();
+    for row in sqlx::query(LOCK_USERS).bind(&ids).fetch_all(&mut **tx).await? {
+        state.balances.insert(UserId(row.try_get(0)?), UsdAmount::from_micros(row.try_get(1)?));
+    }
+    if keys.tasks.is_empty() {
+        return Ok(state);
+    }
+    let tasks: Vec<&str> = keys.tasks.iter().map(TaskId::as_str).collect();
+    for row in sqlx::query(READ_TASKS).bind(&tasks).fetch_all(&mut **tx).await? {
+        let (kind, id, user): (String, String, String) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let status: String = row.try_get(4)?;
+        if kind == "r" {
+            let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
+            let amount = UsdAmount::from_micros(row.try_get(3)?);
+            state.holds.insert(TaskId(id), Held { user: UserId(user), amount, status });
+        } else {
+            let status = status.parse().map_err(|e| bad_row("task status", e))?;
+            state.tasks.insert(TaskId(id), (UserId(user), status));
+        }
+    }
+    Ok(state)
+}
+
+/// Writes the plan in one statement and checks that every row landed; returns the entry ids.
+async fn write(tx: &mut Transaction<'static, Postgres>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
+    let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan);
+    let row = query.fetch_one(&mut **tx).await.map_err(fail_pg)?;
+    let counts: [i64; 5] = [
+        row.try_get(0).map_err(fail_pg)?,
+        row.try_get(1).map_err(fail_pg)?,
+        row.try_get(2).map_err(fail_pg)?,
+        row.try_get(4).map_err(fail_pg)?,
+        row.try_get(5).map_err(fail_pg)?,
+    ];
+    let ids: Vec<i64> = row.try_get(3).map_err(fail_pg)?;
+    let expected = [
+        plan.balances.len(),
+        plan.new_holds.len(),
+        plan.ended_holds.len(),
+        plan.new_tasks.len(),
+        plan.task_writes.len(),
+    ];
+    let landed = counts.iter().zip(expected).all(|(&got, want)| usize::try_from(got).is_ok_and(|g| g == want));
+    if !landed || ids.len() != plan.entries.len() {
+        return Err(BatchError::Retry(format!(
+            "rows written {counts:?} + {} entries, planned {expected:?} + {}",
+            ids.len(),
+            plan.entries.len()
+        )));
+    }
+    Ok(ids)
+}

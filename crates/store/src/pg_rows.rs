@@ -1,0 +1,97 @@
+//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$55`).
+
+use billing::book::Plan;
+use domain::{TaskId, UsdAmount};
+use sea_orm::sqlx::Postgres;
+use sea_orm::sqlx::postgres::PgArguments;
+use sea_orm::sqlx::query::Query;
+
+type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
+
+/// Binds every array of the write statement, in parameter order.
+pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let query = bind_money(query, plan);
+    let query = bind_new_tasks(query, plan);
+    bind_moves(query, plan).bind(plan.now().millis())
+}
+
+fn micros(a: UsdAmount) -> i64 {
+    a.micros()
+}
+
+/// `$1`–`$19`: balances, new and ended reservations, ledger entries.
+fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let b = &plan.balances;
+    let h = &plan.new_holds;
+    let e = &plan.ended_holds;
+    let l = &plan.entries;
+    query
+        .bind(b.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
+        .bind(b.iter().map(|r| micros(r.from)).collect::<Vec<_>>())
+        .bind(b.iter().map(|r| micros(r.to)).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| r.task.as_str()).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| micros(r.amount)).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| r.status.as_str()).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| r.actual.map(micros)).collect::<Vec<_>>())
+        .bind(h.iter().map(|r| micros(r.balance_after)).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.task.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.status.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| micros(r.actual)).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| micros(r.balance_after)).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| r.task.as_ref().map(TaskId::as_str)).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| micros(r.amount)).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| micros(r.balance_after)).collect::<Vec<_>>())
+        .bind(l.iter().map(|r| r.description.as_str()).collect::<Vec<_>>())
+}
+
+/// `$20`–`$44`: the columns of new task rows.
+fn bind_new_tasks<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let t = &plan.new_tasks;
+    let text = |f: fn(&domain::Task) -> Option<&str>| t.iter().map(|n| f(&n.task)).collect::<Vec<_>>();
+    query
+        .bind(t.iter().map(|n| n.task.id.as_str()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.user_id.as_str()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.model.as_str()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.kind.as_str()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.status.as_str()).collect::<Vec<_>>())
+        .bind(text(|t| t.prompt.as_deref()))
+        .bind(t.iter().map(|n| n.task.provider.as_str()).collect::<Vec<_>>())
+        .bind(text(|t| t.input_mode.as_deref()))
+        .bind(text(|t| t.media_type.as_deref()))
+        .bind(text(|t| t.media_url.as_deref()))
+        .bind(t.iter().map(|n| n.task.duration).collect::<Vec<_>>())
+        .bind(text(|t| t.resolution.as_deref()))
+        .bind(text(|t| t.ratio.as_deref()))
+        .bind(t.iter().map(|n| n.task.generate_audio).collect::<Vec<_>>())
+        .bind(text(|t| t.billing.pricing_version_id.as_deref()))
+        .bind(text(|t| t.billing.usage_json.as_deref()))
+        .bind(text(|t| t.output_url.as_deref()))
+        .bind(text(|t| t.last_frame_url.as_deref()))
+        .bind(text(|t| t.error_code.as_deref()))
+        .bind(text(|t| t.error_message.as_deref()))
+        .bind(text(|t| t.webhook_url.as_deref()))
+        .bind(t.iter().map(|n| n.task.created_at.millis()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.updated_at.millis()).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.task.completed_at.map(|c| c.millis())).collect::<Vec<_>>())
+        .bind(t.iter().map(|n| n.upstream_id.as_deref()).collect::<Vec<_>>())
+}
+
+/// `$45`–`$54`: task state changes.
+fn bind_moves<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let w = &plan.task_writes;
+    let text = |f: fn(&domain::TaskUpdate) -> Option<&str>| w.iter().map(|m| f(&m.update)).collect::<Vec<_>>();
+    query
+        .bind(w.iter().map(|m| m.task.as_str()).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.from.as_str()).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.to.as_str()).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.to.is_terminal()).collect::<Vec<_>>())
+        .bind(text(|u| u.upstream_id.as_deref()))
+        .bind(text(|u| u.output_url.as_deref()))
+        .bind(text(|u| u.last_frame_url.as_deref()))
+        .bind(text(|u| u.usage_json.as_deref()))
+        .bind(text(|u| u.error_code.as_deref()))
+        .bind(text(|u| u.error_message.as_deref()))
+}

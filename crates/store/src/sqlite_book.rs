@@ -1,0 +1,283 @@
+//! The SQLite dialect of the batched write path: one thread with its own rusqlite connection.
+//!
+//! SQLite has one writer at a time, so `BEGIN IMMEDIATE` is the lock: the batch then reads the
+//! reservations, tasks and balances it touches, lets `billing::book::plan` decide, writes the
+//! planned rows with cached prepared statements (no round trips in-process, so one statement per
+//! row costs what a set-based one would), and commits once. Through sqlx every SQLite statement
+//! is a hop to a worker thread; here a whole batch is one hop.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use billing::book::{self, BookOp, BookState, Held, Plan};
+use domain::ports::StoreError;
+use domain::{Task, TaskId, UsdAmount, UserId};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use tokio::sync::mpsc;
+
+use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
+
+/// Opens `path` (WAL, `synchronous=NORMAL`) and starts the writer thread.
+pub(crate) fn start(path: &Path) -> Result<BookWriter, StoreError> {
+    let conn = Connection::open(path).map_err(|e| StoreError::Backend(format!("writer: {e}")))?;
+    conn.busy_timeout(Duration::from_secs(30)).map_err(|e| StoreError::Backend(e.to_string()))?;
+    conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        .map_err(|e| StoreError::Backend(format!("writer pragmas: {e}")))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("ledger-writer".into())
+        .spawn(move || run(conn, rx))
+        .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
+    Ok(BookWriter::new(tx))
+}
+
+fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = vec![first];
+        drain(&mut rx, &mut jobs);
+        match commit_with_retries(&mut conn, &jobs) {
+            Ok(done) => answer(jobs, done),
+            Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
+            Err(e) => {
+                tracing::warn!(
+                    error = e.text(),
+                    ops = jobs.len(),
+                    "ledger batch failed; running its operations one by one"
+                );
+                for job in jobs {
+                    match commit_with_retries(&mut conn, std::slice::from_ref(&job)) {
+                        Ok(done) => answer(vec![job], done),
+                        Err(e) => fail(vec![job], e.text()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn commit_with_retries(conn: &mut Connection, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let mut last = BatchError::Fail("no attempt".into());
+    for _ in 0..ATTEMPTS {
+        match commit(conn, jobs) {
+            Ok(done) => return Ok(done),
+            Err(e @ BatchError::Retry(_)) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+fn fail_sql(e: rusqlite::Error) -> BatchError {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DatabaseBusy => {
+            BatchError::Retry(e.to_string())
+        }
+        _ => BatchError::Fail(e.to_string()),
+    }
+}
+
+/// One batch in one transaction; on any error it rolls back (the transaction is dropped).
+fn commit(conn: &mut Connection, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(fail_sql)?;
+    let state = read(&txn, jobs.iter().map(|j| &j.op)).map_err(fail_sql)?;
+    let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    let ids = write(&txn, &plan)?;
+    txn.commit().map_err(fail_sql)?;
+    Ok((plan, ids))
+}
+
+/// Reads the reservations and tasks the batch names, then the balances of every user involved.
+fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) -> rusqlite::Result<BookState> {
+    let keys = book::keys(ops);
+    let mut state = BookState::default();
+    let mut users: BTreeSet<UserId> = keys.users;
+    {
+        let mut holds =
+            txn.prepare_cached("SELECT user_id, amount_micros, status FROM reservations WHERE task_id = ?1")?;
+        let mut tasks = txn.prepare_cached("SELECT user_id, status FROM tasks WHERE id = ?1")?;
+        for task in &keys.tasks {
+            let hold = holds
+                .query_row([task.as_str()], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                })
+                .optional()?;
+            if let Some((user, amount, status)) = hold {
+                let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
+                state
+                    .holds
+                    .insert(task.clone(), Held { user: UserId(user), amount: UsdAmount::from_micros(amount), status });
+            }
+            let row = tasks
+                .query_row([task.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                .optional()?;
+            if let Some((user, status)) = row {
+                let status = status.parse().map_err(|e| bad_row("task status", e))?;
+                state.tasks.insert(task.clone(), (UserId(user), status));
+            }
+        }
+    }
+    for task in &keys.owners_unknown {
+        users.extend(state.holds.get(task).map(|h| h.user.clone()));
+        users.extend(state.tasks.get(task).map(|t| t.0.clone()));
+    }
+    let mut balance = txn.prepare_cached("SELECT balance_micros FROM users WHERE id = ?1")?;
+    for user in users {
+        if let Some(micros) = balance.query_row([user.as_str()], |r| r.get::<_, i64>(0)).optional()? {
+            state.balances.insert(user, UsdAmount::from_micros(micros));
+        }
+    }
+    Ok(state)
+}
+
+fn bad_row(what: &str, e: impl std::fmt::Display) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(format!("stored {what}: {e}").into())
+}
+
+/// A statement that must change exactly one row, or the batch is retried.
+fn one_row(changed: usize, what: &str) -> Result<(), BatchError> {
+    if changed == 1 { Ok(()) } else { Err(BatchError::Retry(format!("{what}: the guard did not hold"))) }
+}
+
+/// Writes the plan's rows; returns the ids of its ledger entries, in order.
+fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
+    let now = plan.now().millis();
+    let mut stmt = txn
+        .prepare_cached("UPDATE users SET balance_micros = ?1 WHERE id = ?2 AND balance_micros = ?3")
+        .map_err(fail_sql)?;
+    for b in &plan.balances {
+        one_row(stmt.execute(params![b.to.micros(), b.user.as_str(), b.from.micros()]).map_err(fail_sql)?, "balance")?;
+    }
+    let mut stmt = txn
+        .prepare_cached(
+            "INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, \
+             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+        )
+        .map_err(fail_sql)?;
+    for h in &plan.new_holds {
+        let actual = h.actual.map(UsdAmount::micros);
+        stmt.execute(params![
+            h.task.as_str(),
+            h.user.as_str(),
+            h.amount.micros(),
+            h.status.as_str(),
+            actual,
+            h.balance_after.micros(),
+            now
+        ])
+        .map_err(fail_sql)?;
+    }
+    let mut stmt = txn
+        .prepare_cached(
+            "UPDATE reservations SET status = ?1, actual_micros = ?2, balance_after_micros = ?3, updated_at = ?4 \
+             WHERE task_id = ?5 AND status = 'reserved'",
+        )
+        .map_err(fail_sql)?;
+    for e in &plan.ended_holds {
+        let changed = stmt
+            .execute(params![e.status.as_str(), e.actual.micros(), e.balance_after.micros(), now, e.task.as_str()])
+            .map_err(fail_sql)?;
+        one_row(changed, "reservation")?;
+    }
+    let ids = write_entries(txn, plan)?;
+    for t in &plan.new_tasks {
+        insert_task(txn, &t.task, t.upstream_id.as_deref()).map_err(fail_sql)?;
+    }
+    write_moves(txn, plan)?;
+    Ok(ids)
+}
+
+fn write_entries(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
+    let mut stmt = txn
+        .prepare_cached(
+            "INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balance_after_micros, description, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(fail_sql)?;
+    let mut ids = Vec::with_capacity(plan.entries.len());
+    for e in &plan.entries {
+        let task = e.task.as_ref().map(TaskId::as_str);
+        stmt.execute(params![
+            e.user.as_str(),
+            task,
+            e.kind.as_str(),
+            e.amount.micros(),
+            e.balance_after.micros(),
+            e.description,
+            plan.now().millis()
+        ])
+        .map_err(fail_sql)?;
+        ids.push(txn.last_insert_rowid());
+    }
+    Ok(ids)
+}
+
+fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
+    let mut stmt = txn
+        .prepare_cached(
+            "UPDATE tasks SET status = ?1, updated_at = ?2, completed_at = CASE WHEN ?3 THEN ?2 ELSE completed_at END, \
+             upstream_id = COALESCE(?4, upstream_id), output_url = COALESCE(?5, output_url), \
+             last_frame_url = COALESCE(?6, last_frame_url), usage = COALESCE(?7, usage), \
+             error_code = COALESCE(?8, error_code), error_message = COALESCE(?9, error_message) \
+             WHERE id = ?10 AND status = ?11",
+        )
+        .map_err(fail_sql)?;
+    for w in &plan.task_writes {
+        let u = &w.update;
+        let changed = stmt
+            .execute(params![
+                w.to.as_str(),
+                plan.now().millis(),
+                w.to.is_terminal(),
+                u.upstream_id,
+                u.output_url,
+                u.last_frame_url,
+                u.usage_json,
+                u.error_code,
+                u.error_message,
+                w.task.as_str(),
+                w.from.as_str()
+            ])
+            .map_err(fail_sql)?;
+        one_row(changed, "task state")?;
+    }
+    Ok(())
+}
+
+fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> rusqlite::Result<usize> {
+    txn.prepare_cached(
+        "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
+         duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
+         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
+         ?23, ?24, ?25)",
+    )?
+    .execute(params![
+        t.id.as_str(),
+        t.user_id.as_str(),
+        t.model,
+        t.kind.as_str(),
+        t.status.as_str(),
+        t.prompt,
+        t.provider,
+        t.input_mode,
+        t.media_type,
+        t.media_url,
+        t.duration,
+        t.resolution,
+        t.ratio,
+        t.generate_audio,
+        t.billing.pricing_version_id,
+        t.billing.usage_json,
+        t.output_url,
+        t.last_frame_url,
+        t.error_code,
+        t.error_message,
+        t.webhook_url,
+        t.created_at.millis(),
+        t.updated_at.millis(),
+        t.completed_at.map(|c| c.millis()),
+        upstream_id,
+    ])
+}

@@ -1,0 +1,225 @@
+//! `VideoStore`: the video worker's leases on tasks (here), stored media (`media.rs`) and the
+//! webhook outbox (`webhooks.rs`).
+//!
+//! A claim is one statement that both picks and leases: on PostgreSQL a locking CTE with
+//! `FOR NO KEY UPDATE SKIP LOCKED` feeding the `UPDATE`, so replicas claiming together skip each
+//! other's rows instead of waiting or taking them twice; on SQLite an `UPDATE … WHERE id IN
+//! (SELECT … LIMIT n)`, which SQLite's single writer makes atomic.
+
+use async_trait::async_trait;
+use domain::ports::StoreError;
+use domain::{
+    DeliveryAttempt, MediaObject, MediaRecordError, ModelKind, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob,
+    VideoStore, WebhookDelivery,
+};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, Statement, Value,
+};
+
+use crate::entities::tasks;
+use crate::{Backend, Store, backend_err};
+
+/// The filter of claimable video tasks (`$3`: now). It repeats the predicate of the partial
+/// index `tasks_video_due` so that both databases can use it.
+const DUE_TASKS: &str = "SELECT id FROM tasks \
+    WHERE kind = 'video' AND status IN ('submitting', 'queued', 'processing') \
+    AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3) \
+    ORDER BY next_poll_at NULLS FIRST, created_at, id LIMIT $4";
+
+/// Converts a count or size the port gives as unsigned to the databases' `BIGINT`.
+pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Invalid(format!("{what} {n} is too large")))
+}
+
+/// Reads a stored non-negative `BIGINT` back as unsigned.
+pub(crate) fn to_u64(what: &str, n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Invalid(format!("stored {what} {n} is negative")))
+}
+
+impl Store {
+    /// A statement for this store's database; the text uses `$1`, `$2`, … on both (sqlx binds
+    /// SQLite's `$N` parameters by number too).
+    pub(crate) fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(self.db.get_database_backend(), sql, values)
+    }
+
+    async fn claim_tasks(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<VideoJob>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = match self.backend() {
+            Backend::Postgres => format!(
+                "WITH picked AS ({DUE_TASKS} FOR NO KEY UPDATE SKIP LOCKED) \
+                 UPDATE tasks AS t SET lease_owner = $1, lease_until = $2 FROM picked WHERE t.id = picked.id \
+                 RETURNING t.*"
+            ),
+            Backend::Sqlite => {
+                format!("UPDATE tasks SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE_TASKS}) RETURNING *")
+            }
+        };
+        let values =
+            vec![owner.into(), lease_until.millis().into(), now.millis().into(), to_i64("limit", limit)?.into()];
+        let _guard = self.write_guard().await;
+        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        drop(_guard);
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let task = tasks::Model::from_query_result(row, "").map_err(backend_err)?;
+            let next_poll_at: Option<i64> = row.try_get("", "next_poll_at").map_err(backend_err)?;
+            let failures: i64 = row.try_get("", "poll_failures").map_err(backend_err)?;
+            let failures = u32::try_from(failures)
+                .map_err(|_| StoreError::Invalid(format!("stored poll_failures {failures} of task {}", task.id)))?;
+            claimed.push((next_poll_at, failures, task));
+        }
+        // RETURNING gives no order: oldest due first, never polled before all.
+        claimed.sort_by(|a, b| {
+            (a.0.is_some(), a.0, a.2.created_at, &a.2.id).cmp(&(b.0.is_some(), b.0, b.2.created_at, &b.2.id))
+        });
+        let failures: Vec<u32> = claimed.iter().map(|c| c.1).collect();
+        let upstream_ids: Vec<Option<String>> = claimed.iter().map(|c| c.2.upstream_id.clone()).collect();
+        let tasks = self.with_billing(&self.db, claimed.into_iter().map(|c| c.2).collect()).await?;
+        Ok(tasks
+            .into_iter()
+            .zip(upstream_ids)
+            .zip(failures)
+            .map(|((task, upstream_id), poll_failures)| VideoJob { task, upstream_id, poll_failures })
+            .collect())
+    }
+
+    async fn release_task(
+        &self,
+        task: &TaskId,
+        owner: &str,
+        next_poll_at: Timestamp,
+        poll_failures: u32,
+    ) -> Result<(), StoreError> {
+        let values =
+            vec![next_poll_at.millis().into(), i64::from(poll_failures).into(), task.as_str().into(), owner.into()];
+        let sql = "UPDATE tasks SET lease_owner = NULL, lease_until = NULL, next_poll_at = $1, poll_failures = $2 \
+                   WHERE id = $3 AND lease_owner = $4";
+        let _guard = self.write_guard().await;
+        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict(format!("task {task} is not claimed by {owner}")))
+        }
+    }
+
+    async fn active_tasks(&self, user: &UserId, model: &str) -> Result<(u64, u64), StoreError> {
+        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+        let active = || {
+            tasks::Entity::find()
+                .filter(tasks::Column::Kind.eq(ModelKind::Video.as_str()))
+                .filter(tasks::Column::Status.is_in(running.clone()))
+        };
+        let of_user =
+            active().filter(tasks::Column::UserId.eq(user.as_str())).count(&self.db).await.map_err(backend_err)?;
+        let of_model = active().filter(tasks::Column::Model.eq(model)).count(&self.db).await.map_err(backend_err)?;
+        Ok((of_user, of_model))
+    }
+}
+
+#[async_trait]
+impl VideoStore for Store {
+    async fn claim_video_tasks(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<VideoJob>, StoreError> {
+        self.claim_tasks(owner, now, lease_until, limit).await
+    }
+
+    async fn release_video_task(
+        &self,
+        task: &TaskId,
+        owner: &str,
+        next_poll_at: Timestamp,
+        poll_failures: u32,
+    ) -> Result<(), StoreError> {
+        self.release_task(task, owner, next_poll_at, poll_failures).await
+    }
+
+    async fn video_upstream_id(&self, task: &TaskId) -> Result<Option<String>, StoreError> {
+        self.task_upstream_id(task).await.map_err(|e| StoreError::Backend(e.to_string()))
+    }
+
+    async fn active_video_tasks(&self, user: &UserId, model: &str) -> Result<(u64, u64), StoreError> {
+        self.active_tasks(user, model).await
+    }
+
+    async fn add_media(&self, object: MediaObject) -> Result<(), MediaRecordError> {
+        self.insert_media(object).await
+    }
+
+    async fn remove_media(&self, key: &str) -> Result<(), StoreError> {
+        self.delete_media(key).await
+    }
+
+    async fn task_media(&self, task: &TaskId) -> Result<Vec<MediaObject>, StoreError> {
+        self.media_of(task).await
+    }
+
+    async fn set_media_asset(&self, key: &str, asset_id: &str) -> Result<(), StoreError> {
+        self.record_asset(key, asset_id).await
+    }
+
+    async fn media_used(&self, user: &UserId) -> Result<u64, StoreError> {
+        self.used_media_bytes(user).await
+    }
+
+    async fn webhook_secret(&self, user: &UserId) -> Result<Option<String>, StoreError> {
+        self.secret_of(user).await
+    }
+
+    async fn set_webhook_secret(&self, user: &UserId, secret: &str) -> Result<(), StoreError> {
+        self.replace_secret(user, secret).await
+    }
+
+    async fn enqueue_webhook(
+        &self,
+        task: &TaskId,
+        status: TaskStatus,
+        url: &str,
+        event: &str,
+        payload: &str,
+    ) -> Result<bool, StoreError> {
+        self.announce(task, status, url, event, payload).await
+    }
+
+    async fn unannounced_tasks(&self, limit: u64) -> Result<Vec<Task>, StoreError> {
+        self.unannounced(limit).await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<WebhookDelivery>, StoreError> {
+        self.claim_outbox(owner, now, lease_until, limit).await
+    }
+
+    async fn record_delivery(
+        &self,
+        id: i64,
+        attempt: DeliveryAttempt,
+        delivered: bool,
+        retry_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.record_attempt(id, attempt, delivered, retry_at).await
+    }
+
+    async fn delivery_attempts(&self, task: &TaskId) -> Result<Vec<(String, DeliveryAttempt)>, StoreError> {
+        self.attempts_of(task).await
+    }
+}
