@@ -1,88 +1,159 @@
-//! The HTTP adapter for the upstream chat-completions endpoint (`POST <base>/chat/completions`).
+//! The HTTP adapter for every synchronous upstream endpoint: [`HttpUpstream`].
+//!
+//! | endpoint | URL | credentials | stream framing | largest 2xx answer |
+//! | --- | --- | --- | --- | --- |
+//! | `ChatCompletions` | `<platform_base>/chat/completions` | `Authorization: Bearer <platform_key>` | data-only | [`MAX_ANSWER_BYTES`] |
+//! | `ImageGenerations` | `<platform_base>/images/generations` | `Authorization: Bearer <platform_key>` | named | [`MAX_IMAGE_ANSWER_BYTES`] |
+//! | `Responses` | `<platform_base>/responses` | `Authorization: Bearer <platform_key>` | named | [`MAX_ANSWER_BYTES`] |
+//! | `Messages` | `<messages_base>/v1/messages` | `Authorization: Bearer <platform_key>`, `anthropic-version: 2023-06-01` | named | [`MAX_ANSWER_BYTES`] |
+//! | `Speech` | `<speech_origin>/api/v3/tts/create` | `X-Api-Key: <speech_key>` | none (non-stream only) | [`MAX_SPEECH_ANSWER_BYTES`] |
+//!
+//! Every request is `POST` with `Content-Type: application/json` and the caller's body bytes,
+//! handed to the client without a copy (`Vec<u8>` becomes the request body as is).
 //!
 //! Error mapping (the [`UpstreamError`] variant callers see):
 //!
 //! | what happened | variant |
 //! | --- | --- |
+//! | the endpoint's base URL is empty, or `stream` on `Speech` (nothing is sent) | `NotConfigured` |
 //! | connection refused, DNS failure, connection closed before a complete response head or body (for example the simulator's `drop` fault) | `Connect` |
 //! | no complete non-stream answer within `timeout`; no response head, or no next chunk of a stream, within `timeout` | `Timeout` |
 //! | non-2xx status | `Status` (body truncated to [`MAX_ERROR_BODY`] bytes) |
-//! | 2xx non-stream body that is not a JSON object | `Malformed` |
-//! | `data: {"error":…}` event, a broken stream, or a stream ending without `[DONE]` | `Stream` |
+//! | 2xx non-stream body that is not a JSON object, or larger than the endpoint's bound | `Malformed` |
+//! | data-only framing: a `data: {"error":…}` event, or the body ending without `data: [DONE]` | `Stream` |
+//! | named framing: an event named `error` (`Stream("<code or type>: <message>")`) | `Stream` |
+//! | a stream broken off mid-body, or an event larger than [`crate::sse::MAX_EVENT_BYTES`] | `Stream` |
 //!
-//! The API key is kept in a sensitive header value and never logged or printed.
+//! A 2xx answer is returned as is: the speech service's non-zero `code` inside an HTTP 200, an
+//! image item's `error`, a missing `usage` are for the caller to judge. Named streams end
+//! (`None`) at the end of the body; whether they completed (`message_stop`,
+//! `response.completed`) is for the caller to check.
+//!
+//! The keys are kept in sensitive header values and never logged or printed (`Debug` shows `*****`).
 
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use domain::ports::{ChatUpstream, EventStream, UpstreamError};
+use domain::ports::{Endpoint, EventStream, Upstream, UpstreamError};
 use http::HeaderValue;
-use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
 
-use crate::sse::SseSplitter;
+use crate::config::UpstreamConfig;
+use crate::stream::{Framing, HttpEventStream};
 
 /// Most bytes of a non-2xx answer kept in [`UpstreamError::Status`].
 pub const MAX_ERROR_BODY: usize = 2048;
-
-/// Largest accepted non-stream answer, in bytes.
+/// Largest accepted non-stream answer of chat, responses and messages, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+/// Largest accepted image answer, in bytes (up to 15 images inline as `b64_json`).
+pub const MAX_IMAGE_ANSWER_BYTES: usize = 640 * 1024 * 1024;
+/// Largest accepted speech answer, in bytes (the audio is inline as Base64).
+pub const MAX_SPEECH_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// The `anthropic-version` header value sent to the message-style endpoint.
+pub const MESSAGES_VERSION: &str = "2023-06-01";
 
-/// [`ChatUpstream`] over HTTP with one pooled `reqwest` client.
+/// One configured endpoint: where it is, what credentials it takes, how its answers look.
 #[derive(Clone)]
-pub struct HttpChatUpstream {
-    client: reqwest::Client,
-    url: reqwest::Url,
-    auth: HeaderValue,
-    timeout: Duration,
+pub(crate) struct Route {
+    pub(crate) url: reqwest::Url,
+    /// Credential and version headers (credentials marked sensitive).
+    pub(crate) headers: HeaderMap,
+    /// How its streams are framed; `None` when it does not stream.
+    framing: Option<Framing>,
+    /// Largest accepted 2xx non-stream answer.
+    max_answer: usize,
 }
 
-impl fmt::Debug for HttpChatUpstream {
+/// [`Upstream`] over HTTP for all five endpoints, with one pooled `reqwest` client; also
+/// [`domain::ports::TaskUpstream`] (see [`crate::tasks`]).
+#[derive(Clone)]
+pub struct HttpUpstream {
+    pub(crate) client: reqwest::Client,
+    chat: Option<Route>,
+    images: Option<Route>,
+    speech: Option<Route>,
+    responses: Option<Route>,
+    messages: Option<Route>,
+    /// `<platform_base>/contents/generations/tasks`, with the platform key.
+    pub(crate) tasks: Option<Route>,
+    pub(crate) timeout: Duration,
+}
+
+impl fmt::Debug for HttpUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpChatUpstream")
-            .field("url", &self.url.as_str())
-            .field("api_key", &"*****")
+        let url = |route: &Option<Route>| route.as_ref().map_or("(not configured)", |r| r.url.as_str()).to_owned();
+        f.debug_struct("HttpUpstream")
+            .field("chat", &url(&self.chat))
+            .field("images", &url(&self.images))
+            .field("speech", &url(&self.speech))
+            .field("responses", &url(&self.responses))
+            .field("messages", &url(&self.messages))
+            .field("tasks", &url(&self.tasks))
+            .field("keys", &"*****")
             .field("timeout", &self.timeout)
             .finish()
     }
 }
 
-impl HttpChatUpstream {
-    /// An adapter posting to `<base_url>/chat/completions` (for example
-    /// `http://127.0.0.1:PORT/api/v3`) with `Authorization: Bearer <api_key>`.
+impl HttpUpstream {
+    /// An adapter for every endpoint whose base URL in `config` is not empty.
     ///
-    /// `connect_timeout` bounds connection set-up; `timeout` bounds a whole non-stream call,
-    /// the wait for a stream's response head, and each wait for a stream's next chunk.
-    /// Fails with [`UpstreamError::Connect`] when the URL or key is unusable.
-    pub fn new(
-        base_url: &str,
-        api_key: String,
-        connect_timeout: Duration,
-        timeout: Duration,
-    ) -> Result<Self, UpstreamError> {
-        let joined = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-        let url = reqwest::Url::parse(&joined)
-            .map_err(|e| UpstreamError::Connect(format!("invalid upstream base URL {base_url:?}: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(UpstreamError::Connect(format!("unsupported scheme in upstream base URL {base_url:?}")));
-        }
-        let mut auth = HeaderValue::from_str(&format!("Bearer {api_key}"))
-            .map_err(|_| UpstreamError::Connect("upstream API key is not a valid header value".to_owned()))?;
-        auth.set_sensitive(true);
+    /// Fails with [`UpstreamError::Connect`] when a base URL is not an `http`/`https` URL or a
+    /// key is not a valid header value (the error names neither key).
+    pub fn new(config: UpstreamConfig) -> Result<HttpUpstream, UpstreamError> {
+        let bearer = credentials(AUTHORIZATION, "Bearer ", &config.platform_key, "platform")?;
+        let mut messages_headers = bearer.clone();
+        messages_headers
+            .insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(MESSAGES_VERSION));
+        let speech_headers = credentials(HeaderName::from_static("x-api-key"), "", &config.speech_key, "speech")?;
+        let platform = &config.platform_base;
         let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
+            .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {}", chain(&e))))?;
-        Ok(Self { client, url, auth, timeout })
+        Ok(HttpUpstream {
+            client,
+            chat: route(platform, "/chat/completions", &bearer, Some(Framing::DataOnly), MAX_ANSWER_BYTES)?,
+            images: route(platform, "/images/generations", &bearer, Some(Framing::Named), MAX_IMAGE_ANSWER_BYTES)?,
+            responses: route(platform, "/responses", &bearer, Some(Framing::Named), MAX_ANSWER_BYTES)?,
+            messages: route(
+                &config.messages_base,
+                "/v1/messages",
+                &messages_headers,
+                Some(Framing::Named),
+                MAX_ANSWER_BYTES,
+            )?,
+            tasks: route(platform, "/contents/generations/tasks", &bearer, None, crate::tasks::MAX_TASK_ANSWER_BYTES)?,
+            speech: route(&config.speech_origin, "/api/v3/tts/create", &speech_headers, None, MAX_SPEECH_ANSWER_BYTES)?,
+            timeout: config.timeout,
+        })
+    }
+
+    fn route(&self, endpoint: Endpoint) -> Result<&Route, UpstreamError> {
+        let route = match endpoint {
+            Endpoint::ChatCompletions => &self.chat,
+            Endpoint::ImageGenerations => &self.images,
+            Endpoint::Speech => &self.speech,
+            Endpoint::Responses => &self.responses,
+            Endpoint::Messages => &self.messages,
+        };
+        route.as_ref().ok_or_else(|| UpstreamError::NotConfigured(endpoint.as_str().to_owned()))
     }
 
     /// Sends `body`; returns the response if it is 2xx, otherwise `Status`.
-    async fn send(&self, body: Vec<u8>) -> Result<reqwest::Response, UpstreamError> {
+    async fn send(
+        &self,
+        route: &Route,
+        body: Vec<u8>,
+        accept: &'static str,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let response = self
             .client
-            .post(self.url.clone())
-            .header(AUTHORIZATION, self.auth.clone())
+            .post(route.url.clone())
+            .headers(route.headers.clone())
             .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, accept)
             .body(body)
             .send()
             .await
@@ -92,16 +163,21 @@ impl HttpChatUpstream {
             return Ok(response);
         }
         let body = read_prefix(response, MAX_ERROR_BODY).await;
-        tracing::debug!(status = status.as_u16(), "upstream answered with an error status");
+        tracing::debug!(status = status.as_u16(), url = %route.url, "upstream answered with an error status");
         Err(UpstreamError::Status { status: status.as_u16(), body })
     }
 
-    async fn complete_inner(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        let mut response = self.send(body).await?;
-        let mut answer = Vec::new();
+    async fn complete_inner(&self, route: &Route, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+        let mut response = self.send(route, body, "application/json").await?;
+        let limit = route.max_answer;
+        let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
+        if announced.is_some_and(|n| n > limit) {
+            return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
+        }
+        let mut answer = Vec::with_capacity(announced.unwrap_or(0));
         while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
-            if answer.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(UpstreamError::Malformed(format!("answer larger than {MAX_ANSWER_BYTES} bytes")));
+            if answer.len() + chunk.len() > limit {
+                return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
             }
             answer.extend_from_slice(&chunk);
         }
@@ -116,95 +192,64 @@ impl HttpChatUpstream {
 }
 
 #[async_trait]
-impl ChatUpstream for HttpChatUpstream {
-    async fn complete(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        match tokio::time::timeout(self.timeout, self.complete_inner(body)).await {
+impl Upstream for HttpUpstream {
+    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+        let route = self.route(endpoint)?;
+        match tokio::time::timeout(self.timeout, self.complete_inner(route, body)).await {
             Ok(result) => result,
             Err(_) => Err(UpstreamError::Timeout),
         }
     }
 
-    async fn stream(&self, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
-        let response = match tokio::time::timeout(self.timeout, self.send(body)).await {
+    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
+        let route = self.route(endpoint)?;
+        let Some(framing) = route.framing else {
+            return Err(UpstreamError::NotConfigured(format!("{} streaming", endpoint.as_str())));
+        };
+        let response = match tokio::time::timeout(self.timeout, self.send(route, body, "text/event-stream")).await {
             Ok(result) => result?,
             Err(_) => return Err(UpstreamError::Timeout),
         };
-        Ok(Box::new(HttpEventStream::new(response, self.timeout)))
+        Ok(Box::new(HttpEventStream::new(response, framing, self.timeout)))
     }
 }
 
-/// The `data` payloads of a streaming answer, read chunk by chunk.
-struct HttpEventStream {
-    response: reqwest::Response,
-    splitter: SseSplitter,
-    timeout: Duration,
-    eof: bool,
-    finished: bool,
+/// The credential header `name: <prefix><key>`, marked sensitive; none for an empty key.
+fn credentials(name: HeaderName, prefix: &str, key: &str, which: &str) -> Result<HeaderMap, UpstreamError> {
+    let mut headers = HeaderMap::new();
+    if key.is_empty() {
+        return Ok(headers);
+    }
+    let mut value = HeaderValue::from_str(&format!("{prefix}{key}"))
+        .map_err(|_| UpstreamError::Connect(format!("the {which} key is not a valid header value")))?;
+    value.set_sensitive(true);
+    headers.insert(name, value);
+    Ok(headers)
 }
 
-impl HttpEventStream {
-    fn new(response: reqwest::Response, timeout: Duration) -> Self {
-        Self { response, splitter: SseSplitter::new(), timeout, eof: false, finished: false }
+/// The route `<base><suffix>`, or `None` for an empty base.
+fn route(
+    base: &str,
+    suffix: &str,
+    headers: &HeaderMap,
+    framing: Option<Framing>,
+    max_answer: usize,
+) -> Result<Option<Route>, UpstreamError> {
+    let base = base.trim();
+    if base.is_empty() {
+        return Ok(None);
     }
-
-    fn fail(&mut self, error: UpstreamError) -> Option<Result<Vec<u8>, UpstreamError>> {
-        self.finished = true;
-        Some(Err(error))
+    let joined = format!("{}{suffix}", base.trim_end_matches('/'));
+    let url = reqwest::Url::parse(&joined)
+        .map_err(|e| UpstreamError::Connect(format!("invalid upstream base URL {base:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(UpstreamError::Connect(format!("unsupported scheme in upstream base URL {base:?}")));
     }
-}
-
-#[async_trait]
-impl EventStream for HttpEventStream {
-    async fn next_event(&mut self) -> Option<Result<Vec<u8>, UpstreamError>> {
-        loop {
-            if self.finished {
-                return None;
-            }
-            if self.splitter.overflowed() {
-                return self.fail(UpstreamError::Stream("stream event too large".to_owned()));
-            }
-            if let Some(data) = self.splitter.next_data() {
-                let trimmed = data.trim_ascii();
-                if trimmed == b"[DONE]" {
-                    self.finished = true;
-                    return None;
-                }
-                if trimmed.starts_with(b"{\"error\"") {
-                    return self.fail(UpstreamError::Stream(error_event_message(trimmed)));
-                }
-                return Some(Ok(data));
-            }
-            if self.eof {
-                return self.fail(UpstreamError::Stream("upstream stream ended early (no [DONE])".to_owned()));
-            }
-            match tokio::time::timeout(self.timeout, self.response.chunk()).await {
-                Err(_) => return self.fail(UpstreamError::Timeout),
-                Ok(Err(e)) => {
-                    return self.fail(UpstreamError::Stream(format!("upstream stream broke: {}", chain(&e))));
-                }
-                Ok(Ok(Some(chunk))) => self.splitter.push(&chunk),
-                Ok(Ok(None)) => {
-                    self.splitter.finish();
-                    self.eof = true;
-                }
-            }
-        }
-    }
-}
-
-/// `code: message` of a `{"error":{…}}` event, or its (truncated) text.
-fn error_event_message(payload: &[u8]) -> String {
-    let value: Option<serde_json::Value> = serde_json::from_slice(payload).ok();
-    let error = value.as_ref().and_then(|v| v.get("error"));
-    let text = |key: &str| error.and_then(|e| e.get(key)).and_then(|v| v.as_str()).unwrap_or("");
-    match (text("code"), text("message")) {
-        ("", "") => truncate_lossy(payload, MAX_ERROR_BODY),
-        (code, message) => format!("{code}: {message}"),
-    }
+    Ok(Some(Route { url, headers: headers.clone(), framing, max_answer }))
 }
 
 /// Up to `limit` bytes of the response body as text; read errors end it early.
-async fn read_prefix(mut response: reqwest::Response, limit: usize) -> String {
+pub(crate) async fn read_prefix(mut response: reqwest::Response, limit: usize) -> String {
     let mut bytes = Vec::new();
     while bytes.len() < limit {
         match response.chunk().await {
@@ -216,7 +261,7 @@ async fn read_prefix(mut response: reqwest::Response, limit: usize) -> String {
 }
 
 /// The first `limit` bytes as text, without splitting a UTF-8 character.
-fn truncate_lossy(bytes: &[u8], limit: usize) -> String {
+pub(crate) fn truncate_lossy(bytes: &[u8], limit: usize) -> String {
     if bytes.len() <= limit {
         return String::from_utf8_lossy(bytes).into_owned();
     }
@@ -228,12 +273,29 @@ fn truncate_lossy(bytes: &[u8], limit: usize) -> String {
     String::from_utf8_lossy(cut).into_owned()
 }
 
-fn map_reqwest(error: &reqwest::Error) -> UpstreamError {
+/// The whole body, at most `limit` bytes (a larger one is `Malformed`, unread past the limit).
+pub(crate) async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, UpstreamError> {
+    let too_large = || UpstreamError::Malformed(format!("answer larger than {limit} bytes"));
+    let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
+    if announced.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let mut answer = Vec::with_capacity(announced.unwrap_or(0));
+    while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
+        if answer.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        answer.extend_from_slice(&chunk);
+    }
+    Ok(answer)
+}
+
+pub(crate) fn map_reqwest(error: &reqwest::Error) -> UpstreamError {
     if error.is_timeout() { UpstreamError::Timeout } else { UpstreamError::Connect(chain(error)) }
 }
 
 /// An error and its sources, joined with `: `.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -251,11 +313,16 @@ fn chain(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn error_event_text() {
-        let msg = error_event_message(br#"{"error":{"code":"InternalServiceError","message":"boom","type":"x"}}"#);
-        assert_eq!(msg, "InternalServiceError: boom");
-        assert_eq!(error_event_message(br#"{"error":"x"}"#), r#"{"error":"x"}"#);
+    fn config(base: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            platform_base: base.to_owned(),
+            platform_key: "sk-platform-secret".to_owned(),
+            speech_origin: "http://127.0.0.1:1".to_owned(),
+            speech_key: "sk-speech-secret".to_owned(),
+            messages_base: "http://127.0.0.1:1/api/compatible/".to_owned(),
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        }
     }
 
     #[test]
@@ -266,26 +333,42 @@ mod tests {
     }
 
     #[test]
-    fn debug_hides_key() {
-        let up = HttpChatUpstream::new(
-            "http://127.0.0.1:1/api/v3/",
-            "sk-secret".to_owned(),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        );
+    fn debug_hides_keys_and_shows_urls() {
+        let up = HttpUpstream::new(config("http://127.0.0.1:1/api/v3/")).unwrap_or_else(|e| unreachable!("{e}"));
         let text = format!("{up:?}");
-        assert!(!text.contains("sk-secret"), "{text}");
-        assert!(text.contains("/api/v3/chat/completions"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+        for url in [
+            "/api/v3/chat/completions",
+            "/api/v3/images/generations",
+            "/api/v3/responses",
+            "/api/v3/tts/create",
+            "/api/compatible/v1/messages",
+        ] {
+            assert!(text.contains(url), "{url} in {text}");
+        }
+        let up = HttpUpstream::new(config("")).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(format!("{up:?}").contains("(not configured)"));
     }
 
     #[test]
-    fn bad_base_urls() {
-        let new = |u: &str| HttpChatUpstream::new(u, "k".to_owned(), Duration::from_secs(1), Duration::from_secs(1));
-        assert!(matches!(new("not a url"), Err(UpstreamError::Connect(_))));
-        assert!(matches!(new("ftp://x/api/v3"), Err(UpstreamError::Connect(_))));
-        assert!(matches!(
-            HttpChatUpstream::new("http://x", "bad\nkey".to_owned(), Duration::from_secs(1), Duration::from_secs(1)),
-            Err(UpstreamError::Connect(_))
-        ));
+    fn bad_base_urls_and_keys() {
+        assert!(matches!(HttpUpstream::new(config("not a url")), Err(UpstreamError::Connect(_))));
+        assert!(matches!(HttpUpstream::new(config("ftp://x/api/v3")), Err(UpstreamError::Connect(_))));
+        let mut bad = config("http://x");
+        bad.platform_key = "bad\nkey".to_owned();
+        match HttpUpstream::new(bad) {
+            Err(UpstreamError::Connect(msg)) => assert!(!msg.contains("bad\nkey"), "{msg}"),
+            other => unreachable!("{other:?}"),
+        }
+        let mut bad = config("http://x");
+        bad.speech_key = "x\r\ny".to_owned();
+        assert!(matches!(HttpUpstream::new(bad), Err(UpstreamError::Connect(_))));
+    }
+
+    #[test]
+    fn credential_headers_are_sensitive() {
+        let headers = credentials(AUTHORIZATION, "Bearer ", "k", "platform").unwrap_or_default();
+        assert!(headers.get(AUTHORIZATION).is_some_and(HeaderValue::is_sensitive));
+        assert!(credentials(AUTHORIZATION, "Bearer ", "", "platform").is_ok_and(|h| h.is_empty()));
     }
 }

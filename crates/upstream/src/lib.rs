@@ -1,16 +1,32 @@
-//! The upstream platform: an HTTP adapter for its chat-completions endpoint and a simulator of it.
+//! The upstream platform: an HTTP adapter for its synchronous endpoints and a simulator of them.
 //!
-//! - [`http::HttpChatUpstream`] implements [`domain::ports::ChatUpstream`] with one pooled
-//!   `reqwest` client, reading streams chunk by chunk through [`sse::SseSplitter`].
-//! - [`sim`] serves the same endpoint deterministically over real HTTP, with per-request fault
-//!   switches, for tests and local runs.
+//! - [`HttpUpstream`] implements [`domain::ports::Upstream`] for chat completions, image
+//!   generation, the speech service, response-style and message-style chat, built from an
+//!   [`UpstreamConfig`] (base URLs, keys, timeouts), with one pooled `reqwest` client; streams
+//!   are read chunk by chunk through [`sse::SseSplitter`] and framed per endpoint (data-only
+//!   for chat, named events for the native formats). The endpoint table and the error mapping
+//!   are in [`http`]. It also implements [`domain::ports::TaskUpstream`] for the platform's
+//!   video tasks ([`tasks`]).
+//! - [`HttpAssetUpstream`] implements [`domain::ports::AssetUpstream`] for the asset control
+//!   plane, with Volcengine-style signed requests ([`assets`], [`assets::sign`]), built from an
+//!   [`AssetsConfig`].
+//! - [`sim`] serves all of those endpoints deterministically over real HTTP, with per-request
+//!   fault switches and request counters, for tests and local runs; video tasks move on a
+//!   clock the test controls.
 //!
 //! **Architecture Invariant:** this crate knows the upstream wire format only as far as
 //! transport needs (status, SSE framing, error events); request and answer bodies pass through
-//! as bytes, and their meaning is decided by the callers.
+//! as bytes, and their meaning (usage, completion of a named stream, the speech service's
+//! `code`) is decided by the callers.
 
+pub mod assets;
+pub mod config;
 pub mod http;
 pub mod sim;
 pub mod sse;
+mod stream;
+pub mod tasks;
 
-pub use http::HttpChatUpstream;
+pub use assets::HttpAssetUpstream;
+pub use config::{AssetsConfig, UpstreamConfig};
+pub use http::HttpUpstream;

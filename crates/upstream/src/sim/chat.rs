@@ -1,18 +1,57 @@
-//! The simulated completion: token counts derived from the request, the answer and its stream chunks.
+//! Chat completions, `POST /api/v3/chat/completions` (upstream-wire §1): the planned answer,
+//! its stream chunks, and the handler.
+//!
+//! A request needs `Authorization: Bearer <non-empty>` (else 401 `AuthenticationError`) and a
+//! JSON object body with a string `model` and an array `messages` (else 400 `InvalidParameter`).
+//!
+//! # Token counts
+//!
+//! - `prompt_tokens` = ceil(UTF-8 bytes of all message `content` text (strings, or the `text`
+//!   of array parts) / 4) + 4 per message; the body field `"sim_prompt_tokens": N` overrides it.
+//! - `completion_tokens` = min(`max_completion_tokens`, else `max_tokens`, else 64; the natural
+//!   length, 16 or `"sim_completion_tokens": N`, at most 65,536). `finish_reason` is `length`
+//!   when the limit cut the natural length, else `stop`.
+//! - Thinking is on when `thinking.type` is `enabled`, or when `thinking` is absent and the
+//!   model id starts with `seed-`; then half the completion tokens (rounded down) are
+//!   `reasoning_tokens`, sent as `reasoning_content`.
+//! - The answer has exactly one word per token (content and reasoning separately).
+//! - `prompt_tokens_details.cached_tokens` = prompt_tokens / 2 (rounded down) when this server
+//!   has seen the same first-message `content` on this path before, else 0.
+//! - `"sim_audio_tokens": N` adds `prompt_tokens_details.audio_tokens` = N.
+//!
+//! # Streaming
+//!
+//! With `"stream": true` the answer is `text/event-stream`: one `data: {chunk}` event per
+//! reasoning word, then per content word (every delta carries `"role":"assistant"`), a final
+//! chunk with `"content":""` and `finish_reason`, a usage chunk with `"choices":[]` when
+//! `stream_options.include_usage` is true, then `data: [DONE]`.
+//!
+//! # Faults
+//!
+//! The shared body-field switches (see [`super`]), and mid-stream:
+//! - `midstream_error`: two chunks, then `data: {"error":{"code":"InternalServiceError",…}}`,
+//!   and the end without `[DONE]`.
+//! - `midstream_drop`: two chunks, then the connection is aborted.
+//! - `empty_usage`: no `usage` (and no usage chunk when streaming).
 
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
 
-/// Completion length when neither a limit nor `sim_completion_tokens` says otherwise.
-pub(crate) const NATURAL_COMPLETION_TOKENS: u64 = 16;
+use super::MAX_TEXT_REQUEST_BYTES;
+use super::body::SimBody;
+use super::fault::{self, Fault, Switches, error_response};
+use super::request::{BodyError, has_bearer, json_object, now_secs, read_body};
+use super::state::SimState;
+use super::stream::{self, Ending, data_frame};
+use super::words::{CONTENT_WORDS, REASONING_WORDS, delta_word, natural_tokens, prompt_tokens, u64_field, words};
+
 /// Completion limit when the request sets neither `max_completion_tokens` nor `max_tokens`.
 pub(crate) const DEFAULT_MAX_TOKENS: u64 = 64;
-/// Upper bound on any simulated completion, to keep answers small.
-pub(crate) const MAX_SIM_COMPLETION_TOKENS: u64 = 65_536;
-
-const CONTENT_WORDS: [&str; 12] =
-    ["This", "is", "a", "simulated", "answer", "with", "one", "token", "per", "word", "for", "testing"];
-const REASONING_WORDS: [&str; 10] =
-    ["First", "consider", "the", "question", "then", "think", "it", "through", "step", "carefully"];
+/// How many chunks the `midstream_*` faults send before failing.
+const MIDSTREAM_CHUNKS: usize = 2;
 
 /// Everything the answer to one request contains, fixed before answering.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,29 +78,6 @@ pub(crate) struct Plan {
     pub(crate) finish_reason: &'static str,
 }
 
-fn u64_field(req: &Map<String, Value>, key: &str) -> Option<u64> {
-    req.get(key).and_then(Value::as_u64)
-}
-
-/// UTF-8 bytes of a message `content`: a string, or the `text` of each part of an array.
-fn content_bytes(content: Option<&Value>) -> u64 {
-    let bytes = match content {
-        Some(Value::String(s)) => s.len(),
-        Some(Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(str::len).sum()
-        }
-        _ => 0,
-    };
-    u64::try_from(bytes).unwrap_or(u64::MAX)
-}
-
-/// `ceil(content bytes / 4) + 4` per message.
-pub(crate) fn prompt_tokens(messages: &[Value]) -> u64 {
-    let bytes: u64 = messages.iter().map(|m| content_bytes(m.get("content"))).fold(0, u64::saturating_add);
-    let count = u64::try_from(messages.len()).unwrap_or(u64::MAX);
-    bytes.div_ceil(4).saturating_add(count.saturating_mul(4))
-}
-
 impl Plan {
     /// Plans the answer to `req` (already checked to have `model` and `messages`).
     /// `seen_before` says whether its first message was seen earlier (prefix cache hit).
@@ -73,9 +89,8 @@ impl Plan {
         created: u64,
         seen_before: bool,
     ) -> Plan {
-        let prompt_tokens = u64_field(req, "sim_prompt_tokens").unwrap_or_else(|| prompt_tokens(messages));
-        let natural =
-            u64_field(req, "sim_completion_tokens").unwrap_or(NATURAL_COMPLETION_TOKENS).min(MAX_SIM_COMPLETION_TOKENS);
+        let prompt_tokens = u64_field(req, "sim_prompt_tokens").unwrap_or_else(|| prompt_tokens(0, messages));
+        let natural = natural_tokens(req);
         let limit = u64_field(req, "max_completion_tokens")
             .or_else(|| u64_field(req, "max_tokens"))
             .unwrap_or(DEFAULT_MAX_TOKENS);
@@ -173,20 +188,88 @@ impl Plan {
     }
 }
 
-/// `n` words from `vocabulary`, cycling, joined by single spaces.
-fn words(vocabulary: &[&str], n: u64) -> String {
-    (0..n).map(|i| vocabulary[index(vocabulary, i)]).collect::<Vec<_>>().join(" ")
+/// Answers `POST /api/v3/chat/completions`; an `Err` closes the connection without a response.
+pub(crate) async fn handle(
+    state: &SimState,
+    req: Request<Incoming>,
+    rid: String,
+) -> Result<Response<SimBody>, std::io::Error> {
+    if !has_bearer(req.headers()) {
+        return Ok(error_response(401, "AuthenticationError", "The API key is missing or malformed.", "", &rid));
+    }
+    let request = match read_body(req, MAX_TEXT_REQUEST_BYTES).await.map(|b| json_object(&b)) {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            return Ok(error_response(
+                400,
+                "InvalidParameter",
+                "The request body is not a valid JSON object.",
+                "",
+                &rid,
+            ));
+        }
+        Err(BodyError::TooLarge) => {
+            return Ok(error_response(413, "RequestTooLarge", "The request body is too large.", "", &rid));
+        }
+        Err(BodyError::Unreadable) => {
+            return Ok(error_response(400, "InvalidParameter", "The request body could not be read.", "", &rid));
+        }
+    };
+    if !request.get("model").is_some_and(Value::is_string) {
+        let message = "The parameter `model` is required and must be a string.";
+        return Ok(error_response(400, "InvalidParameter", message, "model", &rid));
+    }
+    if !request.get("messages").is_some_and(Value::is_array) {
+        let message = "The parameter `messages` is required and must be an array.";
+        return Ok(error_response(400, "InvalidParameter", message, "messages", &rid));
+    }
+    let switches = match Switches::from_body(&request) {
+        Ok(switches) => switches,
+        Err(message) => return Ok(error_response(400, "InvalidParameter", &message, "sim_fault", &rid)),
+    };
+    if let Some(done) = fault::shared(&switches, |status| fault::status_response(status, &rid)).await {
+        return done;
+    }
+    Ok(answer(state, &request, rid, &switches))
 }
 
-/// Word `i` as a stream delta: a space before every word but the first.
-fn delta_word(vocabulary: &[&str], i: u64) -> String {
-    let word = vocabulary[index(vocabulary, i)];
-    if i == 0 { word.to_owned() } else { format!(" {word}") }
+/// A normal answer (possibly streamed), shaped by the fault (`None`, `EmptyUsage` or `Midstream*`).
+fn answer(state: &SimState, request: &Map<String, Value>, rid: String, switches: &Switches) -> Response<SimBody> {
+    let model = request.get("model").and_then(Value::as_str).unwrap_or_default();
+    let messages = request.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let seen_before =
+        messages.first().and_then(|m| m.get("content")).is_some_and(|c| state.seen_before("chat", &c.to_string()));
+    let plan = Plan::new(request, model, messages, rid, now_secs(), seen_before);
+    let fault = switches.fault;
+    let with_usage = fault != Some(Fault::EmptyUsage);
+    if !(request.get("stream").and_then(Value::as_bool).unwrap_or(false) || Fault::forces_stream(fault)) {
+        return fault::json_response(200, plan.answer(with_usage).to_string());
+    }
+    let include_usage = with_usage
+        && request.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
+    let ending = match fault {
+        Some(Fault::MidstreamError) => Ending::Tail(midstream_error_event(&plan.id)),
+        Some(Fault::MidstreamDrop) => Ending::Abort,
+        _ => Ending::Tail(data_frame("[DONE]")),
+    };
+    let cut = Fault::forces_stream(fault).then_some(MIDSTREAM_CHUNKS);
+    let frames = (0..).map_while(move |i| plan.stream_payload(i, include_usage)).map(|p| data_frame(&p));
+    stream::response(stream::Plan {
+        frames: Box::new(frames),
+        delay: Duration::from_millis(switches.chunk_delay_ms),
+        cut,
+        ending,
+    })
 }
 
-fn index(vocabulary: &[&str], i: u64) -> usize {
-    let len = u64::try_from(vocabulary.len()).unwrap_or(1).max(1);
-    usize::try_from(i % len).unwrap_or(0)
+/// The `data:` frame of a mid-stream error event.
+fn midstream_error_event(request_id: &str) -> String {
+    let body = json!({"error": {
+        "code": "InternalServiceError",
+        "message": format!("The service encountered an unexpected internal error. Request id: {request_id}"),
+        "type": "InternalServerError",
+    }});
+    data_frame(&body.to_string())
 }
 
 #[cfg(test)]
@@ -198,12 +281,6 @@ mod tests {
         let model = req.get("model").and_then(Value::as_str).unwrap_or("m").to_owned();
         let messages = req.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
         Plan::new(&req, &model, &messages, "sim-1".to_owned(), 0, seen)
-    }
-
-    #[test]
-    fn prompt_tokens_from_content() {
-        let m = json!([{"role": "user", "content": "abcde"}, {"role": "user", "content": [{"type": "text", "text": "abc"}, {"type": "image_url"}]}]);
-        assert_eq!(prompt_tokens(m.as_array().map(Vec::as_slice).unwrap_or_default()), 2 + 8);
     }
 
     #[test]

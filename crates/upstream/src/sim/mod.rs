@@ -1,136 +1,215 @@
-//! A deterministic simulator of the upstream platform's chat-completions endpoint, over real HTTP.
+//! A deterministic simulator of the upstream platform and its speech service, over real HTTP.
 //!
-//! Serves `POST /api/v3/chat/completions` in the platform format (see `upstream-wire.md` §1);
-//! any other method or path answers 404 with a platform error body. A request needs
-//! `Authorization: Bearer <non-empty>` (else 401 `AuthenticationError`) and a JSON object body
-//! with a string `model` and an array `messages` (else 400 `InvalidParameter`).
+//! One server serves every path below; this documentation (with each format module's) is the
+//! simulator's contract for the gateway's tests.
 //!
-//! # Token counts
+//! | method and path | format | credentials | details |
+//! | --- | --- | --- | --- |
+//! | `POST /api/v3/chat/completions` | chat completions (upstream-wire §1) | `Authorization: Bearer <non-empty>` | [`chat`] |
+//! | `POST /api/v3/images/generations` | image generation (§3) | `Authorization: Bearer <non-empty>` | [`images`] |
+//! | `POST /api/v3/tts/create` | speech service (§4) | `X-Api-Key: <non-empty>` | [`speech`] |
+//! | `POST /api/compatible/v1/messages` | message-style (§6) | `Authorization: Bearer …` or `x-api-key`, and `anthropic-version` | [`messages`] |
+//! | `POST /api/v3/responses` | response-style (§7) | `Authorization: Bearer <non-empty>` | [`responses`] |
+//! | `POST /api/v3/contents/generations/tasks`, `GET`/`DELETE …/tasks/{id}` | video tasks (§2) | `Authorization: Bearer <non-empty>` | [`video`] |
+//! | `POST /?Action=<A>&Version=2024-01-01` | asset control plane (§5) | signed with the simulator's access key pair | [`assets`] |
+//! | `GET`/`HEAD /files/…` | the generated images, audio and videos | none | [`files`] |
+//! | `POST /sim/clock/advance?ms=N`, `GET /sim/clock` | the video clock (not upstream) | none | [`SimHandle::advance`] |
 //!
-//! - `prompt_tokens` = ceil(UTF-8 bytes of all message `content` text (strings, or the `text`
-//!   of array parts) / 4) + 4 per message; the body field `"sim_prompt_tokens": N` overrides it.
-//! - `completion_tokens` = min(`max_completion_tokens`, else `max_tokens`, else 64; the natural
-//!   length, 16 or `"sim_completion_tokens": N`). `finish_reason` is `length` when the limit cut
-//!   the natural length, else `stop`.
-//! - Thinking is on when `thinking.type` is `enabled`, or when `thinking` is absent and the
-//!   model id starts with `seed-`; then half the completion tokens (rounded down) are
-//!   `reasoning_tokens`, sent as `reasoning_content`.
-//! - The answer has exactly one word per token (content and reasoning separately).
-//! - `prompt_tokens_details.cached_tokens` = prompt_tokens / 2 (rounded down) when this server
-//!   has seen the same first-message `content` before, else 0.
-//! - `"sim_audio_tokens": N` adds `prompt_tokens_details.audio_tokens` = N.
+//! Any other method or path answers 404 with a platform error body
+//! (`{"error":{"code":"NotFound",…}}`). Request bodies are bounded per path:
+//! [`MAX_TEXT_REQUEST_BYTES`] (chat, messages, responses), [`MAX_IMAGE_REQUEST_BYTES`],
+//! [`MAX_SPEECH_REQUEST_BYTES`]; a larger one is 413 in the format's error body.
 //!
-//! # Streaming
+//! # Fault switches
 //!
-//! With `"stream": true` the answer is `text/event-stream`: one `data: {chunk}` event per
-//! reasoning word, then per content word (every delta carries `"role":"assistant"`), a final
-//! chunk with `"content":""` and `finish_reason`, a usage chunk with `"choices":[]` when
-//! `stream_options.include_usage` is true, then `data: [DONE]`. Chunks are written as they are
-//! produced; `"sim_chunk_delay_ms": N` (at most 1000) waits before each one.
-//!
-//! # Fault switches (per request, from body fields)
-//!
-//! - `"sim_latency_ms": N` — wait N ms (at most 10000) before answering.
-//! - `"sim_fault": "…"`, one of:
-//!   - `status_400`, `status_429`, `status_500`, `status_503` — that status with a platform
-//!     error body (`InvalidParameter`/`BadRequest`, `RateLimitExceeded.EndpointRPMExceeded`/
-//!     `TooManyRequests`, `InternalServiceError`/`InternalServerError`,
-//!     `ServiceUnavailable`/`ServiceUnavailable`).
+//! Chat, messages and responses read body fields (the gateway passes unknown fields through):
+//! - `"sim_latency_ms": N` — wait N ms (at most 10,000) before answering.
+//! - `"sim_chunk_delay_ms": N` — when streaming, wait N ms (at most 1,000) before each event.
+//! - `"sim_completion_tokens": N` — the natural answer length (default 16, at most 65,536).
+//! - `"sim_prompt_tokens": N` — overrides the computed input tokens (chat `prompt_tokens`,
+//!   messages' base, responses' base).
+//! - `"sim_fault": "…"`, one of (any other value is 400 in the format's error body):
+//!   - `status_400`, `status_429`, `status_500`, `status_503` — that status with the format's
+//!     error body (platform: `InvalidParameter`/`BadRequest`,
+//!     `RateLimitExceeded.EndpointRPMExceeded`/`TooManyRequests`,
+//!     `InternalServiceError`/`InternalServerError`, `ServiceUnavailable`/`ServiceUnavailable`).
 //!   - `timeout` — accept and never answer; the connection is closed after 60 s.
 //!   - `malformed` — 200 with a body that is not JSON (and not SSE).
 //!   - `drop` — close the connection without any response.
-//!   - `midstream_error` — answer as a stream (whatever `stream` says), send two chunks, then
-//!     `data: {"error":{"code":"InternalServiceError",…}}` and end without `[DONE]`.
-//!   - `midstream_drop` — answer as a stream, send two chunks, then abort the connection.
-//!   - `empty_usage` — a normal answer without `usage` (no usage chunk when streaming).
+//!   - `midstream_error`, `midstream_drop` — answer as a stream (whatever `stream` says), send
+//!     a few events, then the format's error event and the end, or an aborted connection.
+//!   - `empty_usage` — a normal answer without usage.
 //!
-//!   Any other value answers 400 `InvalidParameter` (param `sim_fault`).
+//! Images and speech are validated strictly by the gateway (no unknown fields), so their
+//! switches are directives inside the prompt text (`prompt`, `text_prompt`):
+//! `[sim:fault=<name>]` (the names above without the mid-stream ones, plus `fail_all` for
+//! images and `empty_usage` for images only), `[sim:latency_ms=N]`, `[sim:fail_image=I]`
+//! (images, repeatable) and `[sim:code=N]` (speech). See [`images`] and [`speech`].
+//!
+//! Video tasks take their switches as `[sim:video=…]` directives in the text prompt; see
+//! [`video`].
+//!
+//! # The video clock
+//!
+//! Video tasks move on simulated time ([`SimOptions`]): with [`ClockMode::Real`] (the default
+//! of [`spawn`] and [`serve`]) it is real time since the start plus every advance; with
+//! [`ClockMode::Manual`] only advances move it. Advance with [`SimHandle::advance`] or, for a
+//! simulator in another process, `POST /sim/clock/advance?ms=N` (N at most
+//! [`MAX_ADVANCE_MS`]; answers `{"now_ms":…}`; `GET /sim/clock` reads it). Callbacks of status
+//! changes are sent within [`CALLBACK_TICK`] of the change.
+//!
+//! # Memory
+//!
+//! The simulator remembers, per server: first-message texts seen (chat and messages cache
+//! hits; at most 100,000, then forgotten all at once), issued response ids (the newest
+//! 100,000), request counts per path (at most 10,000 distinct paths; see
+//! [`SimHandle::requests`]), video tasks and assets (the newest 100,000 of each).
 //!
 //! Stopping the server (the `shutdown` future, or dropping the [`SimHandle`]) stops accepting
 //! and aborts connections still open.
 
+pub mod assets;
 mod body;
-mod chat;
+pub mod chat;
+mod clock;
 mod fault;
+pub mod files;
+pub mod images;
+pub mod messages;
+mod request;
+pub mod responses;
+pub mod speech;
+mod state;
+mod stream;
+pub mod video;
+mod words;
 
-use std::collections::HashSet;
-use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, header};
-use http_body_util::{BodyExt, Limited};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use serde_json::{Map, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
 use body::SimBody;
-use chat::Plan;
-use fault::{Fault, error_response, status_code_name};
+use fault::{error_response, json_response};
+use state::SimState;
 
-/// The one path the simulator serves.
+pub use clock::ClockMode;
+pub use fault::{MAX_CHUNK_DELAY_MS, MAX_LATENCY_MS};
+
+/// Chat completions.
 pub const CHAT_PATH: &str = "/api/v3/chat/completions";
-/// Largest accepted request body, in bytes.
-pub const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
-/// Upper bound on `sim_latency_ms`.
-pub const MAX_LATENCY_MS: u64 = 10_000;
-/// Upper bound on `sim_chunk_delay_ms`.
-pub const MAX_CHUNK_DELAY_MS: u64 = 1_000;
-/// How many chunks the `midstream_*` faults send before failing.
-const MIDSTREAM_CHUNKS: u64 = 2;
-/// Bound on remembered first messages (the set is cleared when full).
-const MAX_SEEN: usize = 100_000;
+/// Image generation.
+pub const IMAGES_PATH: &str = "/api/v3/images/generations";
+/// The speech service.
+pub const SPEECH_PATH: &str = "/api/v3/tts/create";
+/// Message-style chat.
+pub const MESSAGES_PATH: &str = "/api/compatible/v1/messages";
+/// Response-style chat.
+pub const RESPONSES_PATH: &str = "/api/v3/responses";
+/// Video task creation (`POST`); a task is `<this>/{id}`.
+pub const VIDEO_TASKS_PATH: &str = "/api/v3/contents/generations/tasks";
+/// The asset control plane (`POST /?Action=…`).
+pub const ASSETS_PATH: &str = "/";
+/// Generated files.
+pub const FILES_PREFIX: &str = "/files/";
+/// Advances the video clock: `POST /sim/clock/advance?ms=N`.
+pub const CLOCK_ADVANCE_PATH: &str = "/sim/clock/advance";
+/// Reads the video clock: `GET /sim/clock`.
+pub const CLOCK_PATH: &str = "/sim/clock";
+/// Largest advance one `POST /sim/clock/advance` takes, ms (30 days).
+pub const MAX_ADVANCE_MS: u64 = 30 * 24 * 3600 * 1000;
+/// How often due callbacks are looked for.
+pub const CALLBACK_TICK: Duration = Duration::from_millis(50);
 
-/// What one simulator remembers across requests.
-#[derive(Debug, Default)]
-struct SimState {
-    seen: Mutex<HashSet<u64>>,
-    counter: AtomicU64,
+/// How a simulator runs its video tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimOptions {
+    /// How the clock moves.
+    pub clock: ClockMode,
+    /// How long a task stays `queued` (simulated time). Default 1 s.
+    pub video_queue: Duration,
+    /// How long a task stays `running`. Default 2 s.
+    pub video_run: Duration,
+    /// How long a `[sim:video=slow_queue]` task stays `queued`. Default 1 h.
+    pub video_slow_queue: Duration,
 }
 
-impl SimState {
-    fn next_id(&self) -> String {
-        format!("sim-{:016x}", self.counter.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    /// Records `key`; whether it had been recorded before.
-    fn seen_before(&self, key: u64) -> bool {
-        let mut seen = match self.seen.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if seen.len() >= MAX_SEEN {
-            seen.clear();
+impl Default for SimOptions {
+    fn default() -> SimOptions {
+        SimOptions {
+            clock: ClockMode::Real,
+            video_queue: Duration::from_secs(1),
+            video_run: Duration::from_secs(2),
+            video_slow_queue: Duration::from_secs(3600),
         }
-        !seen.insert(key)
     }
 }
 
-/// Serves the simulator on `listener` until `shutdown` completes.
+impl SimOptions {
+    /// The defaults with a clock that only advances move ([`ClockMode::Manual`]).
+    pub fn manual() -> SimOptions {
+        SimOptions { clock: ClockMode::Manual, ..SimOptions::default() }
+    }
+}
+/// Largest accepted chat, messages or responses body, in bytes (the gateway admits 100 MB).
+pub const MAX_TEXT_REQUEST_BYTES: usize = 128 * 1024 * 1024;
+/// Largest accepted image body, in bytes (14 references of 30 MB as Base64 fit).
+pub const MAX_IMAGE_REQUEST_BYTES: usize = 768 * 1024 * 1024;
+/// Largest accepted speech body, in bytes (3 references of 10 MB as Base64 fit).
+pub const MAX_SPEECH_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// Serves the simulator on `listener` until `shutdown` completes (default [`SimOptions`]).
 pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    let state = Arc::new(SimState::default());
+    serve_with_options(listener, SimOptions::default(), shutdown).await
+}
+
+/// Serves the simulator with `options` on `listener` until `shutdown` completes.
+pub async fn serve_with_options(
+    listener: TcpListener,
+    options: SimOptions,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let state = Arc::new(SimState::new(listener.local_addr()?, options));
+    serve_with(listener, state, shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    state: Arc<SimState>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let mut connections = JoinSet::new();
+    let mut tick = tokio::time::interval(CALLBACK_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            _ = tick.tick() => {
+                let now = state.clock().now_ms();
+                let due = state.with_video(|table| table.due_callbacks(now, |ms| state.clock().unix_secs(ms)));
+                for delivery in due {
+                    connections.spawn(video::deliver(Arc::clone(&state), delivery));
+                }
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     // Without this, small SSE chunks wait out the peer's delayed ACK (40 ms).
                     let _ = stream.set_nodelay(true);
                     let state = Arc::clone(&state);
                     connections.spawn(async move {
-                        let service = service_fn(move |req| handle(Arc::clone(&state), req));
+                        let service = service_fn(move |req| {
+                            let state = Arc::clone(&state);
+                            async move { handle(&state, req).await }
+                        });
                         let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                         if let Err(e) = conn.await {
                             tracing::debug!(error = %e, "simulator connection ended with an error");
@@ -152,11 +231,38 @@ pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) ->
 /// A running simulator; stops when dropped or on [`SimHandle::stop`].
 #[derive(Debug)]
 pub struct SimHandle {
+    state: Arc<SimState>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl SimHandle {
+    /// Requests received so far for exactly `path` (such as [`IMAGES_PATH`]), whatever their
+    /// answer (rejected and faulted requests count too).
+    pub fn requests(&self, path: &str) -> u64 {
+        self.state.requests(path)
+    }
+
+    /// Requests received so far for any path.
+    pub fn requests_total(&self) -> u64 {
+        self.state.requests_total()
+    }
+
+    /// Moves the video clock forward by `by` (see the module notes).
+    pub fn advance(&self, by: Duration) {
+        self.state.clock().advance(by);
+    }
+
+    /// The video clock: simulated milliseconds since the start.
+    pub fn now_ms(&self) -> u64 {
+        self.state.clock().now_ms()
+    }
+
+    /// Video callbacks acknowledged with a 2xx so far.
+    pub fn callbacks_delivered(&self) -> u64 {
+        self.state.callbacks()
+    }
+
     /// Stops the simulator and waits until it has.
     pub async fn stop(mut self) -> std::io::Result<()> {
         if let Some(stop) = self.stop.take() {
@@ -177,142 +283,74 @@ impl Drop for SimHandle {
     }
 }
 
-/// Binds `127.0.0.1:0` and runs the simulator on a tokio task; its address and handle.
+/// Binds `127.0.0.1:0` and runs the simulator (default [`SimOptions`]) on a tokio task; its
+/// address and handle.
 pub async fn spawn() -> std::io::Result<(SocketAddr, SimHandle)> {
+    spawn_with(SimOptions::default()).await
+}
+
+/// [`spawn`] with `options`.
+pub async fn spawn_with(options: SimOptions) -> std::io::Result<(SocketAddr, SimHandle)> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
+    let state = Arc::new(SimState::new(addr, options));
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, async move {
+    let task = tokio::spawn(serve_with(listener, Arc::clone(&state), async move {
         let _ = stopped.await;
     }));
-    Ok((addr, SimHandle { stop: Some(stop), task: Some(task) }))
+    Ok((addr, SimHandle { state, stop: Some(stop), task: Some(task) }))
 }
 
 /// Answers one request; an `Err` closes the connection without a response.
-async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Result<Response<SimBody>, std::io::Error> {
+async fn handle(state: &SimState, req: Request<Incoming>) -> Result<Response<SimBody>, std::io::Error> {
+    let path = req.uri().path().to_owned();
+    state.count(&path);
     let rid = state.next_id();
-    if req.method() != Method::POST || req.uri().path() != CHAT_PATH {
-        let message = format!("The requested resource {} {} was not found.", req.method(), req.uri().path());
-        return Ok(error_response(404, "NotFound", &message, "", &rid));
-    }
-    if !authorized(req.headers().get(header::AUTHORIZATION)) {
-        return Ok(error_response(401, "AuthenticationError", "The API key is missing or malformed.", "", &rid));
-    }
-    let bytes = match Limited::new(req.into_body(), MAX_REQUEST_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return Ok(error_response(400, "InvalidParameter", "The request body could not be read.", "", &rid)),
-    };
-    let request = match parse_request(&bytes) {
-        Ok(request) => request,
-        Err((param, message)) => return Ok(error_response(400, "InvalidParameter", message, param, &rid)),
-    };
-    let fault = match request.get("sim_fault") {
-        None | Some(Value::Null) => None,
-        Some(value) => match value.as_str().and_then(Fault::parse) {
-            Some(fault) => Some(fault),
-            None => return Ok(error_response(400, "InvalidParameter", "Unknown sim_fault.", "sim_fault", &rid)),
-        },
-    };
-    if let Some(ms) = request.get("sim_latency_ms").and_then(Value::as_u64) {
-        tokio::time::sleep(Duration::from_millis(ms.min(MAX_LATENCY_MS))).await;
-    }
-    match fault {
-        Some(Fault::Status(status)) => {
-            let message = format!("Simulated {status} error.");
-            Ok(error_response(status, status_code_name(status), &message, "", &rid))
+    let post = req.method() == Method::POST;
+    match path.as_str() {
+        CHAT_PATH if post => chat::handle(state, req, rid).await,
+        IMAGES_PATH if post => images::handle(state, req, rid).await,
+        SPEECH_PATH if post => speech::handle(state, req, rid).await,
+        MESSAGES_PATH if post => messages::handle(state, req, rid).await,
+        RESPONSES_PATH if post => responses::handle(state, req, rid).await,
+        VIDEO_TASKS_PATH if post => video::create(state, req, rid).await,
+        ASSETS_PATH if post => assets::handle(state, req, rid).await,
+        CLOCK_ADVANCE_PATH if post => Ok(advance(state, req.uri().query())),
+        CLOCK_PATH if req.method() == Method::GET => Ok(clock_now(state)),
+        p if p.starts_with(FILES_PREFIX) => Ok(files::serve(req.method(), p)),
+        p if video_id(p).is_some() && (req.method() == Method::GET || req.method() == Method::DELETE) => {
+            Ok(video::get_or_delete(state, &req, video_id(p).unwrap_or_default(), &rid))
         }
-        Some(Fault::Timeout) => {
-            tokio::time::sleep(Duration::from_secs(fault::TIMEOUT_FAULT_SECS)).await;
-            Err(std::io::Error::other("simulated timeout: closing without an answer"))
+        _ => {
+            let message = format!("The requested resource {} {} was not found.", req.method(), path);
+            Ok(error_response(404, "NotFound", &message, "", &rid))
         }
-        Some(Fault::Drop) => Err(std::io::Error::other("simulated drop: closing without an answer")),
-        Some(Fault::Malformed) => {
-            Ok(with_type(Response::new(SimBody::full("<html>this is not json")), "application/json"))
-        }
-        other => Ok(answer(&state, &request, rid, other)),
     }
 }
 
-fn authorized(value: Option<&HeaderValue>) -> bool {
-    value
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| !token.trim().is_empty())
+/// The `{id}` of `/api/v3/contents/generations/tasks/{id}`.
+fn video_id(path: &str) -> Option<&str> {
+    path.strip_prefix(VIDEO_TASKS_PATH)?.strip_prefix('/').filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
-/// The request object, or the offending parameter and a message.
-fn parse_request(bytes: &[u8]) -> Result<Map<String, Value>, (&'static str, &'static str)> {
-    let request = match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(map)) => map,
-        _ => return Err(("", "The request body is not a valid JSON object.")),
-    };
-    if !request.get("model").is_some_and(Value::is_string) {
-        return Err(("model", "The parameter `model` is required and must be a string."));
-    }
-    if !request.get("messages").is_some_and(Value::is_array) {
-        return Err(("messages", "The parameter `messages` is required and must be an array."));
-    }
-    Ok(request)
+/// `{"now_ms":…}`.
+fn clock_now(state: &SimState) -> Response<SimBody> {
+    json_response(200, serde_json::json!({"now_ms": state.clock().now_ms()}).to_string())
 }
 
-/// A normal answer (possibly streamed), shaped by `fault` (`None`, `EmptyUsage` or `Midstream*`).
-fn answer(state: &SimState, request: &Map<String, Value>, rid: String, fault: Option<Fault>) -> Response<SimBody> {
-    let model = request.get("model").and_then(Value::as_str).unwrap_or_default();
-    let messages = request.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let seen_before = messages.first().and_then(|m| m.get("content")).is_some_and(|content| {
-        let mut hasher = DefaultHasher::new();
-        content.to_string().hash(&mut hasher);
-        state.seen_before(hasher.finish())
-    });
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
-    let plan = Plan::new(request, model, messages, rid, created, seen_before);
-    let with_usage = fault != Some(Fault::EmptyUsage);
-    let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false)
-        || matches!(fault, Some(Fault::MidstreamError | Fault::MidstreamDrop));
-    if !stream {
-        return with_type(Response::new(SimBody::full(plan.answer(with_usage).to_string())), "application/json");
-    }
-    let include_usage = with_usage
-        && request.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
-    let delay = request.get("sim_chunk_delay_ms").and_then(Value::as_u64).unwrap_or(0).min(MAX_CHUNK_DELAY_MS);
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(produce(plan, include_usage, Duration::from_millis(delay), fault, tx));
-    let mut response = with_type(Response::new(SimBody::Channel(rx)), "text/event-stream");
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
-}
-
-/// Sends the stream's events into `tx`, ending as `fault` says.
-async fn produce(
-    plan: Plan,
-    include_usage: bool,
-    delay: Duration,
-    fault: Option<Fault>,
-    tx: mpsc::Sender<body::ChunkResult>,
-) {
-    let cut = matches!(fault, Some(Fault::MidstreamError | Fault::MidstreamDrop)).then_some(MIDSTREAM_CHUNKS);
-    let mut i = 0;
-    while let Some(payload) = plan.stream_payload(i, include_usage) {
-        if cut == Some(i) {
-            break;
+/// `POST /sim/clock/advance?ms=N`.
+fn advance(state: &SimState, query: Option<&str>) -> Response<SimBody> {
+    let ms = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ms="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|&n| n <= MAX_ADVANCE_MS);
+    match ms {
+        Some(ms) => {
+            state.clock().advance(Duration::from_millis(ms));
+            clock_now(state)
         }
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        if tx.send(Ok(Bytes::from(format!("data: {payload}\n\n")))).await.is_err() {
-            return;
-        }
-        i += 1;
+        None => json_response(400, r#"{"error":"ms must be an integer 0..=2592000000"}"#),
     }
-    let last = match fault {
-        Some(Fault::MidstreamError) => Ok(Bytes::from(fault::midstream_error_event(&plan.id))),
-        Some(Fault::MidstreamDrop) => Err(std::io::Error::other("simulated mid-stream drop")),
-        _ => Ok(Bytes::from_static(b"data: [DONE]\n\n")),
-    };
-    let _ = tx.send(last).await;
-}
-
-fn with_type(mut response: Response<SimBody>, content_type: &'static str) -> Response<SimBody> {
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }

@@ -1,56 +1,54 @@
-//! Drives `HttpChatUpstream` against the simulator over real HTTP on 127.0.0.1.
+//! Chat completions: drives `HttpUpstream` against the simulator over real HTTP on 127.0.0.1.
 #![allow(clippy::panic, clippy::unwrap_used)]
+
+mod common;
 
 use std::time::{Duration, Instant};
 
-use domain::ports::{ChatUpstream, EventStream, UpstreamError};
+use common::{LONG, adapter};
+use domain::ports::{Endpoint, EventStream, Upstream, UpstreamError};
 use serde_json::{Value, json};
-use upstream::HttpChatUpstream;
 use upstream::sim::{self, SimHandle};
+use upstream::{HttpUpstream, UpstreamConfig};
 
-const LONG: Duration = Duration::from_secs(5);
-
-async fn start(timeout: Duration) -> (HttpChatUpstream, SimHandle) {
-    let (addr, handle) = sim::spawn().await.unwrap();
-    let up = HttpChatUpstream::new(&format!("http://{addr}/api/v3"), "sk-test".to_owned(), LONG, timeout).unwrap();
+async fn start(timeout: Duration) -> (HttpUpstream, SimHandle) {
+    let (up, handle, _) = common::start(timeout).await;
     (up, handle)
 }
 
+/// An adapter for chat only, at `base` with `key`.
+fn chat_only(base: &str, key: &str) -> HttpUpstream {
+    adapter(UpstreamConfig {
+        platform_base: base.to_owned(),
+        platform_key: key.to_owned(),
+        speech_origin: String::new(),
+        speech_key: String::new(),
+        messages_base: String::new(),
+        connect_timeout: LONG,
+        timeout: LONG,
+    })
+}
+
 fn request(extra: Value) -> Value {
-    let mut body = json!({"model": "chat-model", "messages": [{"role": "user", "content": "Hello there, simulator!"}]});
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        b.extend(e.clone());
-    }
-    body
+    common::with(
+        json!({"model": "chat-model", "messages": [{"role": "user", "content": "Hello there, simulator!"}]}),
+        extra,
+    )
 }
 
-async fn complete(up: &HttpChatUpstream, body: Value) -> Result<Value, UpstreamError> {
-    let bytes = up.complete(body.to_string().into_bytes()).await?;
-    Ok(serde_json::from_slice(&bytes).unwrap())
+async fn complete(up: &HttpUpstream, body: Value) -> Result<Value, UpstreamError> {
+    common::call(up, Endpoint::ChatCompletions, &body).await
 }
 
-/// All events of a stream (bounded), and the error that ended it, if any.
-async fn drain(mut stream: Box<dyn EventStream>) -> (Vec<Value>, Option<UpstreamError>) {
-    let mut events = Vec::new();
-    let mut error = None;
-    for _ in 0..10_000 {
-        match stream.next_event().await {
-            Some(Ok(data)) => events.push(serde_json::from_slice(&data).unwrap()),
-            Some(Err(e)) => {
-                assert!(error.is_none(), "two errors: {error:?} then {e:?}");
-                error = Some(e);
-            }
-            None => {
-                assert!(stream.next_event().await.is_none(), "stream resumed after its end");
-                return (events, error);
-            }
-        }
-    }
-    panic!("stream did not end");
+/// All payloads of a stream (bounded; chat events have no name), and the error that ended it, if any.
+async fn drain(stream: Box<dyn EventStream>) -> (Vec<Value>, Option<UpstreamError>) {
+    let (events, error) = common::drain(stream).await;
+    assert!(events.iter().all(|e| e.event.is_none()));
+    (events.iter().map(common::data).collect(), error)
 }
 
-async fn stream(up: &HttpChatUpstream, body: Value) -> Result<Box<dyn EventStream>, UpstreamError> {
-    up.stream(body.to_string().into_bytes()).await
+async fn stream(up: &HttpUpstream, body: Value) -> Result<Box<dyn EventStream>, UpstreamError> {
+    up.stream(Endpoint::ChatCompletions, body.to_string().into_bytes()).await
 }
 
 #[tokio::test]
@@ -205,14 +203,14 @@ async fn status_faults() {
 #[tokio::test]
 async fn auth_bad_request_and_not_found() {
     let (addr, _sim) = sim::spawn().await.unwrap();
-    let no_key = HttpChatUpstream::new(&format!("http://{addr}/api/v3"), String::new(), LONG, LONG).unwrap();
+    let no_key = chat_only(&format!("http://{addr}/api/v3"), "");
     match complete(&no_key, request(json!({}))).await {
         Err(UpstreamError::Status { status: 401, body }) => {
             assert!(body.contains("\"AuthenticationError\"") && body.contains("\"Unauthorized\""), "{body}");
         }
         other => panic!("{other:?}"),
     }
-    let up = HttpChatUpstream::new(&format!("http://{addr}/api/v3"), "k".to_owned(), LONG, LONG).unwrap();
+    let up = chat_only(&format!("http://{addr}/api/v3"), "k");
     for bad in [json!({"messages": []}), json!({"model": "m"}), json!([1])] {
         match complete(&up, bad).await {
             Err(UpstreamError::Status { status: 400, body }) => assert!(body.contains("\"BadRequest\""), "{body}"),
@@ -221,7 +219,7 @@ async fn auth_bad_request_and_not_found() {
     }
     let unknown = complete(&up, request(json!({"sim_fault": "nope"}))).await;
     assert!(matches!(unknown, Err(UpstreamError::Status { status: 400, .. })));
-    let wrong_path = HttpChatUpstream::new(&format!("http://{addr}/api/v2"), "k".to_owned(), LONG, LONG).unwrap();
+    let wrong_path = chat_only(&format!("http://{addr}/api/v2"), "k");
     assert!(matches!(complete(&wrong_path, request(json!({}))).await, Err(UpstreamError::Status { status: 404, .. })));
 }
 
@@ -298,7 +296,7 @@ async fn connection_refused_maps_to_connect() {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let up = HttpChatUpstream::new(&format!("http://{addr}/api/v3"), "k".to_owned(), LONG, LONG).unwrap();
+    let up = chat_only(&format!("http://{addr}/api/v3"), "k");
     assert!(matches!(complete(&up, request(json!({}))).await, Err(UpstreamError::Connect(_))));
     assert!(matches!(stream(&up, request(json!({"stream": true}))).await, Err(UpstreamError::Connect(_))));
 }
@@ -307,6 +305,6 @@ async fn connection_refused_maps_to_connect() {
 async fn stop_ends_the_simulator() {
     let (addr, sim) = sim::spawn().await.unwrap();
     sim.stop().await.unwrap();
-    let up = HttpChatUpstream::new(&format!("http://{addr}/api/v3"), "k".to_owned(), LONG, LONG).unwrap();
+    let up = chat_only(&format!("http://{addr}/api/v3"), "k");
     assert!(matches!(complete(&up, request(json!({}))).await, Err(UpstreamError::Connect(_))));
 }

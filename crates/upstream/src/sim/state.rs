@@ -1,0 +1,222 @@
+//! What one simulator remembers across requests: ids, seen prompts, issued responses, counters.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::SimOptions;
+use super::assets::AssetTable;
+use super::clock::SimClock;
+use super::video::VideoTable;
+
+/// Bound on remembered first messages (the set is cleared when full).
+const MAX_SEEN: usize = 100_000;
+/// Bound on remembered response ids (the oldest is forgotten first).
+pub(crate) const MAX_REMEMBERED_RESPONSES: usize = 100_000;
+/// Bound on distinct counted paths (requests to further new paths count only in the total).
+pub(crate) const MAX_COUNTED_PATHS: usize = 10_000;
+
+/// The shared state of one simulator.
+#[derive(Debug)]
+pub(crate) struct SimState {
+    /// The listening address, for links when a request has no usable `Host`.
+    pub(crate) addr: SocketAddr,
+    seen: Mutex<HashSet<u64>>,
+    counter: AtomicU64,
+    total: AtomicU64,
+    requests: Mutex<HashMap<String, u64>>,
+    responses: Mutex<Remembered>,
+    options: SimOptions,
+    clock: SimClock,
+    video: Mutex<VideoTable>,
+    assets: Arc<Mutex<AssetTable>>,
+    /// For callbacks and asset fetches (loopback only; certificates not checked).
+    client: reqwest::Client,
+    callbacks: AtomicU64,
+}
+
+/// Issued response ids and their `total_tokens`, oldest first.
+#[derive(Debug, Default)]
+struct Remembered {
+    order: VecDeque<String>,
+    totals: HashMap<String, u64>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl SimState {
+    pub(crate) fn new(addr: SocketAddr, options: SimOptions) -> SimState {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .danger_accept_invalid_certs(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        SimState {
+            addr,
+            seen: Mutex::default(),
+            counter: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            requests: Mutex::default(),
+            responses: Mutex::default(),
+            clock: SimClock::new(options.clock),
+            options,
+            video: Mutex::default(),
+            assets: Arc::default(),
+            client,
+            callbacks: AtomicU64::new(0),
+        }
+    }
+
+    /// The options the simulator was started with.
+    pub(crate) fn options(&self) -> &SimOptions {
+        &self.options
+    }
+
+    /// The video tasks' clock.
+    pub(crate) fn clock(&self) -> &SimClock {
+        &self.clock
+    }
+
+    /// Runs `f` on the video tasks.
+    pub(crate) fn with_video<R>(&self, f: impl FnOnce(&mut VideoTable) -> R) -> R {
+        f(&mut lock(&self.video))
+    }
+
+    /// The asset groups and assets.
+    pub(crate) fn assets(&self) -> &Mutex<AssetTable> {
+        &self.assets
+    }
+
+    /// The asset table, shared with fetches still running.
+    pub(crate) fn assets_arc(&self) -> &Arc<Mutex<AssetTable>> {
+        &self.assets
+    }
+
+    /// Whether `id` is an `Active` asset.
+    pub(crate) fn asset_active(&self, id: &str) -> bool {
+        lock(&self.assets).is_active(id)
+    }
+
+    /// The client for outgoing loopback calls.
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// Counts one acknowledged callback.
+    pub(crate) fn count_callback(&self) {
+        self.callbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Callbacks acknowledged with a 2xx so far.
+    pub(crate) fn callbacks(&self) -> u64 {
+        self.callbacks.load(Ordering::Relaxed)
+    }
+
+    /// A fresh request id, `sim-<16 hex digits>`.
+    pub(crate) fn next_id(&self) -> String {
+        format!("sim-{:016x}", self.counter.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// A fresh id in the same sequence, without the `sim-` prefix.
+    pub(crate) fn next_hex(&self) -> String {
+        format!("{:016x}", self.counter.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Records that `namespace` saw `value`; whether it had been recorded before.
+    pub(crate) fn seen_before(&self, namespace: &str, value: &str) -> bool {
+        let mut hasher = DefaultHasher::new();
+        namespace.hash(&mut hasher);
+        value.hash(&mut hasher);
+        let key = hasher.finish();
+        let mut seen = lock(&self.seen);
+        if seen.len() >= MAX_SEEN {
+            seen.clear();
+        }
+        !seen.insert(key)
+    }
+
+    /// Counts one request to `path`.
+    pub(crate) fn count(&self, path: &str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let mut requests = lock(&self.requests);
+        if let Some(n) = requests.get_mut(path) {
+            *n += 1;
+        } else if requests.len() < MAX_COUNTED_PATHS {
+            requests.insert(path.to_owned(), 1);
+        }
+    }
+
+    /// Requests received for `path` so far.
+    pub(crate) fn requests(&self, path: &str) -> u64 {
+        lock(&self.requests).get(path).copied().unwrap_or(0)
+    }
+
+    /// Requests received for any path so far.
+    pub(crate) fn requests_total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Remembers an issued response id and its `total_tokens`.
+    pub(crate) fn remember_response(&self, id: &str, total_tokens: u64) {
+        let mut remembered = lock(&self.responses);
+        if remembered.totals.insert(id.to_owned(), total_tokens).is_none() {
+            remembered.order.push_back(id.to_owned());
+        }
+        while remembered.order.len() > MAX_REMEMBERED_RESPONSES {
+            if let Some(oldest) = remembered.order.pop_front() {
+                remembered.totals.remove(&oldest);
+            }
+        }
+    }
+
+    /// The `total_tokens` of an issued response, if this simulator issued (and still remembers) it.
+    pub(crate) fn response_total(&self, id: &str) -> Option<u64> {
+        lock(&self.responses).totals.get(id).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> SimState {
+        SimState::new(([127, 0, 0, 1], 1).into(), SimOptions::default())
+    }
+
+    #[test]
+    fn counts_per_path() {
+        let s = state();
+        s.count("/a");
+        s.count("/a");
+        s.count("/b");
+        assert_eq!((s.requests("/a"), s.requests("/b"), s.requests("/c"), s.requests_total()), (2, 1, 0, 3));
+    }
+
+    #[test]
+    fn seen_is_per_namespace() {
+        let s = state();
+        assert!(!s.seen_before("chat", "x"));
+        assert!(s.seen_before("chat", "x"));
+        assert!(!s.seen_before("messages", "x"));
+    }
+
+    #[test]
+    fn responses_are_bounded_oldest_first() {
+        let s = state();
+        for i in 0..=MAX_REMEMBERED_RESPONSES {
+            s.remember_response(&format!("r{i}"), 7);
+        }
+        assert_eq!(s.response_total("r0"), None);
+        assert_eq!(s.response_total("r1"), Some(7));
+        assert_eq!(s.response_total(&format!("r{MAX_REMEMBERED_RESPONSES}")), Some(7));
+    }
+}

@@ -1,0 +1,84 @@
+//! The simulated text shared by the chat-like formats: vocabularies, word lists, token counts.
+
+use serde_json::{Map, Value};
+
+/// Completion length when neither a limit nor `sim_completion_tokens` says otherwise.
+pub(crate) const NATURAL_COMPLETION_TOKENS: u64 = 16;
+/// Upper bound on any simulated completion, to keep answers small.
+pub(crate) const MAX_SIM_COMPLETION_TOKENS: u64 = 65_536;
+
+/// The answer's words, cycled.
+pub(crate) const CONTENT_WORDS: [&str; 12] =
+    ["This", "is", "a", "simulated", "answer", "with", "one", "token", "per", "word", "for", "testing"];
+/// The reasoning's words, cycled.
+pub(crate) const REASONING_WORDS: [&str; 10] =
+    ["First", "consider", "the", "question", "then", "think", "it", "through", "step", "carefully"];
+
+/// `req[key]` as an unsigned integer.
+pub(crate) fn u64_field(req: &Map<String, Value>, key: &str) -> Option<u64> {
+    req.get(key).and_then(Value::as_u64)
+}
+
+/// The natural completion length: `sim_completion_tokens` or 16, at most 65,536.
+pub(crate) fn natural_tokens(req: &Map<String, Value>) -> u64 {
+    u64_field(req, "sim_completion_tokens").unwrap_or(NATURAL_COMPLETION_TOKENS).min(MAX_SIM_COMPLETION_TOKENS)
+}
+
+/// UTF-8 bytes of a text field: a string, or the `text` of each part of an array.
+pub(crate) fn text_bytes(content: Option<&Value>) -> u64 {
+    let bytes = match content {
+        Some(Value::String(s)) => s.len(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(str::len).sum()
+        }
+        _ => 0,
+    };
+    u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// `ceil(extra_bytes + content bytes of every message) / 4) + 4` per message.
+pub(crate) fn prompt_tokens(extra_bytes: u64, messages: &[Value]) -> u64 {
+    let bytes: u64 = messages.iter().map(|m| text_bytes(m.get("content"))).fold(extra_bytes, u64::saturating_add);
+    let count = u64::try_from(messages.len()).unwrap_or(u64::MAX);
+    bytes.div_ceil(4).saturating_add(count.saturating_mul(4))
+}
+
+/// `n` words from `vocabulary`, cycling, joined by single spaces.
+pub(crate) fn words(vocabulary: &[&str], n: u64) -> String {
+    (0..n).map(|i| vocabulary[index(vocabulary, i)]).collect::<Vec<_>>().join(" ")
+}
+
+/// Word `i` as a stream delta: a space before every word but the first.
+pub(crate) fn delta_word(vocabulary: &[&str], i: u64) -> String {
+    let word = vocabulary[index(vocabulary, i)];
+    if i == 0 { word.to_owned() } else { format!(" {word}") }
+}
+
+fn index(vocabulary: &[&str], i: u64) -> usize {
+    let len = u64::try_from(vocabulary.len()).unwrap_or(1).max(1);
+    usize::try_from(i % len).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prompt_tokens_from_content() {
+        let m = json!([{"role": "user", "content": "abcde"}, {"role": "user", "content": [{"type": "text", "text": "abc"}, {"type": "image_url"}]}]);
+        let m = m.as_array().map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(prompt_tokens(0, m), 2 + 8);
+        assert_eq!(prompt_tokens(4, m), 3 + 8);
+        assert_eq!(prompt_tokens(0, &[]), 0);
+    }
+
+    #[test]
+    fn words_and_deltas_agree() {
+        let text = words(&CONTENT_WORDS, 14);
+        let deltas: String = (0..14).map(|i| delta_word(&CONTENT_WORDS, i)).collect();
+        assert_eq!(text, deltas);
+        assert_eq!(text.split_whitespace().count(), 14);
+        assert_eq!(words(&CONTENT_WORDS, 0), "");
+    }
+}

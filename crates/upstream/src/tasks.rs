@@ -1,0 +1,97 @@
+//! The platform's content-generation tasks (upstream-wire §2): [`HttpUpstream`] implements
+//! [`TaskUpstream`].
+//!
+//! | port call | request | 2xx answer returned |
+//! | --- | --- | --- |
+//! | `create_task(body)` | `POST <platform_base>/contents/generations/tasks`, `Content-Type: application/json`, the body as is | the body (a JSON object, `{"id":…}`) |
+//! | `get_task(id)` | `GET <platform_base>/contents/generations/tasks/<id>` | the body (the task object) |
+//! | `cancel_task(id)` | `DELETE <platform_base>/contents/generations/tasks/<id>` | nothing (the body is read and dropped) |
+//!
+//! Every call carries `Authorization: Bearer <platform_key>` and is bounded by the config's
+//! `timeout` as a whole. Errors map as for the synchronous endpoints (see [`crate::http`]):
+//! an empty platform base → `NotConfigured("video_tasks")`; connection trouble → `Connect`; no
+//! answer in time → `Timeout`; non-2xx → `Status` with the body truncated to
+//! [`crate::http::MAX_ERROR_BODY`] (a platform error such as 404 for an unknown id or 409 for a
+//! task that can no longer be cancelled); a 2xx create/get answer that is not a JSON object or
+//! is larger than [`MAX_TASK_ANSWER_BYTES`] → `Malformed`. An id that is empty, longer than
+//! [`MAX_TASK_ID_LEN`] or has characters other than ASCII letters, digits, `-`, `_` and `.` is
+//! refused as `Malformed` without sending anything.
+
+use async_trait::async_trait;
+use domain::ports::{TaskUpstream, UpstreamError};
+use http::Method;
+use http::header::{ACCEPT, CONTENT_TYPE};
+
+use crate::http::{HttpUpstream, MAX_ERROR_BODY, Route, map_reqwest, read_limited, read_prefix};
+
+/// Largest accepted task answer, in bytes.
+pub const MAX_TASK_ANSWER_BYTES: usize = 1024 * 1024;
+/// Longest accepted upstream task id.
+pub const MAX_TASK_ID_LEN: usize = 128;
+
+impl HttpUpstream {
+    fn tasks_route(&self) -> Result<&Route, UpstreamError> {
+        self.tasks.as_ref().ok_or_else(|| UpstreamError::NotConfigured("video_tasks".to_owned()))
+    }
+
+    /// Sends one task request; the 2xx answer's body, at most [`MAX_TASK_ANSWER_BYTES`].
+    async fn task_call(
+        &self,
+        method: Method,
+        id: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, UpstreamError> {
+        let route = self.tasks_route()?;
+        let mut url = route.url.clone();
+        if let Some(id) = id {
+            let valid = !id.is_empty()
+                && id.len() <= MAX_TASK_ID_LEN
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if !valid {
+                return Err(UpstreamError::Malformed(format!("invalid upstream task id {id:?}")));
+            }
+            url.set_path(&format!("{}/{id}", url.path()));
+        }
+        let mut request = self
+            .client
+            .request(method, url)
+            .timeout(self.timeout)
+            .headers(route.headers.clone())
+            .header(ACCEPT, "application/json");
+        if let Some(body) = body {
+            request = request.header(CONTENT_TYPE, "application/json").body(body);
+        }
+        let response = request.send().await.map_err(|e| map_reqwest(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = read_prefix(response, MAX_ERROR_BODY).await;
+            tracing::debug!(status = status.as_u16(), "video task call answered with an error status");
+            return Err(UpstreamError::Status { status: status.as_u16(), body });
+        }
+        read_limited(response, MAX_TASK_ANSWER_BYTES).await
+    }
+}
+
+/// `answer` if it is a JSON object.
+fn json_object(answer: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+    match serde_json::from_slice::<serde_json::Value>(&answer) {
+        Ok(serde_json::Value::Object(_)) => Ok(answer),
+        Ok(_) => Err(UpstreamError::Malformed("answer is JSON but not an object".to_owned())),
+        Err(e) => Err(UpstreamError::Malformed(format!("answer is not JSON: {e}"))),
+    }
+}
+
+#[async_trait]
+impl TaskUpstream for HttpUpstream {
+    async fn create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+        json_object(self.task_call(Method::POST, None, Some(body)).await?)
+    }
+
+    async fn get_task(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+        json_object(self.task_call(Method::GET, Some(upstream_id), None).await?)
+    }
+
+    async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError> {
+        self.task_call(Method::DELETE, Some(upstream_id), None).await.map(drop)
+    }
+}
