@@ -1,0 +1,252 @@
+//! Test support shared by the crates' tests (a dev-dependency only): a test CA and a server
+//! certificate for `localhost`, `127.0.0.1` and `::1` made with openssl, and an https receiver on
+//! loopback that records every request reaching it and answers a few fixed routes (media files of
+//! each kind, redirects, statuses, a webhook endpoint that can fail its first calls).
+//!
+//! Tests never reach any address but 127.0.0.1 and ::1.
+#![allow(clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openssl::asn1::Asn1Time;
+use openssl::bn::BigNum;
+use openssl::ec::{EcGroup, EcKey};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::{PKey, Private};
+use openssl::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName};
+use openssl::x509::{X509, X509NameBuilder};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_native_tls::TlsAcceptor;
+pub use tokio_native_tls::native_tls;
+
+fn key() -> PKey<Private> {
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+    PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+}
+
+fn name(cn: &str) -> openssl::x509::X509Name {
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", cn).unwrap();
+    name.build()
+}
+
+/// A test root (PEM) and a `localhost` / `127.0.0.1` / `::1` server identity signed by it.
+pub fn test_pki() -> (Vec<u8>, native_tls::Identity) {
+    let ca_key = key();
+    let mut ca = X509::builder().unwrap();
+    ca.set_version(2).unwrap();
+    ca.set_serial_number(&BigNum::from_u32(1).unwrap().to_asn1_integer().unwrap()).unwrap();
+    ca.set_subject_name(&name("media test root")).unwrap();
+    ca.set_issuer_name(&name("media test root")).unwrap();
+    ca.set_pubkey(&ca_key).unwrap();
+    ca.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+    ca.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
+    ca.append_extension(BasicConstraints::new().critical().ca().build().unwrap()).unwrap();
+    ca.append_extension(KeyUsage::new().critical().key_cert_sign().crl_sign().build().unwrap()).unwrap();
+    ca.sign(&ca_key, MessageDigest::sha256()).unwrap();
+    let ca = ca.build();
+
+    let leaf_key = key();
+    let mut leaf = X509::builder().unwrap();
+    leaf.set_version(2).unwrap();
+    leaf.set_serial_number(&BigNum::from_u32(2).unwrap().to_asn1_integer().unwrap()).unwrap();
+    leaf.set_subject_name(&name("localhost")).unwrap();
+    leaf.set_issuer_name(ca.subject_name()).unwrap();
+    leaf.set_pubkey(&leaf_key).unwrap();
+    leaf.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+    leaf.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
+    let san = SubjectAlternativeName::new()
+        .dns("localhost")
+        .ip("127.0.0.1")
+        .ip("::1")
+        .build(&leaf.x509v3_context(Some(&ca), None))
+        .unwrap();
+    leaf.append_extension(san).unwrap();
+    leaf.append_extension(KeyUsage::new().critical().digital_signature().key_agreement().build().unwrap()).unwrap();
+    leaf.append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap()).unwrap();
+    leaf.sign(&ca_key, MessageDigest::sha256()).unwrap();
+    let leaf = leaf.build();
+    let identity =
+        native_tls::Identity::from_pkcs8(&leaf.to_pem().unwrap(), &leaf_key.private_key_to_pem_pkcs8().unwrap())
+            .unwrap();
+    (ca.to_pem().unwrap(), identity)
+}
+
+/// One request that reached the receiver.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// `GET /path?query`.
+    pub line: String,
+    /// The head.
+    pub head: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// What the receiver saw.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// TCP connections accepted.
+    pub connections: AtomicUsize,
+    /// Complete requests.
+    pub requests: Mutex<Vec<Seen>>,
+    /// Requests per path, for the routes that fail their first calls.
+    counts: Mutex<HashMap<String, usize>>,
+}
+
+impl Log {
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.requests.lock().unwrap().iter().map(|s| s.line.clone()).collect()
+    }
+
+    /// The requests whose line starts with `prefix` (such as `POST /hook`), in arrival order.
+    pub fn matching(&self, prefix: &str) -> Vec<Seen> {
+        self.requests.lock().unwrap().iter().filter(|s| s.line.starts_with(prefix)).cloned().collect()
+    }
+
+    /// How many requests `path` had before this one (counting this one).
+    fn count(&self, path: &str) -> usize {
+        let mut counts = self.counts.lock().unwrap();
+        let n = counts.entry(path.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+impl Seen {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// A small file of each kind that content sniffing recognises: `png`, `mp4`, `wav`.
+pub fn sample(kind: &str) -> Vec<u8> {
+    match kind {
+        "png" => [&b"\x89PNG\r\n\x1a\n"[..], &[7u8; 100]].concat(),
+        "mp4" => [&b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2"[..], &[0u8; 100]].concat(),
+        "wav" => [&b"RIFF\x24\x00\x00\x00WAVEfmt "[..], &[0u8; 100]].concat(),
+        _ => b"plain text, not media".to_vec(),
+    }
+}
+
+/// An https receiver on `bind` (`127.0.0.1:0` or `[::1]:0`); its address and log. `None` when
+/// the address cannot be bound (no IPv6 on this machine).
+pub async fn receiver(bind: &str, identity: native_tls::Identity) -> Option<(SocketAddr, Arc<Log>)> {
+    let listener = TcpListener::bind(bind).await.ok()?;
+    let addr = listener.local_addr().unwrap();
+    let acceptor = TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap());
+    let log = Arc::new(Log::default());
+    let shared = Arc::clone(&log);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            shared.connections.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, log) = (acceptor.clone(), Arc::clone(&shared));
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(socket).await {
+                    serve(tls, addr, &log).await;
+                }
+            });
+        }
+    });
+    Some((addr, log))
+}
+
+async fn read_request<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Seen> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).into_owned();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if data.len() >= end + 4 + len {
+                let line = head.lines().next().unwrap_or_default().rsplit_once(' ').map(|(l, _)| l.to_owned())?;
+                return Some(Seen { line, head, body: data[end + 4..end + 4 + len].to_vec() });
+            }
+        }
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn head(status: &str, extra: &str) -> Vec<u8> {
+    format!("HTTP/1.1 {status}\r\nconnection: close\r\n{extra}\r\n").into_bytes()
+}
+
+/// The routes: `/ok` (a PNG), `/sample/<png|mp4|wav|text>`, `/sized/N`, `/chunked/N`, `/hops/K`,
+/// `/redirect?to=URL`, `/status/N`, `/hang`, `POST /hook` (204), `POST /hook/fail/N` (500 for its
+/// first N calls, then 204).
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, addr: SocketAddr, log: &Log) {
+    let Some(seen) = read_request(&mut stream).await else {
+        return;
+    };
+    log.requests.lock().unwrap().push(seen.clone());
+    let path = seen.line.split_once(' ').map(|(_, p)| p.to_owned()).unwrap_or_default();
+    let number = |prefix: &str| path.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
+    let mut out = Vec::new();
+    if path == "/ok" {
+        let body = [&b"\x89PNG\r\n\x1a\n"[..], &[7u8; 100]].concat();
+        out = head("200 OK", &format!("content-type: image/png\r\ncontent-length: {}\r\n", body.len()));
+        out.extend_from_slice(&body);
+    } else if let Some(kind) = path.strip_prefix("/sample/") {
+        let body = sample(kind);
+        out = head("200 OK", &format!("content-length: {}\r\n", body.len()));
+        out.extend_from_slice(&body);
+    } else if let Some(n) = number("/hook/fail/") {
+        let status = if log.count(&path) <= n { "500 Internal Server Error" } else { "204 No Content" };
+        out = head(status, "content-length: 0\r\n");
+    } else if let Some(n) = number("/sized/") {
+        out = head("200 OK", &format!("content-type: application/octet-stream\r\ncontent-length: {n}\r\n"));
+        out.resize(out.len() + n, b'x');
+    } else if let Some(n) = number("/chunked/") {
+        let _ = stream.write_all(&head("200 OK", "transfer-encoding: chunked\r\n")).await;
+        let mut left = n;
+        while left > 0 {
+            let size = left.min(16 * 1024);
+            let chunk = [format!("{size:x}\r\n").as_bytes(), &vec![b'y'; size], b"\r\n"].concat();
+            if stream.write_all(&chunk).await.is_err() {
+                return;
+            }
+            left -= size;
+        }
+        out = b"0\r\n\r\n".to_vec();
+    } else if let Some(k) = number("/hops/") {
+        out = if k == 0 {
+            head("200 OK", "content-type: text/plain\r\ncontent-length: 4\r\n").into_iter().chain(*b"done").collect()
+        } else {
+            head("302 Found", &format!("location: /hops/{}\r\ncontent-length: 0\r\n", k - 1))
+        };
+    } else if let Some(to) = path.strip_prefix("/redirect?to=") {
+        out = head("302 Found", &format!("location: {to}\r\ncontent-length: 0\r\n"));
+    } else if let Some(n) = number("/status/") {
+        out = head(&format!("{n} Whatever"), "content-length: 0\r\n");
+    } else if path == "/hang" {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    } else if path == "/hook" {
+        out = head("204 No Content", "");
+    } else {
+        out = head("404 Not Found", &format!("x-addr: {addr}\r\ncontent-length: 0\r\n"));
+    }
+    let _ = stream.write_all(&out).await;
+    let _ = stream.shutdown().await;
+}
