@@ -6,8 +6,11 @@ use domain::{
     User, UserId,
 };
 
-use crate::keys::generate_secret;
+use crate::keys::{generate_secret, hex};
 use crate::{Gateway, ServiceError};
+
+/// The prefix of every webhook secret, so that leaked secrets are easy to recognise.
+pub const WEBHOOK_SECRET_PREFIX: &str = "whsec_";
 
 /// What an operator gives to create a user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +44,28 @@ impl std::fmt::Debug for CreatedKey {
     }
 }
 
+/// A user just created, and the secret its webhooks are signed with (shown to the operator).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CreatedUser {
+    /// The stored user.
+    pub user: User,
+    /// The webhook secret: [`WEBHOOK_SECRET_PREFIX`] and 32 random bytes in hex.
+    pub webhook_secret: String,
+}
+
+impl std::fmt::Debug for CreatedUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedUser").field("user", &self.user).field("webhook_secret", &"*****").finish()
+    }
+}
+
+/// A new webhook secret from 32 bytes of operating-system randomness.
+fn new_webhook_secret() -> Result<String, ServiceError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
+    Ok(format!("{WEBHOOK_SECRET_PREFIX}{}", hex(&bytes)))
+}
+
 /// The first-run demo account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DemoAccount {
@@ -61,8 +86,9 @@ fn looks_like_email(email: &str) -> bool {
 }
 
 impl Gateway {
-    /// Creates a user; a positive opening balance is a `topup` ledger entry.
-    pub async fn create_user(&self, req: NewUserRequest) -> Result<User, ServiceError> {
+    /// Creates a user with a new webhook secret; a positive opening balance is a `topup` ledger
+    /// entry. The secret is in the result (for the operator to hand over) and never logged.
+    pub async fn create_user(&self, req: NewUserRequest) -> Result<CreatedUser, ServiceError> {
         let name = req.name.trim();
         if name.is_empty() || name.chars().count() > 200 {
             return Err(ServiceError::InvalidRequest("name must be 1..200 characters".into()));
@@ -91,7 +117,18 @@ impl Gateway {
             concurrency_limit: req.concurrency_limit,
             media_quota_bytes: req.media_quota_bytes,
         };
-        Ok(self.ports.accounts.create_user(user).await?)
+        let webhook_secret = new_webhook_secret()?;
+        let user = self.ports.accounts.create_user(user).await?;
+        self.ports.videos.set_webhook_secret(&user.id, &webhook_secret).await?;
+        Ok(CreatedUser { user, webhook_secret })
+    }
+
+    /// Replaces `user`'s webhook secret with a new one, which is returned; webhooks signed from
+    /// now on use it.
+    pub async fn rotate_webhook_secret(&self, user: &UserId) -> Result<String, ServiceError> {
+        let secret = new_webhook_secret()?;
+        self.ports.videos.set_webhook_secret(user, &secret).await?;
+        Ok(secret)
     }
 
     /// Issues a key with `scopes` to `user`; the secret is in the result and nowhere else.
@@ -178,7 +215,8 @@ impl Gateway {
                 concurrency_limit: 64,
                 media_quota_bytes: 1 << 30,
             })
-            .await?;
+            .await?
+            .user;
         let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo").await?;
         Ok(Some(DemoAccount { user, key }))
     }
@@ -186,7 +224,17 @@ impl Gateway {
 
 #[cfg(test)]
 mod tests {
-    use super::looks_like_email;
+    use super::{WEBHOOK_SECRET_PREFIX, looks_like_email, new_webhook_secret};
+
+    #[test]
+    fn webhook_secrets_are_random_prefixed_hex() {
+        let a = new_webhook_secret().expect("randomness");
+        let b = new_webhook_secret().expect("randomness");
+        assert_ne!(a, b);
+        let digits = a.strip_prefix(WEBHOOK_SECRET_PREFIX).expect("prefix");
+        assert_eq!(digits.len(), 64);
+        assert!(digits.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{a}");
+    }
 
     #[test]
     fn email_shapes() {

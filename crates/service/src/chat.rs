@@ -1,98 +1,35 @@
-//! `POST /api/v1/chat/completions`: validate, reserve the worst case, call upstream, settle at
-//! actual usage or refund, and record the call as a `language` task.
+//! `POST /api/v1/chat/completions`: validate, quote the worst case, and run the call through the
+//! billable-call flow (`call.rs`, `stream.rs`); usage is read from the answer or the stream's usage chunk.
 //!
-//! Streaming keeps the same money rule: the stream is pumped by a task of its own that settles
-//! when the upstream ends, fails, or the client goes away. Without a usage report it settles on an
-//! estimate: prompt tokens = ⌈prompt bound / 4⌉, completion tokens = ⌈bytes of text delivered / 4⌉
-//! (text = `content` and `reasoning_content` deltas). Nothing delivered and no usage: refund.
-
-use std::sync::Arc;
+//! A stream without a usage report settles on an estimate: prompt tokens = ⌈prompt bound / 4⌉,
+//! completion tokens = ⌈bytes of text delivered / 4⌉ (text = `content` and `reasoning_content` deltas).
+//! Nothing delivered and no usage: refund.
 
 use billing::LanguageUsage;
 use catalog::ModelDef;
-use domain::ports::{ChatUpstream, EventStream, TaskOutcome, UpstreamError};
-use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
+use domain::ports::{Endpoint, SseEvent, UpstreamError};
+use domain::{ModelKind, PriceSheet, UsdAmount};
 use serde_json::{Map, Value, json};
-use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
-
+use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
+use crate::stream::{StreamItem, StreamMeter};
 use crate::{Gateway, Principal, ServiceError};
 
-/// The billing object of a finished or running call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallBilling {
-    /// The task the call is recorded as.
-    pub task_id: TaskId,
-    /// Its billing.
-    pub billing: TaskBilling,
-}
-
-/// One item of a chat stream, for the edge to frame as server-sent events.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamItem {
-    /// A chunk object (already rewritten to the public model name).
-    Chunk(Value),
-    /// An error object `{"error":{code,message}}`; the stream ends after it.
-    Error(Value),
-    /// The end: `[DONE]`.
-    Done,
-}
-
-/// What a chat call returns.
-#[derive(Debug)]
-pub enum ChatReply {
-    /// The upstream answer (model renamed to the public name) and the call's billing.
-    Complete {
-        /// The answer object.
-        answer: Value,
-        /// Task id and billing, for the `svc` object.
-        call: CallBilling,
-    },
-    /// A stream of items; settlement happens when it ends, whatever the client does.
-    Stream {
-        /// The task id, for the `X-Svc-Task-Id` header.
-        task_id: TaskId,
-        /// Items in order.
-        items: mpsc::Receiver<StreamItem>,
-        /// Whether the call was charged, once the stream has ended.
-        billed: oneshot::Receiver<bool>,
-    },
-}
-
-/// A validated, reserved call about to go upstream.
-struct Prepared {
-    task_id: TaskId,
-    user_id: UserId,
-    public_model: String,
-    pricing: PricingVersion,
-    estimate: UsdAmount,
-    body: Vec<u8>,
-    prompt_bound: u64,
-}
-
-/// A stream whose client accepts no chunk for this long is treated as abandoned and settled.
-pub const CLIENT_STALL_LIMIT: Duration = Duration::from_secs(60);
-
-/// How often a running stream touches its task, so that the recovery sweep leaves it alone.
-/// The sweep's age limit must exceed the upstream read timeout plus this plus the stall limit.
-pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(30);
-
-/// The LangB-2.0 series ignores user sampling: temperature 1 and top_p 0.95 are sent.
-fn enforces_sampling(def: &ModelDef) -> bool {
-    def.limits.pointer("/sampling/temperature/enforced").is_some_and(|v| !v.is_null())
+/// The sampling a model enforces whatever the user sends (the LangB-2.0 series: temperature 1, top_p
+/// 0.95): `(temperature, top_p)`, or `None` when the user's values are kept.
+fn enforced_sampling(def: &ModelDef) -> Option<(Value, Value)> {
+    let sampling = def.language_limits()?.sampling.as_ref()?;
+    let temperature = sampling.temperature.enforced.clone()?;
+    let top_p = sampling.top_p.enforced.clone().map_or_else(|| json!(0.95), Value::Number);
+    Some((Value::Number(temperature), top_p))
 }
 
 /// The upstream request body: upstream model id, enforced sampling, usage in streams.
 fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> Result<Vec<u8>, ServiceError> {
     body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
-    if enforces_sampling(def) {
-        let enforced =
-            |path: &str, default: Value| def.limits.pointer(path).filter(|v| !v.is_null()).cloned().unwrap_or(default);
-        let t = enforced("/sampling/temperature/enforced", json!(1));
-        let p = enforced("/sampling/top_p/enforced", json!(0.95));
-        body.insert("temperature".into(), t);
-        body.insert("top_p".into(), p);
+    if let Some((temperature, top_p)) = enforced_sampling(def) {
+        body.insert("temperature".into(), temperature);
+        body.insert("top_p".into(), top_p);
     }
     if stream {
         let options = body.entry("stream_options").or_insert_with(|| json!({}));
@@ -118,26 +55,38 @@ fn usage_of(value: &Value) -> Option<LanguageUsage> {
     })
 }
 
-/// The client-facing message for an upstream failure.
-fn upstream_message(e: &UpstreamError) -> String {
-    let retry = if e.retryable() { "a retry may succeed" } else { "retrying the same request will not help" };
-    format!("the upstream call failed ({e}); the reservation was refunded; {retry}")
+/// The exact charge of `usage`; usage too large to price is a malformed answer.
+pub(crate) fn language_charge(sheet: &PriceSheet, usage: &LanguageUsage) -> Result<UsdAmount, UpstreamError> {
+    billing::language_charge(sheet, usage)
+        .map(|c| c.total)
+        .map_err(|e| UpstreamError::Malformed(format!("the reported usage cannot be priced: {e}")))
+}
+
+/// Parses a JSON object answer and renames its `model` to the public name.
+pub(crate) fn public_answer(bytes: &[u8], public_model: &str) -> Result<Value, UpstreamError> {
+    let mut answer: Value =
+        serde_json::from_slice(bytes).map_err(|e| UpstreamError::Malformed(format!("the answer is not JSON: {e}")))?;
+    let Value::Object(o) = &mut answer else {
+        return Err(UpstreamError::Malformed("the answer is not a JSON object".into()));
+    };
+    o.insert("model".into(), Value::String(public_model.to_owned()));
+    Ok(answer)
 }
 
 impl Gateway {
     /// Runs a chat completion for `who` with the raw JSON `body`.
-    pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<ChatReply, ServiceError> {
-        let upstream = self
-            .ports
-            .chat
-            .clone()
-            .ok_or_else(|| ServiceError::ProviderNotConfigured("no chat upstream is configured".into()))?;
+    pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        let upstream = self.upstream()?;
         let body: Value = serde_json::from_slice(body)
             .map_err(|e| ServiceError::InvalidRequest(format!("the body is not valid JSON: {e}")))?;
         let Value::Object(body) = body else {
             return Err(ServiceError::InvalidRequest("the body must be a JSON object".into()));
         };
-        let (def, pricing) = self.language_model(&body).await?;
+        let name = body
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
+        let (def, pricing) = self.priced_model(ModelKind::Language, name).await?;
         let plan = validation::chat_request(&def, &body)?;
         let estimate = if plan.has_audio {
             billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
@@ -145,290 +94,82 @@ impl Gateway {
             billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
         }
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        let prepared = Prepared {
-            task_id: TaskId(self.ports.ids.new_id("task_")),
-            user_id: who.user_id.clone(),
-            public_model: def.name.clone(),
-            body: upstream_body(&def, body, plan.stream)?,
-            pricing,
-            estimate,
-            prompt_bound: plan.prompt_bound_tokens,
-        };
-        self.reserve_and_record(&prepared, &def).await?;
+        let upstream_body = upstream_body(&def, body, plan.stream)?;
+        let public_model = def.name.clone();
+        let sheet = pricing.sheet.clone();
+        let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
+        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
         if plan.stream {
-            self.chat_stream(upstream, prepared).await
-        } else {
-            self.chat_complete(upstream.as_ref(), prepared).await
-        }
-    }
-
-    /// The enabled, priced language model named by `body.model`, and its active price.
-    async fn language_model(&self, body: &Map<String, Value>) -> Result<(ModelDef, PricingVersion), ServiceError> {
-        let name = body
-            .get("model")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let snapshot = self.catalog_snapshot().await?;
-        let view =
-            snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == ModelKind::Language).ok_or_else(
-                || ServiceError::InvalidRequest(format!("model {name:?} is not an available language model")),
-            )?;
-        if snapshot.maintenance {
-            return Err(ServiceError::ProviderNotConfigured("the gateway is in maintenance mode".into()));
-        }
-        let pricing = view
-            .record
-            .pricing
-            .clone()
-            .ok_or_else(|| ServiceError::ProviderNotConfigured(format!("model {name} has no price configured")))?;
-        Ok((view.def.clone(), pricing))
-    }
-
-    async fn reserve_and_record(&self, p: &Prepared, def: &ModelDef) -> Result<(), ServiceError> {
-        let now = self.ports.clock.now();
-        let task = Task {
-            id: p.task_id.clone(),
-            user_id: p.user_id.clone(),
-            model: p.public_model.clone(),
-            kind: ModelKind::Language,
-            status: TaskStatus::Processing,
-            prompt: None,
-            provider: def.upstream.provider.clone(),
-            input_mode: Some("text".into()),
-            media_type: None,
-            media_url: None,
-            duration: None,
-            resolution: None,
-            ratio: None,
-            generate_audio: None,
-            billing: TaskBilling {
-                status: BillingStatus::Reserved,
-                pricing_version_id: Some(p.pricing.id()),
-                estimated: p.estimate,
-                actual: None,
-                balance_after: None,
-                usage_json: None,
-            },
-            output_url: None,
-            last_frame_url: None,
-            error_code: None,
-            error_message: None,
-            webhook_url: None,
-            created_at: now,
-            updated_at: now,
-            completed_at: None,
-        };
-        self.ports.calls.open_call(task, p.estimate).await?;
-        Ok(())
-    }
-
-    async fn chat_complete(&self, upstream: &dyn ChatUpstream, p: Prepared) -> Result<ChatReply, ServiceError> {
-        let answer = match upstream.complete(p.body.clone()).await {
-            Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .filter(|v| v.is_object())
-                .ok_or_else(|| UpstreamError::Malformed("the answer is not a JSON object".into())),
-            Err(e) => Err(e),
-        };
-        let answer = answer.and_then(|a| match usage_of(&a) {
-            Some(usage) => Ok((a, usage)),
-            None => Err(UpstreamError::Malformed("the answer carries no usage".into())),
-        });
-        let (mut answer, usage) = match answer {
-            Ok(ok) => ok,
-            Err(e) => return Err(self.fail_call(&p, &e).await),
-        };
-        let billing = self.settle_usage(&p, &usage, answer.get("usage").cloned()).await?;
-        if let Value::Object(o) = &mut answer {
-            o.insert("model".into(), Value::String(p.public_model.clone()));
-        }
-        Ok(ChatReply::Complete { answer, call: CallBilling { task_id: p.task_id, billing } })
-    }
-
-    /// Refunds the hold, marks the task failed, and returns the 502 error.
-    async fn fail_call(&self, p: &Prepared, e: &UpstreamError) -> ServiceError {
-        tracing::warn!(task = %p.task_id, error = %e, "upstream call failed");
-        let outcome = TaskOutcome {
-            status: TaskStatus::Failed,
-            usage_json: None,
-            error_code: Some("upstream_request_failed".into()),
-            error_message: Some(e.to_string()),
-        };
-        if let Err(refund) = self.ports.calls.close_call(&p.task_id, &p.user_id, p.estimate, None, outcome).await {
-            tracing::error!(task = %p.task_id, error = %refund, "refund failed");
-        }
-        ServiceError::Upstream { message: upstream_message(e), retryable: e.retryable() }
-    }
-
-    /// Charges `usage` at the call's price version and marks the task succeeded.
-    async fn settle_usage(
-        &self,
-        p: &Prepared,
-        usage: &LanguageUsage,
-        usage_json: Option<Value>,
-    ) -> Result<TaskBilling, ServiceError> {
-        let charge = billing::language_charge(&p.pricing.sheet, usage)
-            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", p.public_model)))?;
-        let usage_text = usage_json.map(|u| u.to_string());
-        let outcome = TaskOutcome {
-            status: TaskStatus::Succeeded,
-            usage_json: usage_text.clone(),
-            error_code: None,
-            error_message: None,
-        };
-        let settled =
-            self.ports.calls.close_call(&p.task_id, &p.user_id, p.estimate, Some(charge.total), outcome).await?;
-        Ok(TaskBilling {
-            status: BillingStatus::Settled,
-            pricing_version_id: Some(p.pricing.id()),
-            estimated: p.estimate,
-            actual: Some(settled.actual),
-            balance_after: Some(settled.balance_after),
-            usage_json: usage_text,
-        })
-    }
-
-    async fn chat_stream(&self, upstream: Arc<dyn ChatUpstream>, p: Prepared) -> Result<ChatReply, ServiceError> {
-        let events = match upstream.stream(p.body.clone()).await {
-            Ok(events) => events,
-            Err(e) => return Err(self.fail_call(&p, &e).await),
-        };
-        let (tx, rx) = mpsc::channel(32);
-        let (billed_tx, billed) = oneshot::channel();
-        let task_id = p.task_id.clone();
-        let gateway = self.clone();
-        tokio::spawn(async move { gateway.pump(events, p, tx, billed_tx).await });
-        Ok(ChatReply::Stream { task_id, items: rx, billed })
-    }
-
-    /// Forwards upstream events to the client and settles when the stream ends for any reason:
-    /// upstream end, upstream failure, the client leaving, or the client not reading for
-    /// [`CLIENT_STALL_LIMIT`]. While it runs it touches the task every [`STREAM_HEARTBEAT`], so that
-    /// the recovery sweep never takes a live stream for an abandoned one. `billed` learns whether
-    /// anything was charged.
-    async fn pump(
-        &self,
-        mut events: Box<dyn EventStream>,
-        p: Prepared,
-        tx: mpsc::Sender<StreamItem>,
-        billed: oneshot::Sender<bool>,
-    ) {
-        let mut usage: Option<(LanguageUsage, Value)> = None;
-        let mut delivered_bytes: u64 = 0;
-        let mut failure: Option<UpstreamError> = None;
-        let mut client_gone = false;
-        let mut last_beat = Instant::now();
-        while let Some(event) = events.next_event().await {
-            let mut chunk: Value = match event.and_then(|bytes| {
-                serde_json::from_slice(&bytes).map_err(|e| UpstreamError::Malformed(format!("stream chunk: {e}")))
-            }) {
-                Ok(chunk) => chunk,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
+            let events = match upstream.stream(Endpoint::ChatCompletions, upstream_body).await {
+                Ok(events) => events,
+                Err(e) => return Err(call.fail(&e).await),
             };
-            if let Some(u) = usage_of(&chunk) {
-                usage = Some((u, chunk.get("usage").cloned().unwrap_or(Value::Null)));
-            }
-            delivered_bytes += delta_text_bytes(&chunk);
-            if let Value::Object(o) = &mut chunk {
-                o.insert("model".into(), Value::String(p.public_model.clone()));
-            }
-            match tokio::time::timeout(CLIENT_STALL_LIMIT, tx.send(StreamItem::Chunk(chunk))).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => {
-                    client_gone = true;
-                    break;
-                }
-            }
-            if last_beat.elapsed() >= STREAM_HEARTBEAT {
-                last_beat = Instant::now();
-                if let Err(e) = self.ports.tasks.touch_task(&p.task_id, self.ports.clock.now()).await {
-                    tracing::warn!(task = %p.task_id, error = %e, "stream heartbeat failed");
-                }
-            }
+            let meter =
+                ChatMeter { public_model, sheet, prompt_bound: plan.prompt_bound_tokens, ..ChatMeter::default() };
+            return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
-        drop(events); // Stop reading upstream as soon as the client is gone.
-        let usage = usage.map(|(u, json)| (u, Some(json))).or_else(|| {
-            (delivered_bytes > 0).then(|| {
+        self.run_sync(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body, |bytes| {
+            let answer = public_answer(&bytes, &public_model)?;
+            let usage =
+                usage_of(&answer).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
+            let amount = language_charge(&sheet, &usage)?;
+            Ok(Finished { close: Close::Charge { amount, usage: answer.get("usage").map(Value::to_string) }, answer })
+        })
+        .await
+    }
+}
+
+/// What a chat stream produced: the usage chunk, or the text delivered for an estimate.
+#[derive(Debug, Default)]
+struct ChatMeter {
+    public_model: String,
+    sheet: PriceSheet,
+    prompt_bound: u64,
+    usage: Option<(LanguageUsage, Value)>,
+    delivered_bytes: u64,
+}
+
+#[async_trait::async_trait]
+impl StreamMeter for ChatMeter {
+    async fn observe(&mut self, event: SseEvent) -> Result<StreamItem, UpstreamError> {
+        let mut chunk: Value =
+            serde_json::from_slice(&event.data).map_err(|e| UpstreamError::Malformed(format!("stream chunk: {e}")))?;
+        if let Some(u) = usage_of(&chunk) {
+            self.usage = Some((u, chunk.get("usage").cloned().unwrap_or(Value::Null)));
+        }
+        self.delivered_bytes += delta_text_bytes(&chunk);
+        if let Value::Object(o) = &mut chunk {
+            o.insert("model".into(), Value::String(self.public_model.clone()));
+        }
+        Ok(StreamItem::Event { name: None, data: chunk })
+    }
+
+    // The adapter ends a chat stream only at `data: [DONE]` (which it does not return as an event);
+    // anything else is an error.
+    const ENDS_WITH_FINAL_EVENT: bool = false;
+
+    fn complete(&self) -> bool {
+        false
+    }
+
+    fn charge(&self) -> Result<Option<(UsdAmount, String)>, ServiceError> {
+        let (usage, json) = match &self.usage {
+            Some((usage, json)) => (*usage, json.clone()),
+            None if self.delivered_bytes > 0 => {
                 let estimate = LanguageUsage {
-                    prompt_tokens: p.prompt_bound.div_ceil(4),
-                    completion_tokens: delivered_bytes.div_ceil(4),
+                    prompt_tokens: self.prompt_bound.div_ceil(4),
+                    completion_tokens: self.delivered_bytes.div_ceil(4),
                     ..LanguageUsage::default()
                 };
                 let json = json!({"prompt_tokens": estimate.prompt_tokens, "completion_tokens": estimate.completion_tokens,
                     "total_tokens": estimate.prompt_tokens + estimate.completion_tokens, "estimated": true});
-                (estimate, Some(json))
-            })
-        });
-        let charged = match (&failure, usage) {
-            (_, Some((u, json))) => match self.settle_usage(&p, &u, json).await {
-                Ok(_) => true,
-                Err(e) => {
-                    tracing::error!(task = %p.task_id, error = %e, "stream settlement failed");
-                    false
-                }
-            },
-            (Some(e), None) => {
-                let _refunded = self.fail_call(&p, e).await;
-                false
+                (estimate, json)
             }
-            (None, None) => {
-                let no_output = UpstreamError::Stream("the stream ended with no output".into());
-                let _refunded = self.fail_call(&p, &no_output).await;
-                false
-            }
+            None => return Ok(None),
         };
-        let _ = billed.send(charged);
-        if client_gone {
-            return;
-        }
-        let last = match failure {
-            Some(e) if charged => StreamItem::Error(json!({"error": {"code": "upstream_request_failed",
-                "message": format!("the upstream stream failed ({e}); only the output delivered was charged")}})),
-            Some(e) => StreamItem::Error(
-                json!({"error": {"code": "upstream_request_failed", "message": upstream_message(&e)}}),
-            ),
-            None => StreamItem::Done,
-        };
-        let _ = tx.send(last).await;
-    }
-}
-
-impl Gateway {
-    /// Ends synchronous calls (chat, image, audio) left running by a crash or restart: each one
-    /// whose task has not changed for `max_age` is refunded and marked `failed` with code
-    /// `interrupted`. A call still in flight elsewhere is never that old, because upstream calls
-    /// time out first; pass at least the upstream timeout. Returns how many were ended.
-    pub async fn recover_interrupted_calls(&self, max_age: std::time::Duration) -> Result<u64, ServiceError> {
-        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
-        let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
-        let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
-        let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
-        let mut ended = 0;
-        for id in stale {
-            match self.ports.ledger.refund(&id).await {
-                Ok(_)
-                | Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
-                Err(e) => {
-                    tracing::error!(task = %id, error = %e, "refund of an interrupted call failed");
-                    continue;
-                }
-            }
-            let outcome = TaskOutcome {
-                status: TaskStatus::Failed,
-                usage_json: None,
-                error_code: Some("interrupted".into()),
-                error_message: Some(
-                    "the gateway stopped before the call finished; the reservation was refunded".into(),
-                ),
-            };
-            if self.ports.tasks.finish_task(&id, outcome).await.is_ok() {
-                ended += 1;
-            }
-        }
-        Ok(ended)
+        let amount = billing::language_charge(&self.sheet, &usage)
+            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", self.public_model)))?;
+        Ok(Some((amount.total, json.to_string())))
     }
 }
 

@@ -20,8 +20,10 @@ pub enum ServiceError {
     #[error("{0} not found")]
     NotFound(String),
     /// The balance does not cover the reservation.
-    #[error("insufficient balance: this call needs {needed} USD reserved, the available balance is {available} USD")]
+    #[error("insufficient balance: {hold} needs {needed} USD reserved, the available balance is {available} USD")]
     InsufficientBalance {
+        /// What the reservation is for, such as `this call` or `the 120-second audio reservation`.
+        hold: String,
         /// The reservation asked for.
         needed: UsdAmount,
         /// What the balance held.
@@ -33,9 +35,31 @@ pub enum ServiceError {
     /// An `Idempotency-Key` reused with another body, or while its first request runs.
     #[error("{0}")]
     IdempotencyConflict(String),
-    /// The change conflicts with stored state.
+    /// The change conflicts with the task's or another record's stored state (409 `task_state_conflict`).
     #[error("{0}")]
     Conflict(String),
+    /// The task is not in a state that can be cancelled (409 `not_cancellable`).
+    #[error("{0}")]
+    NotCancellable(String),
+    /// A per-user or per-model concurrency cap is reached (429 `concurrency_limit_exceeded`).
+    #[error("{message}")]
+    ConcurrencyLimitExceeded {
+        /// Which cap, and its value.
+        message: String,
+        /// Seconds after which a retry may find room (the `Retry-After` header).
+        retry_after_secs: u64,
+    },
+    /// Storing the media would pass the user's `media_quota_bytes` (413 `media_quota_exceeded`).
+    #[error("{0}")]
+    MediaQuotaExceeded(String),
+    /// The gateway is too busy to take this request now (503 `server_busy`, with `Retry-After`).
+    #[error("{message}")]
+    Busy {
+        /// What is exhausted.
+        message: String,
+        /// Seconds after which a retry may succeed.
+        retry_after_secs: u64,
+    },
     /// The upstream failed (connection, timeout, status, malformed answer); the hold was refunded.
     #[error("{message}")]
     Upstream {
@@ -64,7 +88,7 @@ impl From<LedgerError> for ServiceError {
     fn from(e: LedgerError) -> Self {
         match e {
             LedgerError::InsufficientBalance { needed, available } => {
-                ServiceError::InsufficientBalance { needed, available }
+                ServiceError::InsufficientBalance { hold: "this call".into(), needed, available }
             }
             LedgerError::UnknownUser(user) => ServiceError::NotFound(format!("user {user}")),
             LedgerError::InvalidAmount(what) => ServiceError::InvalidRequest(what),

@@ -36,7 +36,7 @@ pub fn generate_secret() -> Result<NewSecret, getrandom::Error> {
     Ok(NewSecret { hash: hash_secret(&secret), prefix: secret[..KEY_PREFIX.len() + 6].to_owned(), secret })
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

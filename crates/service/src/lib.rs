@@ -1,26 +1,37 @@
 //! Use cases of the gateway: authenticate and authorize keys, list models, account overview,
-//! tasks, and the operator's administration. Storage and the ledger come in through ports.
+//! tasks, the billable calls (one flow for every kind), and the operator's administration. Storage,
+//! the ledger and the upstream come in through ports.
 
 mod admin;
+mod audio;
 mod cache;
+mod call;
 mod chat;
 mod error;
 mod idempotency;
+mod image;
 mod keys;
+mod native;
 mod reads;
+mod stream;
+mod video;
 
 use std::sync::Arc;
 
 use billing::{CallBook, Ledger};
-use domain::ports::{AccountStore, ChatUpstream, IdSource, IdempotencyStore, ModelStore, TaskStore};
-use domain::{ApiKeyId, Clock, Scope, UserId};
+use domain::ports::{AccountStore, IdSource, IdempotencyStore, ModelStore, ResponseOwners, TaskStore, Upstream};
+use domain::{ApiKeyId, Clock, Scope, UserId, VideoStore};
 
-pub use admin::{CreatedKey, DemoAccount, NewUserRequest};
+pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use cache::CACHE_TTL;
-pub use chat::{CallBilling, ChatReply, StreamItem};
+pub use call::{CallBilling, CallReply};
 pub use error::ServiceError;
+pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use reads::{ModelView, Overview, TaskPage};
+pub use stream::{CLIENT_STALL_LIMIT, CallStream, STREAM_HEARTBEAT, StreamFailure, StreamItem};
+pub use video::webhook::signature as webhook_signature;
+pub use video::{StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
 
 /// How many ledger entries the overview shows.
 pub const OVERVIEW_LEDGER_ENTRIES: u64 = 20;
@@ -40,36 +51,60 @@ pub struct Ports {
     pub calls: Arc<dyn CallBook>,
     /// `Idempotency-Key` records.
     pub idempotency: Arc<dyn IdempotencyStore>,
+    /// Owners of the response ids returned by the response-style endpoint.
+    pub responses: Arc<dyn ResponseOwners>,
+    /// Video work: worker leases, stored media, webhook secrets and deliveries.
+    pub videos: Arc<dyn VideoStore>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Ids.
     pub ids: Arc<dyn IdSource>,
-    /// The upstream chat endpoint; `None` answers 503 `provider_not_configured`.
-    pub chat: Option<Arc<dyn ChatUpstream>>,
+    /// The upstream platform's synchronous endpoints; `None` answers 503 `provider_not_configured`.
+    pub upstream: Option<Arc<dyn Upstream>>,
+    /// What video tasks need besides the store; `None` answers 503 `provider_not_configured`.
+    pub video: Option<video::VideoPorts>,
 }
 
 impl Ports {
     /// All storage ports from one object that implements them all (the `store` crate's `Store`).
     pub fn from_store<S>(store: S, clock: Arc<dyn Clock>) -> Ports
     where
-        S: AccountStore + TaskStore + ModelStore + Ledger + CallBook + IdempotencyStore + Clone + 'static,
+        S: AccountStore
+            + TaskStore
+            + ModelStore
+            + Ledger
+            + CallBook
+            + IdempotencyStore
+            + ResponseOwners
+            + VideoStore
+            + Clone
+            + 'static,
     {
         Ports {
             accounts: Arc::new(store.clone()),
             tasks: Arc::new(store.clone()),
             models: Arc::new(store.clone()),
             idempotency: Arc::new(store.clone()),
+            responses: Arc::new(store.clone()),
+            videos: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),
-            chat: None,
+            upstream: None,
+            video: None,
         }
     }
 
-    /// The same ports with `upstream` serving chat completions.
-    pub fn with_chat(mut self, upstream: Arc<dyn ChatUpstream>) -> Ports {
-        self.chat = Some(upstream);
+    /// The same ports with video tasks served by `video`.
+    pub fn with_video(mut self, video: video::VideoPorts) -> Ports {
+        self.video = Some(video);
+        self
+    }
+
+    /// The same ports with `upstream` serving the synchronous endpoints.
+    pub fn with_upstream(mut self, upstream: Arc<dyn Upstream>) -> Ports {
+        self.upstream = Some(upstream);
         self
     }
 }
@@ -92,6 +127,10 @@ pub struct Gateway {
     caches: Arc<cache::Caches>,
     /// The longest an upstream call may take (its read timeout).
     call_timeout: std::time::Duration,
+    /// The video worker's pacing.
+    video_settings: video::VideoSettings,
+    /// Wakes this process's video worker when a task is created.
+    video_wake: Arc<tokio::sync::Notify>,
 }
 
 impl Gateway {
@@ -101,6 +140,8 @@ impl Gateway {
             ports,
             caches: Arc::new(cache::Caches::default()),
             call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),
+            video_settings: video::VideoSettings::default(),
+            video_wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -115,7 +156,7 @@ impl Gateway {
     /// How old a running synchronous call must be before the recovery sweep ends it: longer than
     /// an upstream read can stall, plus a stream's heartbeat and client-stall allowances.
     pub fn recovery_age(&self) -> std::time::Duration {
-        self.call_timeout + chat::STREAM_HEARTBEAT + chat::CLIENT_STALL_LIMIT + std::time::Duration::from_secs(60)
+        self.call_timeout + STREAM_HEARTBEAT + CLIENT_STALL_LIMIT + std::time::Duration::from_secs(60)
     }
 
     fn idempotency_stale_ms(&self) -> i64 {

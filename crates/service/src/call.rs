@@ -1,0 +1,494 @@
+//! The one flow every billable synchronous call goes through (chat, image, audio, the native formats):
+//! quote the reservation, open the call (hold + task in one commit), run the upstream step, and close it
+//! (settle on the measured usage, or refund) on every path.
+//!
+//! The kind-specific parts plug in as values: the caller validates the request and quotes the worst
+//! case ([`CallSpec`]), sends the upstream request, and turns the answer into a charge. [`OpenCall`] is the
+//! open reservation: consuming it with [`OpenCall::settle`], [`OpenCall::refund`] or [`OpenCall::fail`] is
+//! the only way to end it, and one dropped without being closed (a panic, a cancelled future) refunds
+//! itself on a task of its own, so no reservation is ever left open by the process that made it.
+//! A crash is covered by [`Gateway::recover_interrupted_calls`].
+
+use catalog::ModelDef;
+use domain::ports::{TaskOutcome, UpstreamError};
+use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
+
+use crate::{Gateway, ServiceError};
+
+/// The billing object of a finished or running call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallBilling {
+    /// The task the call is recorded as.
+    pub task_id: TaskId,
+    /// Its billing.
+    pub billing: TaskBilling,
+}
+
+/// Descriptive task fields a call may fill; everything else of the task row follows from the spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TaskDetails {
+    /// The prompt, when the call has one worth showing (kept to [`PROMPT_KEPT_CHARS`]).
+    pub prompt: Option<String>,
+    /// `text`, `url`, `base64`, `mixed` or `stream`.
+    pub input_mode: Option<String>,
+    /// `image`, `video`, `audio` or `multiple`.
+    pub media_type: Option<String>,
+    /// The input media record (video: a JSON array of the task's media).
+    pub media_url: Option<String>,
+    /// Seconds of output asked for (video).
+    pub duration: Option<i64>,
+    /// Video resolution.
+    pub resolution: Option<String>,
+    /// Video aspect ratio.
+    pub ratio: Option<String>,
+    /// Whether the video has sound.
+    pub generate_audio: Option<bool>,
+    /// Where status changes are posted (video).
+    pub webhook_url: Option<String>,
+}
+
+/// The most characters of a prompt kept on a synchronous call's task row.
+pub(crate) const PROMPT_KEPT_CHARS: usize = 4000;
+
+/// A validated, quoted call about to be opened.
+#[derive(Debug, Clone)]
+pub(crate) struct CallSpec {
+    /// Whose balance holds the estimate.
+    pub user: UserId,
+    /// The model's catalog entry.
+    pub def: ModelDef,
+    /// The price version the call is billed at.
+    pub pricing: PricingVersion,
+    /// The worst-case charge to hold.
+    pub estimate: UsdAmount,
+    /// Descriptive task fields.
+    pub details: TaskDetails,
+}
+
+/// An open call: its estimate is held and its task is `processing`. Close it exactly once.
+pub(crate) struct OpenCall {
+    task_id: TaskId,
+    /// `None` once closed.
+    state: Option<CallState>,
+}
+
+impl std::fmt::Debug for OpenCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenCall").field("task_id", &self.task_id).field("open", &self.state.is_some()).finish()
+    }
+}
+
+/// What closing a call needs; has no `Drop` of its own.
+struct CallState {
+    gateway: Gateway,
+    task_id: TaskId,
+    user_id: UserId,
+    estimate: UsdAmount,
+    pricing_version_id: String,
+}
+
+/// The client-facing message for an upstream failure that was refunded.
+pub(crate) fn upstream_message(e: &UpstreamError) -> String {
+    let retry = if e.retryable() { "a retry may succeed" } else { "retrying the same request will not help" };
+    format!("the upstream call failed ({e}); the reservation was refunded; {retry}")
+}
+
+/// The error a refunded upstream failure answers with: 503 when nothing is configured, else 502.
+pub(crate) fn upstream_error(e: &UpstreamError) -> ServiceError {
+    match e {
+        UpstreamError::NotConfigured(what) => {
+            ServiceError::ProviderNotConfigured(format!("no upstream provider is configured for {what}"))
+        }
+        other => ServiceError::Upstream { message: upstream_message(other), retryable: other.retryable() },
+    }
+}
+
+impl Gateway {
+    /// The enabled model `name` of `kind` and its active price: 400 when there is no such model, 503 in
+    /// maintenance mode or when the model has no price.
+    pub(crate) async fn priced_model(
+        &self,
+        kind: ModelKind,
+        name: &str,
+    ) -> Result<(ModelDef, PricingVersion), ServiceError> {
+        let snapshot = self.catalog_snapshot().await?;
+        let view =
+            snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == kind).ok_or_else(|| {
+                ServiceError::InvalidRequest(format!("model {name:?} is not an available {} model", kind.as_str()))
+            })?;
+        if snapshot.maintenance {
+            return Err(ServiceError::ProviderNotConfigured("the gateway is in maintenance mode".into()));
+        }
+        let pricing = view
+            .record
+            .pricing
+            .clone()
+            .ok_or_else(|| ServiceError::ProviderNotConfigured(format!("model {name} has no price configured")))?;
+        Ok((view.def.clone(), pricing))
+    }
+
+    /// Holds the spec's estimate and stores its task in one commit: `processing` for a synchronous
+    /// model, `submitting` for an asynchronous one (video). 402 when the balance does not cover the
+    /// estimate; nothing is stored then.
+    pub(crate) async fn open_call(&self, spec: CallSpec) -> Result<OpenCall, ServiceError> {
+        let task_id = self.new_task_id();
+        self.open_call_as(task_id, spec).await
+    }
+
+    /// A fresh task id.
+    pub(crate) fn new_task_id(&self) -> TaskId {
+        TaskId(self.ports.ids.new_id("task_"))
+    }
+
+    /// [`Gateway::open_call`] for a task id chosen beforehand (video: its uploads are stored under it).
+    pub(crate) async fn open_call_as(&self, task_id: TaskId, spec: CallSpec) -> Result<OpenCall, ServiceError> {
+        let now = self.ports.clock.now();
+        let pricing_version_id = spec.pricing.id();
+        let status = match spec.def.mode {
+            catalog::Mode::Synchronous => TaskStatus::Processing,
+            catalog::Mode::Asynchronous => TaskStatus::Submitting,
+        };
+        let prompt = spec.details.prompt.map(|p| p.chars().take(PROMPT_KEPT_CHARS).collect());
+        let task = Task {
+            id: task_id.clone(),
+            user_id: spec.user.clone(),
+            model: spec.def.name.clone(),
+            kind: spec.def.kind,
+            status,
+            prompt,
+            provider: spec.def.upstream.provider.clone(),
+            input_mode: spec.details.input_mode,
+            media_type: spec.details.media_type,
+            media_url: spec.details.media_url,
+            duration: spec.details.duration,
+            resolution: spec.details.resolution,
+            ratio: spec.details.ratio,
+            generate_audio: spec.details.generate_audio,
+            billing: TaskBilling {
+                status: BillingStatus::Reserved,
+                pricing_version_id: Some(pricing_version_id.clone()),
+                estimated: spec.estimate,
+                actual: None,
+                balance_after: None,
+                usage_json: None,
+            },
+            output_url: None,
+            last_frame_url: None,
+            error_code: None,
+            error_message: None,
+            webhook_url: spec.details.webhook_url,
+            created_at: now,
+            updated_at: now,
+            completed_at: None,
+        };
+        self.ports.calls.open_call(task, spec.estimate).await?;
+        let state = CallState {
+            gateway: self.clone(),
+            task_id: task_id.clone(),
+            user_id: spec.user,
+            estimate: spec.estimate,
+            pricing_version_id,
+        };
+        Ok(OpenCall { task_id, state: Some(state) })
+    }
+}
+
+impl OpenCall {
+    /// The call's task id.
+    pub(crate) fn task_id(&self) -> &TaskId {
+        &self.task_id
+    }
+
+    /// Leaves the reservation open on purpose: an asynchronous task's hold outlives the request that
+    /// made it, and its worker ends it (a crash in between is covered by the worker's resumption).
+    pub(crate) fn keep(mut self) -> TaskId {
+        self.state = None;
+        self.task_id.clone()
+    }
+
+    fn take(mut self) -> Result<CallState, ServiceError> {
+        self.state.take().ok_or_else(|| ServiceError::Internal("a call was closed twice".into()))
+    }
+
+    /// Charges `charge` (rounded once by the caller's pricing), records `usage_json` and marks the task
+    /// `succeeded`, in one commit.
+    pub(crate) async fn settle(
+        self,
+        charge: UsdAmount,
+        usage_json: Option<String>,
+    ) -> Result<CallBilling, ServiceError> {
+        self.take()?.close(Some(charge), TaskStatus::Succeeded, None, usage_json).await
+    }
+
+    /// Returns the whole hold and marks the task `failed` with `code` and `message`, in one commit.
+    pub(crate) async fn refund(
+        self,
+        code: &str,
+        message: String,
+        usage_json: Option<String>,
+    ) -> Result<CallBilling, ServiceError> {
+        self.take()?.close(None, TaskStatus::Failed, Some((code.to_owned(), message)), usage_json).await
+    }
+
+    /// Refunds after an upstream failure and returns the error the client gets (502, or 503 when no
+    /// upstream is configured). A failed refund is logged; the call's error is still returned.
+    pub(crate) async fn fail(self, e: &UpstreamError) -> ServiceError {
+        let task = self.task_id().clone();
+        tracing::warn!(%task, error = %e, "upstream call failed");
+        if let Err(refund) = self.refund("upstream_request_failed", e.to_string(), None).await {
+            tracing::error!(%task, error = %refund, "refund failed");
+        }
+        upstream_error(e)
+    }
+}
+
+impl CallState {
+    /// Ends the hold (charging `charge`, or refunding when `None`) and moves the task to `status`,
+    /// in one commit; returns the call's billing.
+    async fn close(
+        self,
+        charge: Option<UsdAmount>,
+        status: TaskStatus,
+        error: Option<(String, String)>,
+        usage_json: Option<String>,
+    ) -> Result<CallBilling, ServiceError> {
+        let (error_code, error_message) = error.unzip();
+        let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message };
+        let calls = &self.gateway.ports.calls;
+        let ended = calls.close_call(&self.task_id, &self.user_id, self.estimate, charge, outcome).await?;
+        Ok(CallBilling {
+            task_id: self.task_id,
+            billing: TaskBilling {
+                status: ended.status,
+                pricing_version_id: Some(self.pricing_version_id),
+                estimated: self.estimate,
+                actual: Some(ended.actual),
+                balance_after: Some(ended.balance_after),
+                usage_json,
+            },
+        })
+    }
+}
+
+impl Drop for OpenCall {
+    /// A call dropped while open (a panic or a cancelled future in its owner) is refunded on a task of
+    /// its own; without a runtime it is left to the recovery sweep.
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else { return };
+        let task = state.task_id.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(%task, "open call dropped outside a runtime; the recovery sweep will end it");
+            return;
+        };
+        tracing::error!(%task, "open call dropped without being closed; refunding it");
+        let message = "the gateway abandoned the call before it finished; the reservation was refunded".to_owned();
+        runtime.spawn(async move {
+            if let Err(e) = state.close(None, TaskStatus::Failed, Some(("interrupted".into(), message)), None).await {
+                tracing::error!(%task, error = %e, "refund of a dropped call failed");
+            }
+        });
+    }
+}
+
+/// How a call whose upstream answered ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Close {
+    /// Charge `amount` (rounded once) and record `usage`.
+    Charge {
+        /// The charge.
+        amount: UsdAmount,
+        /// The usage, as JSON text.
+        usage: Option<String>,
+    },
+    /// Nothing billable was produced: refund, and mark the task failed with `code` and `message`.
+    Refund {
+        /// Error code for the task.
+        code: String,
+        /// Error text for the task.
+        message: String,
+        /// The usage, as JSON text.
+        usage: Option<String>,
+    },
+}
+
+/// The answer of a synchronous call for the client, and how the call ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Finished {
+    /// The upstream answer, rewritten for the client (public model name).
+    pub answer: serde_json::Value,
+    /// Settle or refund.
+    pub close: Close,
+}
+
+/// What a billable call returns to the edge.
+#[derive(Debug)]
+pub enum CallReply {
+    /// The answer (rewritten to the public model name) and the call's billing.
+    Complete {
+        /// The answer object.
+        answer: serde_json::Value,
+        /// Task id and billing.
+        call: CallBilling,
+    },
+    /// A stream of items; settlement happens when it ends, whatever the client does.
+    Stream(crate::stream::CallStream),
+}
+
+impl Gateway {
+    /// The upstream port, or 503 when none is configured.
+    pub(crate) fn upstream(&self) -> Result<std::sync::Arc<dyn domain::ports::Upstream>, ServiceError> {
+        self.ports
+            .upstream
+            .clone()
+            .ok_or_else(|| ServiceError::ProviderNotConfigured("no upstream provider is configured".into()))
+    }
+
+    /// Sends `body` to `endpoint` for the open `call` and closes the call with what `finish` makes of
+    /// the 2xx answer: an upstream failure, or an answer `finish` refuses, refunds the call (502).
+    pub(crate) async fn run_sync(
+        &self,
+        upstream: &dyn domain::ports::Upstream,
+        call: OpenCall,
+        endpoint: domain::ports::Endpoint,
+        body: Vec<u8>,
+        finish: impl FnOnce(Vec<u8>) -> Result<Finished, UpstreamError>,
+    ) -> Result<CallReply, ServiceError> {
+        let finished = match upstream.complete(endpoint, body).await.and_then(finish) {
+            Ok(finished) => finished,
+            Err(e) => return Err(call.fail(&e).await),
+        };
+        let billing = match finished.close {
+            Close::Charge { amount, usage } => call.settle(amount, usage).await?,
+            Close::Refund { code, message, usage } => call.refund(&code, message, usage).await?,
+        };
+        Ok(CallReply::Complete { answer: finished.answer, call: billing })
+    }
+}
+
+impl Gateway {
+    /// Ends synchronous calls (chat, image, audio) left running by a crash or restart: each one
+    /// whose task has not changed for `max_age` is refunded and marked `failed` with code
+    /// `interrupted`. A call still in flight elsewhere is never that old, because upstream calls
+    /// time out first; pass at least the upstream timeout. Returns how many were ended.
+    pub async fn recover_interrupted_calls(&self, max_age: std::time::Duration) -> Result<u64, ServiceError> {
+        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
+        let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
+        let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
+        let mut ended = 0;
+        for id in stale {
+            match self.ports.ledger.refund(&id).await {
+                Ok(_)
+                | Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
+                Err(e) => {
+                    tracing::error!(task = %id, error = %e, "refund of an interrupted call failed");
+                    continue;
+                }
+            }
+            let outcome = TaskOutcome {
+                status: TaskStatus::Failed,
+                usage_json: None,
+                error_code: Some("interrupted".into()),
+                error_message: Some(
+                    "the gateway stopped before the call finished; the reservation was refunded".into(),
+                ),
+            };
+            if self.ports.tasks.finish_task(&id, outcome).await.is_ok() {
+                ended += 1;
+            }
+        }
+        Ok(ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use domain::ports::{AccountStore, TaskStore};
+    use domain::{NewUser, SystemClock, UsdAmount, UserId};
+
+    use super::*;
+    use crate::Ports;
+
+    async fn gateway() -> (Gateway, store::Store, UserId) {
+        let dir = std::env::temp_dir().join(format!("gw-call-{}", uuid::Uuid::new_v4().simple()));
+        let store = store::Store::open(&format!("sqlite://{}/gw.db?mode=rwc", dir.display())).await.expect("store");
+        let gateway = Gateway::new(Ports::from_store(store.clone(), Arc::new(SystemClock)));
+        gateway.seed_catalog(&catalog::Catalog::builtin().expect("catalog")).await.expect("seed");
+        let user = UserId(format!("usr_{}", uuid::Uuid::new_v4().simple()));
+        let new = NewUser {
+            id: user.clone(),
+            name: "c".into(),
+            email: "c@example.com".into(),
+            role: "user".into(),
+            balance: UsdAmount::from_micros(1_000_000),
+            concurrency_limit: 4,
+            media_quota_bytes: 0,
+        };
+        store.create_user(new).await.expect("user");
+        (gateway, store, user)
+    }
+
+    async fn open(gateway: &Gateway, user: &UserId, micros: i64) -> OpenCall {
+        let (def, pricing) = gateway.priced_model(ModelKind::Language, "LangA-V4-flash").await.expect("model");
+        let spec = CallSpec {
+            user: user.clone(),
+            def,
+            pricing,
+            estimate: UsdAmount::from_micros(micros),
+            details: TaskDetails::default(),
+        };
+        gateway.open_call(spec).await.expect("open")
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_refunds_itself() {
+        let (gateway, store, user) = gateway().await;
+        let call = open(&gateway, &user, 400_000).await;
+        let id = call.task_id().clone();
+        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(600_000));
+        drop(call);
+        let mut task = None;
+        for _ in 0..200 {
+            task = store.task(&user, &id).await.expect("read").filter(|t| t.status.is_terminal());
+            if task.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let task = task.expect("the dropped call ended");
+        assert_eq!((task.status, task.billing.status), (TaskStatus::Failed, BillingStatus::Refunded));
+        assert_eq!(task.error_code.as_deref(), Some("interrupted"));
+        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(1_000_000));
+    }
+
+    #[tokio::test]
+    async fn settle_and_refund_close_once() {
+        let (gateway, store, user) = gateway().await;
+        let settled = open(&gateway, &user, 400_000).await.settle(UsdAmount::from_micros(1_234), Some("{}".into()));
+        let settled = settled.await.expect("settle");
+        assert_eq!(settled.billing.status, BillingStatus::Settled);
+        assert_eq!(settled.billing.actual, Some(UsdAmount::from_micros(1_234)));
+        let failed = open(&gateway, &user, 400_000).await.fail(&UpstreamError::Timeout).await;
+        assert!(matches!(failed, ServiceError::Upstream { retryable: true, .. }), "{failed:?}");
+        let unconfigured = open(&gateway, &user, 1).await.fail(&UpstreamError::NotConfigured("speech".into())).await;
+        assert!(matches!(unconfigured, ServiceError::ProviderNotConfigured(_)), "{unconfigured:?}");
+        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(1_000_000 - 1_234));
+        // An estimate above the balance is refused and stores nothing.
+        let (def, pricing) = gateway.priced_model(ModelKind::Language, "LangA-V4-flash").await.expect("model");
+        let spec = CallSpec {
+            user: user.clone(),
+            def,
+            pricing,
+            estimate: UsdAmount::from_micros(2_000_000),
+            details: TaskDetails::default(),
+        };
+        let refused = gateway.open_call(spec).await.expect_err("402");
+        assert!(matches!(refused, ServiceError::InsufficientBalance { .. }), "{refused:?}");
+        let (_, total) =
+            store.list_tasks(&user, None, domain::ports::PageRequest { page: 1, page_size: 20 }).await.expect("list");
+        assert_eq!(total, 3);
+    }
+}

@@ -1,0 +1,376 @@
+//! The native chat formats, `/v1/messages` (message-style) and `/v1/responses` (response-style): the body
+//! passes through to the platform's native endpoint with the model mapped to its upstream id and back,
+//! and the call is billed like chat, from each format's own usage fields (see `docs/ARCHITECTURE.md`,
+//! "Native formats"):
+//!
+//! | rate input | message-style | response-style |
+//! | --- | --- | --- |
+//! | prompt tokens (tier) | `input_tokens + cache_read_input_tokens + cache_creation_input_tokens` | `input_tokens` (or `prompt_tokens`) |
+//! | cached (`cache_hit_tokens`) | `cache_read_input_tokens` | `input_tokens_details.cached_tokens` |
+//! | output (`output_tokens`) | `output_tokens` (cumulative in `message_delta`) | `output_tokens` (or `completion_tokens`) |
+//!
+//! Cache-creation tokens are input the model read, so they are charged at the input rate. A stream
+//! without a final usage report settles on what is known: the reported prompt (else ⌈prompt bound / 4⌉)
+//! and ⌈bytes of text delivered / 4⌉ output tokens; nothing delivered is refunded.
+//!
+//! Response ids returned to a user are recorded (before the client sees them), and a
+//! `previous_response_id` that is not one of the caller's own is 404 before anything is reserved.
+
+use std::sync::Arc;
+
+use billing::LanguageUsage;
+use domain::ports::{Endpoint, ResponseOwners, SseEvent, UpstreamError};
+use domain::{ModelKind, PriceSheet, TaskId, UsdAmount, UserId};
+use serde_json::{Value, json};
+
+use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
+use crate::chat::{language_charge, public_answer};
+use crate::stream::{StreamItem, StreamMeter};
+use crate::{Gateway, Principal, ServiceError};
+
+/// Which native format a call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Messages,
+    Responses,
+}
+
+impl Format {
+    fn endpoint(self) -> Endpoint {
+        match self {
+            Format::Messages => Endpoint::Messages,
+            Format::Responses => Endpoint::Responses,
+        }
+    }
+
+    /// Language usage from this format's `usage` object.
+    fn usage(self, usage: &Value) -> Option<LanguageUsage> {
+        let n = |path: &str| usage.pointer(path).and_then(Value::as_u64);
+        match self {
+            Format::Messages => {
+                let read = n("/cache_read_input_tokens").unwrap_or(0);
+                let created = n("/cache_creation_input_tokens").unwrap_or(0);
+                Some(LanguageUsage {
+                    prompt_tokens: n("/input_tokens")?.saturating_add(read).saturating_add(created),
+                    cached_tokens: read,
+                    completion_tokens: n("/output_tokens")?,
+                    ..LanguageUsage::default()
+                })
+            }
+            Format::Responses => Some(LanguageUsage {
+                prompt_tokens: n("/input_tokens").or_else(|| n("/prompt_tokens"))?,
+                completion_tokens: n("/output_tokens").or_else(|| n("/completion_tokens"))?,
+                cached_tokens: n("/input_tokens_details/cached_tokens")
+                    .or_else(|| n("/prompt_tokens_details/cached_tokens"))
+                    .unwrap_or(0),
+                audio_tokens: n("/input_tokens_details/audio_tokens")
+                    .or_else(|| n("/prompt_tokens_details/audio_tokens"))
+                    .unwrap_or(0),
+                audio_cached_tokens: 0,
+            }),
+        }
+    }
+}
+
+impl Gateway {
+    /// Runs a message-style call (`POST /v1/messages`) for `who` with the raw JSON `body`.
+    pub async fn messages(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        self.native(who, body, Format::Messages).await
+    }
+
+    /// Runs a response-style call (`POST /v1/responses`) for `who` with the raw JSON `body`.
+    pub async fn responses(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        self.native(who, body, Format::Responses).await
+    }
+
+    async fn native(&self, who: &Principal, raw: &[u8], format: Format) -> Result<CallReply, ServiceError> {
+        let upstream = self.upstream()?;
+        let mut body = match serde_json::from_slice::<Value>(raw) {
+            Ok(Value::Object(body)) => body,
+            Ok(_) => return Err(ServiceError::InvalidRequest("the body must be a JSON object".into())),
+            Err(e) => return Err(ServiceError::InvalidRequest(format!("the body is not valid JSON: {e}"))),
+        };
+        let name = body
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
+        let (def, pricing) = self.priced_model(ModelKind::Language, name).await?;
+        let plan = match format {
+            Format::Messages => validation::messages_request(&def, &body, raw.len())?,
+            Format::Responses => validation::responses_request(&def, &body, raw.len())?,
+        };
+        if let Some(previous) = &plan.previous_response_id {
+            let owner = self.ports.responses.response_owner(previous).await?;
+            if owner.as_ref() != Some(&who.user_id) {
+                return Err(ServiceError::NotFound(format!("response {previous}")));
+            }
+        }
+        let estimate = billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
+            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
+        body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
+        let upstream_body =
+            serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let meter = NativeMeter::new(format, &def.name, pricing.sheet.clone(), plan.prompt_bound_tokens);
+        let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
+        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
+        if plan.stream {
+            let events = match upstream.stream(format.endpoint(), upstream_body).await {
+                Ok(events) => events,
+                Err(e) => return Err(call.fail(&e).await),
+            };
+            let owners = Recorder {
+                owners: Arc::clone(&self.ports.responses),
+                user: who.user_id.clone(),
+                task: call.task_id().clone(),
+            };
+            let meter = NativeMeter { recorder: (format == Format::Responses).then_some(owners), ..meter };
+            return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
+        }
+        let task = call.task_id().clone();
+        let reply = self
+            .run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(&bytes))
+            .await?;
+        if let (Format::Responses, CallReply::Complete { answer, .. }) = (format, &reply)
+            && let Some(id) = answer.get("id").and_then(Value::as_str)
+            && let Err(e) = self.ports.responses.record_response(id, &who.user_id, &task).await
+        {
+            tracing::error!(%task, error = %e, "recording a response id failed; it cannot be continued");
+        }
+        Ok(reply)
+    }
+}
+
+/// Records the response ids a response-style stream returns, before the client sees them.
+struct Recorder {
+    owners: Arc<dyn ResponseOwners>,
+    user: UserId,
+    task: TaskId,
+}
+
+/// What a native call produced: the usage reported so far and the text delivered.
+struct NativeMeter {
+    format: Format,
+    public_model: String,
+    sheet: PriceSheet,
+    prompt_bound: u64,
+    /// The latest usage object seen (cumulative in both formats).
+    usage: Option<Value>,
+    /// Whether the final usage (message_delta / response.completed) was seen.
+    final_usage: bool,
+    delivered_bytes: u64,
+    complete: bool,
+    recorder: Option<Recorder>,
+}
+
+impl NativeMeter {
+    fn new(format: Format, public_model: &str, sheet: PriceSheet, prompt_bound: u64) -> NativeMeter {
+        NativeMeter {
+            format,
+            public_model: public_model.to_owned(),
+            sheet,
+            prompt_bound,
+            usage: None,
+            final_usage: false,
+            delivered_bytes: 0,
+            complete: false,
+            recorder: None,
+        }
+    }
+
+    /// A non-streaming answer: the public model name and the charge for its usage.
+    fn finish(&self, bytes: &[u8]) -> Result<Finished, UpstreamError> {
+        let answer = public_answer(bytes, &self.public_model)?;
+        let usage = answer.get("usage").filter(|u| u.is_object());
+        let parsed = usage
+            .and_then(|u| self.format.usage(u))
+            .ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
+        let amount = language_charge(&self.sheet, &parsed)?;
+        Ok(Finished { close: Close::Charge { amount, usage: usage.map(Value::to_string) }, answer })
+    }
+
+    /// Renames the model of the object at `pointer` (the event itself, or its `message` / `response`).
+    fn rename(&self, data: &mut Value, pointer: &str) {
+        if let Some(Value::Object(o)) = data.pointer_mut(pointer)
+            && o.contains_key("model")
+        {
+            o.insert("model".into(), Value::String(self.public_model.clone()));
+        }
+    }
+
+    /// Folds a (cumulative) usage object into the one kept.
+    fn merge_usage(&mut self, usage: &Value) {
+        let Some(new) = usage.as_object() else { return };
+        let mut merged = self.usage.take().and_then(|u| u.as_object().cloned()).unwrap_or_default();
+        for (k, v) in new {
+            if !v.is_null() {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        self.usage = Some(Value::Object(merged));
+    }
+
+    fn observe_messages(&mut self, kind: &str, data: &mut Value) {
+        match kind {
+            "message_start" => {
+                self.rename(data, "/message");
+                if let Some(u) = data.pointer("/message/usage").cloned() {
+                    self.merge_usage(&u);
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = data.get("usage").cloned() {
+                    self.merge_usage(&u);
+                    self.final_usage = true;
+                }
+            }
+            "content_block_delta" => {
+                let delta = data.get("delta");
+                for key in ["text", "thinking", "partial_json"] {
+                    self.delivered_bytes +=
+                        delta.and_then(|d| d.get(key)).and_then(Value::as_str).map_or(0, |t| t.len() as u64);
+                }
+            }
+            "message_stop" => self.complete = true,
+            _ => {}
+        }
+    }
+
+    async fn observe_responses(&mut self, kind: &str, data: &mut Value) {
+        self.rename(data, "/response");
+        if kind == "response.created"
+            && let (Some(recorder), Some(id)) = (&self.recorder, data.pointer("/response/id").and_then(Value::as_str))
+            && let Err(e) = recorder.owners.record_response(id, &recorder.user, &recorder.task).await
+        {
+            tracing::error!(task = %recorder.task, error = %e, "recording a response id failed");
+        }
+        if kind.ends_with(".delta") {
+            self.delivered_bytes += data.get("delta").and_then(Value::as_str).map_or(0, |t| t.len() as u64);
+        }
+        if matches!(kind, "response.completed" | "response.incomplete" | "response.failed") {
+            if let Some(u) = data.pointer("/response/usage").filter(|u| u.is_object()).cloned() {
+                self.merge_usage(&u);
+                self.final_usage = true;
+            }
+            self.complete = true;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamMeter for NativeMeter {
+    async fn observe(&mut self, event: SseEvent) -> Result<StreamItem, UpstreamError> {
+        let mut data: Value =
+            serde_json::from_slice(&event.data).map_err(|e| UpstreamError::Malformed(format!("stream event: {e}")))?;
+        let kind = event.event.clone().or_else(|| data.get("type").and_then(Value::as_str).map(str::to_owned));
+        let kind = kind.unwrap_or_default();
+        match self.format {
+            Format::Messages => self.observe_messages(&kind, &mut data),
+            Format::Responses => self.observe_responses(&kind, &mut data).await,
+        }
+        Ok(StreamItem::Event { name: Some(kind).filter(|k| !k.is_empty()), data })
+    }
+
+    const ENDS_WITH_FINAL_EVENT: bool = true;
+
+    fn complete(&self) -> bool {
+        self.complete
+    }
+
+    fn charge(&self) -> Result<Option<(UsdAmount, String)>, ServiceError> {
+        let reported = self.usage.as_ref().and_then(|u| self.format.usage(u));
+        let usage = match reported {
+            Some(usage) if self.final_usage => usage,
+            _ if self.delivered_bytes == 0 => return Ok(None),
+            partial => {
+                let prompt = partial.map_or_else(|| self.prompt_bound.div_ceil(4), |u| u.prompt_tokens);
+                let cached = partial.map_or(0, |u| u.cached_tokens);
+                LanguageUsage {
+                    prompt_tokens: prompt,
+                    cached_tokens: cached,
+                    completion_tokens: self.delivered_bytes.div_ceil(4),
+                    ..LanguageUsage::default()
+                }
+            }
+        };
+        let json = match (&self.usage, self.final_usage) {
+            (Some(u), true) => u.to_string(),
+            _ => json!({"prompt_tokens": usage.prompt_tokens, "cached_tokens": usage.cached_tokens,
+                "completion_tokens": usage.completion_tokens, "estimated": true})
+            .to_string(),
+        };
+        let amount = billing::language_charge(&self.sheet, &usage)
+            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", self.public_model)))?;
+        Ok(Some((amount.total, json)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sheet() -> PriceSheet {
+        let catalog = catalog::Catalog::builtin().expect("catalog");
+        catalog.get("LangA-V4-flash").and_then(|d| d.pricing.clone()).expect("priced")
+    }
+
+    fn event(name: &str, data: Value) -> SseEvent {
+        SseEvent { event: Some(name.to_owned()), data: data.to_string().into_bytes() }
+    }
+
+    #[test]
+    fn usage_mapping() {
+        let m = Format::Messages.usage(&json!({"input_tokens": 10, "output_tokens": 5,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20}));
+        let m = m.expect("usage");
+        assert_eq!((m.prompt_tokens, m.cached_tokens, m.completion_tokens), (130, 100, 5));
+        let r = Format::Responses.usage(&json!({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 20},
+            "output_tokens": 7, "total_tokens": 57}));
+        let r = r.expect("usage");
+        assert_eq!((r.prompt_tokens, r.cached_tokens, r.completion_tokens), (50, 20, 7));
+        let spec_names = Format::Responses.usage(&json!({"prompt_tokens": 3, "completion_tokens": 4,
+            "prompt_tokens_details": {"cached_tokens": 1}}));
+        assert_eq!(spec_names.map(|u| (u.prompt_tokens, u.cached_tokens, u.completion_tokens)), Some((3, 1, 4)));
+        assert!(Format::Messages.usage(&json!({"input_tokens": 1})).is_none());
+    }
+
+    #[tokio::test]
+    async fn message_stream_meters_cumulative_usage_and_its_end() {
+        let mut meter = NativeMeter::new(Format::Messages, "Public", sheet(), 400);
+        let start = json!({"type": "message_start", "message": {"model": "up", "usage": {"input_tokens": 1000, "output_tokens": 1}}});
+        let item = meter.observe(event("message_start", start)).await.expect("event");
+        assert!(
+            matches!(&item, StreamItem::Event { name: Some(n), data } if n == "message_start" && data["message"]["model"] == "Public")
+        );
+        let delta =
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "12345678"}});
+        meter.observe(event("content_block_delta", delta)).await.expect("event");
+        assert!(!meter.complete());
+        // Cut before message_delta: prompt as reported, output from the text (8 bytes → 2 tokens).
+        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        assert_eq!(amount.micros(), 141, "1000 × 0.14 + 2 × 0.28 = 140.56 → 141");
+        assert!(usage.contains("estimated"));
+        let md = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}});
+        meter.observe(event("message_delta", md)).await.expect("event");
+        meter.observe(event("message_stop", json!({"type": "message_stop"}))).await.expect("event");
+        assert!(meter.complete());
+        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        assert_eq!(amount.micros(), 151, "1000 × 0.14 + 40 × 0.28 = 151.2 → 151");
+        assert!(usage.contains("\"input_tokens\":1000") && usage.contains("\"output_tokens\":40"), "{usage}");
+    }
+
+    #[tokio::test]
+    async fn response_stream_ends_at_completed_and_nothing_delivered_is_free() {
+        let mut meter = NativeMeter::new(Format::Responses, "Public", sheet(), 400);
+        assert_eq!(meter.charge().expect("priced"), None);
+        let created = json!({"type": "response.created", "response": {"id": "resp_1", "model": "up"}});
+        let item = meter.observe(event("response.created", created)).await.expect("event");
+        assert!(matches!(&item, StreamItem::Event { data, .. } if data["response"]["model"] == "Public"));
+        let done = json!({"type": "response.completed", "response": {"id": "resp_1", "model": "up",
+            "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}});
+        meter.observe(event("response.completed", done)).await.expect("event");
+        assert!(meter.complete());
+        let (amount, _) = meter.charge().expect("priced").expect("charged");
+        assert_eq!(amount.micros(), 2, "10 × 0.14 + 3 × 0.28 = 2.24 → 2");
+        assert!(meter.observe(SseEvent { event: None, data: b"not json".to_vec() }).await.is_err());
+    }
+}

@@ -1,0 +1,53 @@
+//! `DELETE /api/v1/tasks/{id}`: a `queued` video task is cancelled upstream, then moved to `cancelled`
+//! with its hold refunded in one commit (a compare-and-set from `queued`, so a poll that moved it
+//! meanwhile wins and the cancel is 409). Any other state is 409 `not_cancellable`; another user's
+//! task is 404.
+
+use domain::ports::UpstreamError;
+use domain::{ModelKind, Task, TaskEvent, TaskStatus, TaskTransition};
+
+use crate::{Gateway, Principal, ServiceError};
+
+fn not_cancellable(task: &Task) -> ServiceError {
+    ServiceError::NotCancellable(format!(
+        "task {} is {}; only a queued video task can be cancelled",
+        task.id, task.status
+    ))
+}
+
+impl Gateway {
+    /// Cancels the caller's queued task `id` and returns it.
+    pub async fn cancel_task(&self, who: &Principal, id: &str) -> Result<Task, ServiceError> {
+        let task = self.task(who, id).await?;
+        if task.kind != ModelKind::Video || task.status != TaskStatus::Queued {
+            return Err(not_cancellable(&task));
+        }
+        let video = self.video()?;
+        let upstream_id = self
+            .ports
+            .videos
+            .video_upstream_id(&task.id)
+            .await?
+            .ok_or_else(|| ServiceError::Internal(format!("queued task {} has no upstream id", task.id)))?;
+        match video.upstream.cancel_task(&upstream_id).await {
+            Ok(()) => {}
+            // The upstream refuses: the task is no longer queued there (it started or ended).
+            Err(UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
+                return Err(not_cancellable(&task));
+            }
+            Err(e) => return Err(crate::call::upstream_error(&e)),
+        }
+        let change = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);
+        let ended = self.ports.calls.close_task(&task.id, &task.user_id, task.billing.estimated, None, change).await;
+        match ended {
+            Ok(_) => {}
+            Err(billing::LedgerError::TaskConflict { .. } | billing::LedgerError::AlreadyFinished { .. }) => {
+                let now = self.task(who, id).await?;
+                return Err(not_cancellable(&now));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.announce(&task.user_id, &task.id).await;
+        self.task(who, id).await
+    }
+}

@@ -1,0 +1,274 @@
+//! `POST /api/v1/tasks`: uploads stored as they arrive, then the task created at once in `submitting`
+//! with its estimate held; the worker does the rest.
+//!
+//! Media order (what the prompt's "Image 1", "Video 1"… refer to): the request's links in their order,
+//! then the uploaded files in upload order. Stored objects carry that order as their position: the
+//! request's links take positions `0..15`, uploaded files `15..`.
+
+use domain::ports::AssetKind;
+use domain::{MediaObject, MediaRecordError, ModelKind, Task, TaskId, UserId};
+use serde_json::{Value, json};
+use validation::{MediaType, VideoPlan};
+
+use super::media::{SizeLimits, TypedError, TypedSink, media_key};
+use crate::call::{CallSpec, TaskDetails};
+use crate::{Gateway, Principal, ServiceError};
+
+/// The first position of uploaded files (after the request's at most 15 links).
+pub(crate) const UPLOAD_POSITION_BASE: u32 = validation::VIDEO_MAX_MEDIA as u32;
+
+/// An uploaded file, stored and counted against its user's media quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredUpload {
+    /// The media store key.
+    pub key: String,
+    /// What it is (sniffed).
+    pub kind: AssetKind,
+    /// Its MIME type (sniffed).
+    pub mime: &'static str,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// A file being uploaded for a new task: stored chunk by chunk, typed by its first bytes, bounded by
+/// its kind's size limit. Finish it (recording it against the quota) or abort it.
+pub struct Upload {
+    gateway: Gateway,
+    sink: TypedSink,
+    key: String,
+    user: UserId,
+    task: TaskId,
+    position: u32,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+fn typed_error(e: TypedError) -> ServiceError {
+    match e {
+        TypedError::Unknown => {
+            ServiceError::InvalidRequest("an uploaded media file is not a recognised image, video or audio file".into())
+        }
+        TypedError::TooLarge { .. } => ServiceError::TooLarge(format!("an uploaded media file is too large: {e}")),
+        TypedError::Sink(inner) => ServiceError::Internal(format!("storing an upload: {inner}")),
+    }
+}
+
+impl Upload {
+    /// Adds the next bytes of the file.
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), ServiceError> {
+        self.sink.push(chunk).await.map_err(typed_error)
+    }
+
+    /// Finishes the file and records it against its user's media quota (413 `media_quota_exceeded`
+    /// when it does not fit; the file is deleted then).
+    pub async fn finish(self) -> Result<StoredUpload, ServiceError> {
+        let (kind, mime, bytes) = self.sink.finish().await.map_err(typed_error)?;
+        let object = MediaObject {
+            key: self.key.clone(),
+            user: self.user,
+            task: self.task,
+            position: self.position,
+            kind,
+            mime: mime.to_owned(),
+            bytes,
+            source_url: None,
+            asset_id: None,
+            created_at: self.gateway.ports.clock.now(),
+        };
+        record_media(&self.gateway, object).await?;
+        Ok(StoredUpload { key: self.key, kind, mime, bytes })
+    }
+
+    /// Drops the file.
+    pub async fn abort(self) {
+        self.sink.abort().await;
+    }
+}
+
+/// Records a stored object against its user's quota; a refused one is deleted from the media store.
+pub(crate) async fn record_media(gateway: &Gateway, object: MediaObject) -> Result<(), ServiceError> {
+    let key = object.key.clone();
+    match gateway.ports.videos.add_media(object).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            if let Ok(video) = gateway.video()
+                && let Err(delete) = video.media.delete(&key).await
+            {
+                tracing::warn!(key, error = %delete, "deleting refused media failed");
+            }
+            Err(match e {
+                MediaRecordError::QuotaExceeded { .. } => ServiceError::MediaQuotaExceeded(e.to_string()),
+                MediaRecordError::Store(s) => s.into(),
+            })
+        }
+    }
+}
+
+fn media_type(kind: AssetKind) -> MediaType {
+    match kind {
+        AssetKind::Image => MediaType::Image,
+        AssetKind::Video => MediaType::Video,
+        AssetKind::Audio => MediaType::Audio,
+    }
+}
+
+impl Gateway {
+    /// A fresh id for a video task about to be created (its uploads are stored under it).
+    pub fn new_video_task_id(&self) -> TaskId {
+        self.new_task_id()
+    }
+
+    /// Starts storing the `index`-th uploaded file (0-based) of the new task `task` for `who`. Before
+    /// the request is read the file is bounded by the widest per-kind limit of the video models; the
+    /// chosen model's limits are checked when the task is created.
+    pub async fn begin_upload(&self, who: &Principal, task: &TaskId, index: u32) -> Result<Upload, ServiceError> {
+        let video = self.video()?;
+        let snapshot = self.catalog_snapshot().await?;
+        let limits = SizeLimits::widest(snapshot.models.iter().map(|m| &m.def));
+        let position = UPLOAD_POSITION_BASE.saturating_add(index);
+        let key = media_key(&who.user_id, task, position);
+        let sink = video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
+        Ok(Upload {
+            gateway: self.clone(),
+            sink: TypedSink::new(sink, limits),
+            key,
+            user: who.user_id.clone(),
+            task: task.clone(),
+            position,
+        })
+    }
+
+    /// Forgets uploads of a request that did not create its task: the files go, the quota comes back.
+    pub async fn discard_uploads(&self, uploads: &[StoredUpload]) {
+        let Ok(video) = self.video() else { return };
+        for upload in uploads {
+            if let Err(e) = self.ports.videos.remove_media(&upload.key).await {
+                tracing::error!(key = upload.key, error = %e, "releasing the quota of a discarded upload failed");
+            }
+            if let Err(e) = video.media.delete(&upload.key).await {
+                tracing::warn!(key = upload.key, error = %e, "deleting a discarded upload failed");
+            }
+        }
+    }
+
+    /// Creates video task `task_id` for `who` from a CreateTaskRequest `body` and the files already
+    /// uploaded for it; answers with the task (`submitting`, its estimate held).
+    pub async fn create_video_task(
+        &self,
+        who: &Principal,
+        task_id: TaskId,
+        body: &[u8],
+        uploads: &[StoredUpload],
+    ) -> Result<Task, ServiceError> {
+        let video = self.video()?;
+        let request = validation::parse_video_request(body)?;
+        let (def, pricing) = self.priced_model(ModelKind::Video, &request.model).await?;
+        let kinds: Vec<MediaType> = uploads.iter().map(|u| media_type(u.kind)).collect();
+        let plan = validation::check_video_request(&def, request, &kinds)?;
+        check_upload_sizes(&def, uploads)?;
+        self.check_links(video, &plan).await?;
+        self.check_video_caps(who, &def.name).await?;
+        let estimate = billing::video_reservation(
+            &pricing.sheet,
+            plan.resolution(),
+            plan.ratio(),
+            plan.duration(),
+            plan.has_video_input,
+        )
+        .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
+        let details = TaskDetails {
+            prompt: plan.request.prompt.clone(),
+            input_mode: Some(plan.input_mode.to_owned()),
+            media_type: plan.media_type.map(str::to_owned),
+            media_url: media_record(&plan, uploads),
+            duration: Some(plan.duration()),
+            resolution: Some(plan.resolution().to_owned()),
+            ratio: Some(plan.ratio().to_owned()),
+            generate_audio: plan.request.generate_audio,
+            webhook_url: plan.request.webhook_url.clone(),
+        };
+        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let id = self.open_call_as(task_id, spec).await?.keep();
+        self.wake_video_worker();
+        self.ports
+            .tasks
+            .task(&who.user_id, &id)
+            .await?
+            .ok_or_else(|| ServiceError::Internal(format!("task {id} vanished")))
+    }
+
+    /// Checks every media link and the webhook URL against the egress policy (resolving their hosts,
+    /// sending nothing): a refused one is 400.
+    async fn check_links(&self, video: &super::VideoPorts, plan: &VideoPlan) -> Result<(), ServiceError> {
+        for (i, item) in plan.request.media.iter().flatten().enumerate() {
+            video
+                .outbound
+                .check(&item.url)
+                .await
+                .map_err(|e| ServiceError::InvalidRequest(format!("media[{i}].url cannot be imported: {e}")))?;
+        }
+        if let Some(url) = &plan.request.webhook_url {
+            video
+                .outbound
+                .check(url)
+                .await
+                .map_err(|e| ServiceError::InvalidRequest(format!("webhook_url cannot be used: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Per-user and per-model caps on video tasks that are not terminal (429).
+    async fn check_video_caps(&self, who: &Principal, model: &str) -> Result<(), ServiceError> {
+        let (user_active, model_active) = self.ports.videos.active_video_tasks(&who.user_id, model).await?;
+        let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
+        let snapshot = self.catalog_snapshot().await?;
+        let model_cap = snapshot.models.iter().find(|m| m.record.name == model).map(|m| m.record.concurrency_limit);
+        let over = |active: u64, cap: i64| i64::try_from(active).unwrap_or(i64::MAX) >= cap;
+        if over(user_active, user.concurrency_limit) {
+            return Err(ServiceError::ConcurrencyLimitExceeded {
+                message: format!("at most {} of your tasks may run at once", user.concurrency_limit),
+                retry_after_secs: 5,
+            });
+        }
+        if let Some(cap) = model_cap.filter(|cap| over(model_active, *cap)) {
+            return Err(ServiceError::ConcurrencyLimitExceeded {
+                message: format!("model {model} runs at most {cap} tasks at once"),
+                retry_after_secs: 5,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The chosen model's per-file limits over the uploads (413).
+fn check_upload_sizes(def: &catalog::ModelDef, uploads: &[StoredUpload]) -> Result<(), ServiceError> {
+    let Some(limits) = SizeLimits::of(def) else { return Ok(()) };
+    for (i, upload) in uploads.iter().enumerate() {
+        let limit = limits.of_kind(upload.kind);
+        if upload.bytes > limit {
+            return Err(ServiceError::TooLarge(format!(
+                "uploaded file {} ({}) is {} bytes; model {} takes at most {limit}",
+                i + 1,
+                upload.kind.as_str(),
+                upload.bytes,
+                def.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The task's `media_url`: a JSON array of its media in order (links as given, then uploads).
+fn media_record(plan: &VideoPlan, uploads: &[StoredUpload]) -> Option<String> {
+    let links = plan.request.media.iter().flatten().map(|m| json!({"type": m.kind.as_str(), "url": m.url}));
+    let files = uploads
+        .iter()
+        .enumerate()
+        .map(|(i, u)| json!({"type": u.kind.as_str(), "upload": i + 1, "mime": u.mime, "bytes": u.bytes}));
+    let all: Vec<Value> = links.chain(files).collect();
+    (!all.is_empty()).then(|| Value::Array(all).to_string())
+}
