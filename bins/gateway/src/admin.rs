@@ -14,7 +14,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
     let out: Value = match cmd {
         Admin::User(UserCmd::Create(u)) => {
             let balance = UsdAmount::parse_decimal(&u.balance).map_err(|e| format!("--balance: {e}"))?;
-            let user = gateway
+            let created = gateway
                 .create_user(NewUserRequest {
                     name: u.name,
                     email: u.email,
@@ -25,11 +25,17 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 })
                 .await
                 .map_err(|e| e.to_string())?;
+            let user = &created.user;
             json!({
                 "id": user.id.as_str(), "name": user.name, "email": user.email, "role": user.role,
                 "balance_usd": user.balance.to_string(), "concurrency_limit": user.concurrency_limit,
                 "media_quota_bytes": user.media_quota_bytes, "created_at": user.created_at.to_string(),
+                "webhook_secret": created.webhook_secret,
             })
+        }
+        Admin::User(UserCmd::RotateWebhookSecret { user }) => {
+            let secret = gateway.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
+            json!({"user_id": user, "webhook_secret": secret})
         }
         Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name }) => {
             let scopes = match (all_scopes, scopes) {

@@ -72,8 +72,14 @@ pub enum Admin {
 /// `gateway admin user …`.
 #[derive(Debug, Subcommand)]
 pub enum UserCmd {
-    /// Create a user.
+    /// Create a user; its webhook secret is printed once as "webhook_secret".
     Create(UserCreate),
+    /// Replace a user's webhook secret; the new one is printed once as "webhook_secret".
+    RotateWebhookSecret {
+        /// User id.
+        #[arg(long)]
+        user: String,
+    },
 }
 
 /// Options of `admin user create`.

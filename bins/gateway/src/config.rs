@@ -48,7 +48,7 @@ pub struct Config {
     pub upstream_connect_timeout_ms: u64,
     /// Where stored media lives.
     pub media_dir: String,
-    /// Public base URL of this gateway (for signed media links).
+    /// Public base URL of this gateway (for signed media links); empty: `http://<listen address>`.
     pub public_url: String,
     /// Hosts or CIDRs that media import and webhooks may reach although not public.
     pub egress_allow: Vec<String>,
@@ -66,6 +66,13 @@ pub struct Config {
     pub assets_access_key: Secret,
     /// Asset control plane secret key.
     pub assets_secret_key: Secret,
+    /// Asset control plane region (in the request signatures).
+    pub assets_region: String,
+    /// The key signed media links are made with; empty: one generated once and kept in the database,
+    /// so that every replica shares it.
+    pub media_link_secret: Secret,
+    /// Bytes of large request bodies buffered at once, across all requests.
+    pub body_budget_bytes: u64,
     /// Opening balance of the first-run demo user, in USD.
     pub demo_balance: String,
     /// Log filter, such as `info` or `info,store=debug`.
@@ -85,7 +92,7 @@ impl Default for Config {
             upstream_timeout_ms: 600_000,
             upstream_connect_timeout_ms: 5_000,
             media_dir: "data/media".into(),
-            public_url: "http://127.0.0.1:8080".into(),
+            public_url: String::new(),
             egress_allow: Vec::new(),
             extra_ca_file: String::new(),
             task_poll_interval_ms: 5_000,
@@ -94,6 +101,9 @@ impl Default for Config {
             assets_url: "sim".into(),
             assets_access_key: Secret::default(),
             assets_secret_key: Secret::default(),
+            assets_region: "cn-beijing".into(),
+            media_link_secret: Secret::default(),
+            body_budget_bytes: 1024 * 1024 * 1024,
             demo_balance: "100".into(),
             log: "info".into(),
         }
@@ -126,6 +136,9 @@ const ENV_KEYS: &[&str] = &[
     "assets_url",
     "assets_access_key",
     "assets_secret_key",
+    "assets_region",
+    "media_link_secret",
+    "body_budget_bytes",
     "demo_balance",
     "log",
 ];
@@ -232,6 +245,7 @@ impl serde::Serialize for Config {
         m.serialize_entry("egress_allow", &self.egress_allow)?;
         m.serialize_entry("task_poll_interval_ms", &self.task_poll_interval_ms)?;
         m.serialize_entry("webhook_retry_base_ms", &self.webhook_retry_base_ms)?;
+        m.serialize_entry("body_budget_bytes", &self.body_budget_bytes)?;
         m.end()
     }
 }

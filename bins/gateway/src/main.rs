@@ -4,6 +4,7 @@ mod admin;
 mod cli;
 mod config;
 mod serve;
+mod wiring;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;

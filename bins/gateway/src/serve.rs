@@ -38,40 +38,21 @@ pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
     upstream::sim::serve(listener, shutdown_signal()).await.map_err(|e| e.to_string())
 }
 
-/// The chat upstream: the configured platform, or an in-process simulator for `sim`.
-/// The simulator's handle must live as long as the server.
-async fn chat_upstream(
-    config: &Config,
-) -> Result<(upstream::HttpChatUpstream, Option<upstream::sim::SimHandle>), String> {
-    let (base, key, sim) = if config.upstream_url == "sim" {
-        let (addr, handle) = upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?;
-        (format!("http://{addr}/api/v3"), "sim".to_owned(), Some(handle))
-    } else {
-        (config.upstream_url.clone(), config.upstream_api_key.expose().to_owned(), None)
-    };
-    let client = upstream::HttpChatUpstream::new(
-        &base,
-        key,
-        Duration::from_millis(config.upstream_connect_timeout_ms),
-        Duration::from_millis(config.upstream_timeout_ms),
-    )
-    .map_err(|e| format!("upstream: {e}"))?;
-    Ok((client, sim))
-}
-
 /// `gateway serve`: runs until SIGINT or SIGTERM.
 pub(crate) async fn run(config: Config) -> Result<(), String> {
-    let (chat, _sim) = chat_upstream(&config).await?;
-    let gateway = open(&config).await?;
-    let gateway = Gateway::new(gateway.ports().clone().with_chat(Arc::new(chat)))
-        .with_call_timeout(Duration::from_millis(config.upstream_timeout_ms));
-    spawn_recovery(gateway.clone(), gateway.recovery_age());
-    let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
-    let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
+    let store = Store::open(&config.database_url).await.map_err(|e| format!("database: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let wired = crate::wiring::wire(&config, store, addr).await?;
+    let gateway = wired.gateway;
+    let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
+    gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
+    spawn_recovery(gateway.clone(), gateway.recovery_age());
+    tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown_signal()));
+    let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
+    let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
     tracing::info!(%addr, database = %redact_url(&config.database_url), upstream = %config.upstream_url, "gateway listening");
     match demo {
         // The secret goes to stdout once, never to the log.
@@ -83,7 +64,10 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
             "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
-    api::serve(listener, api::AppState::new(gateway), shutdown_signal()).await.map_err(|e| e.to_string())
+    let state = api::AppState::new(gateway).with_body_budget(api::BodyBudget::new(config.body_budget_bytes));
+    let served = api::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string());
+    drop(wired.simulator);
+    served
 }
 
 /// Refunds synchronous calls abandoned by an earlier crash, now and then every minute.

@@ -156,6 +156,13 @@ fn create_user(sandbox: &Sandbox, balance: &str) -> String {
     user["id"].as_str().expect("user id").to_owned()
 }
 
+/// `whsec_` and 64 lowercase hex digits (32 random bytes).
+fn assert_webhook_secret(secret: &str) {
+    let digits = secret.strip_prefix("whsec_").unwrap_or_else(|| panic!("{secret}: no whsec_ prefix"));
+    assert_eq!(digits.len(), 64, "{secret}");
+    assert!(digits.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')), "{secret}");
+}
+
 const RATES: &str = r#"{
   "input_tokens": {"amountMicrousd": "1000000", "denominator": "1000000", "unit": "token"},
   "output_tokens": {"amountMicrousd": 4000000, "denominator": 1000000, "unit": "token"}
@@ -177,6 +184,17 @@ fn admin_commands_print_one_json_object() {
     assert_eq!(user["role"], "user");
     let user_id = user["id"].as_str().expect("id").to_owned();
     assert!(user_id.starts_with("usr_"), "{user_id}");
+    let webhook_secret = user["webhook_secret"].as_str().expect("the webhook secret is printed").to_owned();
+    assert_webhook_secret(&webhook_secret);
+
+    let rotated = sandbox.run(&["admin", "user", "rotate-webhook-secret", "--user", &user_id]).json();
+    assert_eq!(rotated.as_object().map(|o| o.len()), Some(2), "{rotated}");
+    assert_eq!(rotated["user_id"], user_id.as_str(), "{rotated}");
+    let new_secret = rotated["webhook_secret"].as_str().expect("the new secret is printed");
+    assert_webhook_secret(new_secret);
+    assert_ne!(new_secret, webhook_secret, "rotation gives a new secret");
+    let other = sandbox.run(&["admin", "user", "create", "--name", "B", "--email", "b@example.com"]).json();
+    assert_ne!(other["webhook_secret"], user["webhook_secret"], "every user has its own secret");
 
     let key = sandbox.run(&["admin", "key", "create", "--user", &user_id, "--scopes", "models:read,task:read"]).json();
     let secret = key["key"].as_str().expect("the secret is printed once as key");
@@ -287,6 +305,8 @@ fn bad_input_fails_with_one_line_on_stderr() {
         let path = sandbox.file(name, text);
         case(&["admin", "price", "set", "--model", "LangC-5.2", "--rates", &path]);
     }
+    case(&["admin", "user", "rotate-webhook-secret", "--user", "usr_does_not_exist"]);
+    case(&["admin", "user", "rotate-webhook-secret"]);
     case(&["admin", "maintenance", "maybe"]);
     case(&["admin", "no-such-command"]);
     for args in &cases {
@@ -442,6 +462,10 @@ fn serve_prints_a_demo_key_serves_and_stops_on_sigterm() {
     terminate(&mut server.0);
     let rest = drain(&rx);
     assert!(rest.iter().all(|l| !l.contains("sk-gw-")), "no secret printed at shutdown: {rest:?}");
+    let printed: Vec<&String> = lines.iter().chain(&rest).collect();
+    assert!(printed.iter().all(|l| !l.contains("whsec_")), "the demo user's webhook secret is not printed");
+    let stderr = std::fs::read_to_string(sandbox.dir.join("serve-1.err")).unwrap_or_default();
+    assert!(!stderr.contains("whsec_") && !stderr.contains("sk-gw-"), "no secret in the log");
 
     // Second start on the same database: users exist, so no demo key is printed.
     let mut server = spawn_serve(&sandbox, &sandbox.dir.join("serve-2.err"));

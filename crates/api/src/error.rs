@@ -16,12 +16,14 @@ pub struct ApiError {
     pub message: String,
     /// `Allow` header value for 405.
     pub allow: Option<&'static str>,
+    /// `Retry-After` seconds for 429 and 503.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     /// An error with `status`, `code` and `message`.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), allow: None }
+        ApiError { status, code, message: message.into(), allow: None, retry_after: None }
     }
 
     /// 400 `invalid_request`.
@@ -67,6 +69,9 @@ impl ApiError {
         if let Some(allow) = self.allow {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
         }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -86,6 +91,18 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::IdempotencyConflict(m) => ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", m),
             ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "task_state_conflict", m),
+            ServiceError::NotCancellable(m) => ApiError::new(StatusCode::CONFLICT, "not_cancellable", m),
+            ServiceError::ConcurrencyLimitExceeded { message, retry_after_secs } => ApiError {
+                retry_after: Some(retry_after_secs),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "concurrency_limit_exceeded", message)
+            },
+            ServiceError::MediaQuotaExceeded(m) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "media_quota_exceeded", m)
+            }
+            ServiceError::Busy { message, retry_after_secs } => ApiError {
+                retry_after: Some(retry_after_secs),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_busy", message)
+            },
             ServiceError::Upstream { message, .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "upstream_request_failed", message)
             }
@@ -113,11 +130,27 @@ mod tests {
             (ServiceError::InvalidRequest("x".into()), 400, "invalid_request"),
             (ServiceError::NotFound("task t".into()), 404, "not_found"),
             (
-                ServiceError::InsufficientBalance { needed: UsdAmount::from_micros(5), available: UsdAmount::ZERO },
+                ServiceError::InsufficientBalance {
+                    hold: "this call".into(),
+                    needed: UsdAmount::from_micros(5),
+                    available: UsdAmount::ZERO,
+                },
                 402,
                 "insufficient_balance",
             ),
             (ServiceError::ProviderNotConfigured("m".into()), 503, "provider_not_configured"),
+            (ServiceError::NotCancellable("t".into()), 409, "not_cancellable"),
+            (ServiceError::Conflict("t".into()), 409, "task_state_conflict"),
+            (ServiceError::IdempotencyConflict("k".into()), 409, "idempotency_conflict"),
+            (ServiceError::TooLarge("b".into()), 413, "request_too_large"),
+            (ServiceError::MediaQuotaExceeded("q".into()), 413, "media_quota_exceeded"),
+            (
+                ServiceError::ConcurrencyLimitExceeded { message: "c".into(), retry_after_secs: 1 },
+                429,
+                "concurrency_limit_exceeded",
+            ),
+            (ServiceError::Busy { message: "b".into(), retry_after_secs: 1 }, 503, "server_busy"),
+            (ServiceError::Upstream { message: "u".into(), retryable: true }, 502, "upstream_request_failed"),
             (ServiceError::Internal("db down at 10.0.0.1".into()), 500, "internal_error"),
         ];
         for (e, status, code) in cases {

@@ -6,17 +6,27 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use service::{CallBilling, ChatReply, Gateway, Principal, ServiceError, StreamItem};
+use serde_json::{Value, json};
+use service::{CallBilling, CallReply, Claim, Gateway, Principal, ServiceError};
 
 use crate::body::read_json;
 use crate::error::ApiError;
 use crate::response::{Response, json_response, ok_json};
 use crate::routes::{Route, decode_query};
-use crate::sse::SseBody;
+use crate::server::AppState;
+use crate::sse::{SseBody, StreamFormat};
 use crate::wire;
 
-/// Largest chat request body: 100 MB.
+/// Largest chat request body (also the native formats'): 100 MB.
 pub const CHAT_BODY_LIMIT: u64 = 100 * 1024 * 1024;
+
+/// Largest image request body: 600 MiB. The largest valid request carries 14 references of 30 MiB
+/// decoded (41,943,040 Base64 characters each, with their `data:` prefix about 587.2 MB together) and a
+/// 12,000-character prompt (at most 144 KB even fully escaped), so it fits with room for the other fields.
+pub const IMAGE_BODY_LIMIT: u64 = 600 * 1024 * 1024;
+
+/// Largest audio request body: 64 MiB. Three 10 MiB Base64 references take about 42 MB.
+pub const AUDIO_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// The key presented as `Authorization: Bearer <key>` (scheme case-insensitive).
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -30,12 +40,8 @@ async fn auth(gateway: &Gateway, parts: &Parts, scope: Scope) -> Result<Principa
 }
 
 /// Runs `route` for a request whose body has been set aside.
-pub(crate) async fn handle(
-    gateway: &Gateway,
-    route: Route,
-    parts: Parts,
-    body: Incoming,
-) -> Result<Response, ApiError> {
+pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
+    let gateway = state.gateway();
     match route {
         Route::Healthz => Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         Route::ListModels => {
@@ -54,74 +60,198 @@ pub(crate) async fn handle(
             let page = gateway.list_tasks(&who, params.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await?;
             Ok(ok_json(&wire::task_page(&page)))
         }
+        Route::CreateTask => crate::tasks::create(state, parts, body).await,
+        Route::CancelTask(id) => crate::tasks::cancel(gateway, &parts, &id).await,
+        Route::Media(key) => crate::tasks::media(gateway, &parts, &key).await,
         Route::GetTask(id) => {
             let who = auth(gateway, &parts, Scope::TaskRead).await?;
             let task = gateway.task(&who, &id).await?;
             Ok(ok_json(&wire::task(&task)))
         }
-        Route::ChatCompletions => {
-            let who = auth(gateway, &parts, Scope::LanguageCreate).await?;
-            let bytes = read_json(&parts.headers, body, CHAT_BODY_LIMIT).await?;
-            let key = idempotency_key(&parts.headers)?;
-            // The call runs on a task of its own: a client that hangs up cannot stop it half-way,
-            // so its reservation is always settled or refunded and its key completed or released.
-            let gateway = gateway.clone();
-            tokio::spawn(async move { chat_call(&gateway, &who, &bytes, key).await })
-                .await
-                .unwrap_or_else(|e| Err(ServiceError::Internal(format!("chat call task failed: {e}")).into()))
-        }
+        Route::ChatCompletions => billable(state, Billable::Chat, parts, body).await,
+        Route::ImageGenerations => billable(state, Billable::Image, parts, body).await,
+        Route::AudioGenerations => billable(state, Billable::Audio, parts, body).await,
+        Route::Messages => billable(state, Billable::Messages, parts, body).await,
+        Route::Responses => billable(state, Billable::Responses, parts, body).await,
     }
 }
 
-/// A chat call, with `Idempotency-Key` handling when a key was given.
-async fn chat_call(
+/// The billable POST routes: each has a scope, a body limit, a stable name for `Idempotency-Key`
+/// claims, and its own answer shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Billable {
+    /// `POST /api/v1/chat/completions`.
+    Chat,
+    /// `POST /api/v1/images/generations`.
+    Image,
+    /// `POST /api/v1/audio/generations`.
+    Audio,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl Billable {
+    fn scope(self) -> Scope {
+        match self {
+            Billable::Chat | Billable::Messages | Billable::Responses => Scope::LanguageCreate,
+            Billable::Image => Scope::ImageCreate,
+            Billable::Audio => Scope::AudioCreate,
+        }
+    }
+
+    fn body_limit(self) -> u64 {
+        match self {
+            Billable::Chat | Billable::Messages | Billable::Responses => CHAT_BODY_LIMIT,
+            Billable::Image => IMAGE_BODY_LIMIT,
+            Billable::Audio => AUDIO_BODY_LIMIT,
+        }
+    }
+
+    /// The route's name in `Idempotency-Key` claims.
+    fn name(self) -> &'static str {
+        match self {
+            Billable::Chat => "chat.completions",
+            Billable::Image => "images.generations",
+            Billable::Audio => "audio.generations",
+            Billable::Messages => "messages",
+            Billable::Responses => "responses",
+        }
+    }
+
+    fn stream_format(self) -> StreamFormat {
+        match self {
+            // Image and audio calls never stream (their requests cannot ask for it).
+            Billable::Chat | Billable::Image | Billable::Audio => StreamFormat::Chat,
+            Billable::Messages => StreamFormat::Messages,
+            Billable::Responses => StreamFormat::Responses,
+        }
+    }
+
+    /// Runs the use case.
+    async fn run(self, gateway: &Gateway, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        match self {
+            Billable::Chat => gateway.chat(who, body).await,
+            Billable::Image => gateway.image(who, body).await,
+            Billable::Audio => gateway.audio(who, body).await,
+            Billable::Messages => gateway.messages(who, body).await,
+            Billable::Responses => gateway.responses(who, body).await,
+        }
+    }
+
+    /// The key presented: `Authorization: Bearer`, or for message-style calls also `x-api-key`.
+    fn presented_key(self, headers: &HeaderMap) -> Option<&str> {
+        let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+        match self {
+            Billable::Messages => bearer(headers).or_else(x_api_key),
+            Billable::Chat | Billable::Image | Billable::Audio | Billable::Responses => bearer(headers),
+        }
+    }
+
+    /// Headers the route requires: message-style calls need `messages-version` (or `anthropic-version`).
+    fn check_headers(self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if self == Billable::Messages
+            && !["messages-version", "anthropic-version"].iter().any(|h| headers.contains_key(*h))
+        {
+            return Err(ApiError::invalid("the messages-version header (or anthropic-version) is required"));
+        }
+        Ok(())
+    }
+
+    /// The client's answer: the use case's answer with the task id and billing added where this
+    /// route's shape puts them (chat and the native formats: an `svc` object; images and audio: top-level
+    /// `task_id` and `billing`).
+    fn answer(self, mut answer: Value, call: &CallBilling) -> Value {
+        if let Value::Object(o) = &mut answer {
+            let billing = wire::billing(&call.billing);
+            match self {
+                Billable::Chat | Billable::Messages | Billable::Responses => {
+                    o.insert("svc".into(), json!({"task_id": call.task_id.as_str(), "billing": billing}));
+                }
+                Billable::Image | Billable::Audio => {
+                    o.insert("task_id".into(), Value::String(call.task_id.as_str().to_owned()));
+                    o.insert("billing".into(), billing);
+                }
+            }
+        }
+        answer
+    }
+}
+
+/// A billable call: authenticate, read the JSON body, honour `Idempotency-Key`, and run the call on a
+/// task of its own, so that a client that hangs up cannot stop it half-way: its reservation is always
+/// settled or refunded and its key completed or released.
+async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
+    let who = state.gateway().authenticate(route.presented_key(&parts.headers), route.scope()).await?;
+    route.check_headers(&parts.headers)?;
+    let bytes = read_json(&parts.headers, body, route.body_limit(), state.body_budget()).await?;
+    let key = idempotency_key(&parts.headers)?;
+    let gateway = state.gateway().clone();
+    tokio::spawn(async move { billable_call(&gateway, route, &who, &bytes, key).await })
+        .await
+        .unwrap_or_else(|e| Err(ServiceError::Internal(format!("call task failed: {e}")).into()))
+}
+
+/// Runs a billable call, with `Idempotency-Key` handling when a key was given.
+async fn billable_call(
     gateway: &Gateway,
+    route: Billable,
     who: &Principal,
     bytes: &[u8],
     key: Option<String>,
 ) -> Result<Response, ApiError> {
     let Some(key) = key else {
-        return match gateway.chat(who, bytes).await? {
-            ChatReply::Complete { answer, call } => Ok(complete_response(answer, &call, false).0),
-            ChatReply::Stream { task_id, items, .. } => stream_response(&task_id, items),
+        return match route.run(gateway, who, bytes).await? {
+            CallReply::Complete { answer, call } => complete_response(route, answer, &call).map(|(r, _)| r),
+            CallReply::Stream(stream) => stream_response(route, &stream.task_id, stream.items),
         };
     };
-    if let Some((status, body)) = gateway.idempotency_claim(who, &key, bytes).await? {
-        return Ok(replay(status, body));
-    }
-    match gateway.chat(who, bytes).await {
-        Ok(ChatReply::Complete { answer, call }) => {
-            let (response, stored) = complete_response(answer, &call, true);
-            gateway.idempotency_complete(who, &key, 200, &stored).await;
-            Ok(response)
-        }
-        Ok(ChatReply::Stream { task_id, items, billed }) => {
+    let claim = match gateway.idempotency_claim(who, route.name(), &key, bytes).await? {
+        Claim::Replay { status, body } => return Ok(replay(status, body)),
+        Claim::Run(claim) => claim,
+    };
+    match route.run(gateway, who, bytes).await {
+        Ok(CallReply::Complete { answer, call }) => match complete_response(route, answer, &call) {
+            Ok((response, stored)) => {
+                gateway.idempotency_complete(&claim, 200, &stored).await;
+                Ok(response)
+            }
+            Err(e) => {
+                // Billed but not answerable: a retry must not bill again, so the key keeps the error.
+                let body = json!({"error": {"code": e.code, "message": e.message}}).to_string();
+                gateway.idempotency_complete(&claim, e.status.as_u16(), body.as_bytes()).await;
+                Err(e)
+            }
+        },
+        Ok(CallReply::Stream(stream)) => {
             // Streams are not replayed: once the stream is charged, a retry learns which task it
             // was; a stream that ended without a charge frees the key for a retry.
-            let (gateway, who, id) = (gateway.clone(), who.clone(), task_id.clone());
+            let service::CallStream { task_id, items, billed } = stream;
+            let (gateway, id) = (gateway.clone(), task_id.clone());
             tokio::spawn(async move {
                 if billed.await.unwrap_or(false) {
                     let message = format!(
                         "the first request with this Idempotency-Key was streamed as task {id}; streams are not replayed"
                     );
-                    let body = serde_json::json!({"error": {"code": "idempotency_conflict", "message": message}});
-                    gateway.idempotency_complete(&who, &key, 409, body.to_string().as_bytes()).await;
+                    let body = json!({"error": {"code": "idempotency_conflict", "message": message}});
+                    gateway.idempotency_complete(&claim, 409, body.to_string().as_bytes()).await;
                 } else {
-                    gateway.idempotency_release(&who, &key).await;
+                    gateway.idempotency_release(&claim).await;
                 }
             });
-            stream_response(&task_id, items)
+            stream_response(route, &task_id, items)
         }
         Err(e) => {
             // Every failed call was refunded (or never reserved): a retry may run again.
-            gateway.idempotency_release(who, &key).await;
+            gateway.idempotency_release(&claim).await;
             Err(e.into())
         }
     }
 }
 
 /// The `Idempotency-Key` header, if present; a value that is not text is 400.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     match headers.get("idempotency-key") {
         None => Ok(None),
         Some(v) => v
@@ -132,7 +262,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// The stored first answer, marked as a replay.
-fn replay(status: u16, body: Vec<u8>) -> Response {
+pub(crate) fn replay(status: u16, body: Vec<u8>) -> Response {
     let mut response = http::Response::new(crate::response::full(body));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -140,26 +270,33 @@ fn replay(status: u16, body: Vec<u8>) -> Response {
     response
 }
 
-/// The JSON answer with `svc` added, and (when `keep`) its bytes for idempotent replays.
-fn complete_response(mut answer: serde_json::Value, call: &CallBilling, keep: bool) -> (Response, Vec<u8>) {
-    if let serde_json::Value::Object(o) = &mut answer {
-        o.insert(
-            "svc".into(),
-            serde_json::json!({"task_id": call.task_id.as_str(), "billing": wire::billing(&call.billing)}),
-        );
-    }
-    let stored = if keep { serde_json::to_vec(&answer).unwrap_or_default() } else { Vec::new() };
-    (ok_json(&answer), stored)
+/// The `X-Svc-Task-Id` header value of a call.
+fn task_header(task_id: &TaskId) -> Result<HeaderValue, ApiError> {
+    HeaderValue::from_str(task_id.as_str()).map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))
 }
 
-/// A `text/event-stream` response over the chat stream's items, naming the task.
-fn stream_response(task_id: &TaskId, items: tokio::sync::mpsc::Receiver<StreamItem>) -> Result<Response, ApiError> {
-    let mut response = http::Response::new(SseBody::new(items).boxed());
+/// The JSON answer of a complete call, serialised once: the response, and the same bytes to keep for
+/// idempotent replays.
+fn complete_response(route: Billable, answer: Value, call: &CallBilling) -> Result<(Response, Vec<u8>), ApiError> {
+    let bytes = serde_json::to_vec(&route.answer(answer, call))
+        .map_err(|e| ApiError::from(ServiceError::Internal(format!("answer not serialisable: {e}"))))?;
+    let mut response = http::Response::new(crate::response::full(bytes.clone()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert("x-svc-task-id", task_header(&call.task_id)?);
+    Ok((response, bytes))
+}
+
+/// A `text/event-stream` response over the call's stream, naming the task.
+fn stream_response(
+    route: Billable,
+    task_id: &TaskId,
+    items: tokio::sync::mpsc::Receiver<service::StreamItem>,
+) -> Result<Response, ApiError> {
+    let id = task_header(task_id)?;
+    let mut response = http::Response::new(SseBody::new(items, route.stream_format()).boxed());
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    let id =
-        HeaderValue::from_str(task_id.as_str()).map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))?;
     headers.insert("x-svc-task-id", id);
     Ok(response)
 }

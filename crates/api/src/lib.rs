@@ -10,8 +10,10 @@ mod response;
 mod routes;
 mod server;
 mod sse;
+mod tasks;
 pub mod wire;
 
+pub use body::{BodyBudget, BufferedBody};
 pub use error::ApiError;
 pub use response::{Body, Response};
 pub use routes::Route;

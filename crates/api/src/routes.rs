@@ -17,8 +17,22 @@ pub enum Route {
     ListTasks,
     /// `GET /api/v1/tasks/{id}`.
     GetTask(String),
+    /// `POST /api/v1/tasks`: create a video task (JSON or multipart).
+    CreateTask,
+    /// `DELETE /api/v1/tasks/{id}`: cancel a queued task.
+    CancelTask(String),
+    /// `GET /media/{key}?expires=…&sig=…`: a stored media object through a signed link (no API key).
+    Media(String),
     /// `POST /api/v1/chat/completions`.
     ChatCompletions,
+    /// `POST /api/v1/images/generations`.
+    ImageGenerations,
+    /// `POST /api/v1/audio/generations`.
+    AudioGenerations,
+    /// `POST /v1/messages` (also `/v1/v1/messages`): message-style chat.
+    Messages,
+    /// `POST /v1/responses` (also `/v1/v1/responses`): response-style chat.
+    Responses,
 }
 
 /// Picks the route for `method` and `path`: 404 for an unknown path, 405 for a known path with
@@ -26,13 +40,41 @@ pub enum Route {
 pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
     let path = path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(path);
     let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let is = |m: &Method| method == m || (method == Method::HEAD && *m == Method::GET);
+    // Paths that take two methods.
+    match segments.as_slice() {
+        ["api", "v1", "tasks"] => {
+            return match () {
+                () if is(&Method::GET) => Ok(Route::ListTasks),
+                () if method == Method::POST => Ok(Route::CreateTask),
+                () => Err(ApiError::method_not_allowed("GET, POST")),
+            };
+        }
+        ["api", "v1", "tasks", id] if !id.is_empty() => {
+            return match () {
+                () if is(&Method::GET) => Ok(Route::GetTask((*id).to_owned())),
+                () if method == Method::DELETE => Ok(Route::CancelTask((*id).to_owned())),
+                () => Err(ApiError::method_not_allowed("GET, DELETE")),
+            };
+        }
+        ["media", key @ ..] if !key.is_empty() && key.iter().all(|s| !s.is_empty()) => {
+            return if is(&Method::GET) {
+                Ok(Route::Media(key.join("/")))
+            } else {
+                Err(ApiError::method_not_allowed("GET"))
+            };
+        }
+        _ => {}
+    }
     let (route, allow) = match segments.as_slice() {
         ["healthz"] => (Route::Healthz, "GET"),
         ["api", "v1", "models"] => (Route::ListModels, "GET"),
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
-        ["api", "v1", "tasks"] => (Route::ListTasks, "GET"),
-        ["api", "v1", "tasks", id] if !id.is_empty() => (Route::GetTask((*id).to_owned()), "GET"),
         ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),
+        ["api", "v1", "images", "generations"] => (Route::ImageGenerations, "POST"),
+        ["api", "v1", "audio", "generations"] => (Route::AudioGenerations, "POST"),
+        ["v1", "messages"] | ["v1", "v1", "messages"] => (Route::Messages, "POST"),
+        ["v1", "responses"] | ["v1", "v1", "responses"] => (Route::Responses, "POST"),
         _ => return Err(ApiError::not_found(format!("no route for {path}"))),
     };
     if method.as_str() == allow || (method == Method::HEAD && allow == "GET") {
@@ -87,9 +129,23 @@ mod tests {
         assert_eq!(route(&Method::GET, "/api/v1/tasks/task_1"), Ok(Route::GetTask("task_1".into())));
         assert_eq!(route(&Method::GET, "/healthz"), Ok(Route::Healthz));
         assert_eq!(route(&Method::POST, "/api/v1/models").map_err(|e| e.status.as_u16()), Err(405));
+        assert_eq!(route(&Method::POST, "/api/v1/tasks"), Ok(Route::CreateTask));
+        assert_eq!(route(&Method::DELETE, "/api/v1/tasks/t1"), Ok(Route::CancelTask("t1".into())));
+        assert_eq!(route(&Method::PUT, "/api/v1/tasks/t1").map_err(|e| e.allow), Err(Some("GET, DELETE")));
+        assert_eq!(route(&Method::DELETE, "/api/v1/tasks").map_err(|e| e.allow), Err(Some("GET, POST")));
+        assert_eq!(route(&Method::GET, "/media/u/t/0"), Ok(Route::Media("u/t/0".into())));
+        assert_eq!(route(&Method::GET, "/media//x").map_err(|e| e.status.as_u16()), Err(404));
         assert_eq!(route(&Method::GET, "/api/v1/nope").map_err(|e| e.status.as_u16()), Err(404));
         assert_eq!(route(&Method::GET, "/").map_err(|e| e.status.as_u16()), Err(404));
         assert_eq!(route(&Method::GET, "/api/v1/tasks/a/b").map_err(|e| e.status.as_u16()), Err(404));
+        for path in ["/v1/messages", "/v1/v1/messages"] {
+            assert_eq!(route(&Method::POST, path), Ok(Route::Messages));
+        }
+        for path in ["/v1/responses", "/v1/v1/responses/"] {
+            assert_eq!(route(&Method::POST, path), Ok(Route::Responses));
+        }
+        assert_eq!(route(&Method::GET, "/v1/messages").map_err(|e| e.status.as_u16()), Err(405));
+        assert_eq!(route(&Method::POST, "/v1/v1/v1/messages").map_err(|e| e.status.as_u16()), Err(404));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use service::Gateway;
 use tokio::net::TcpListener;
 
+use crate::body::BodyBudget;
 use crate::handlers::handle;
 use crate::response::Response;
 use crate::routes::route;
@@ -25,12 +26,24 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Gateway>,
+    budget: BodyBudget,
 }
 
 impl AppState {
-    /// State serving `gateway`.
+    /// State serving `gateway`, with the default budget for large request bodies.
     pub fn new(gateway: Gateway) -> AppState {
-        AppState { inner: Arc::new(gateway) }
+        AppState { inner: Arc::new(gateway), budget: BodyBudget::default() }
+    }
+
+    /// The same state with another budget for large request bodies.
+    pub fn with_body_budget(mut self, budget: BodyBudget) -> AppState {
+        self.budget = budget;
+        self
+    }
+
+    /// The budget large request bodies share.
+    pub fn body_budget(&self) -> &BodyBudget {
+        &self.budget
     }
 
     /// The use cases.
@@ -102,7 +115,7 @@ async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     let (parts, body) = req.into_parts();
     let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
     let result = match route(&parts.method, parts.uri.path()) {
-        Ok(r) => handle(state.gateway(), r, parts, body).await,
+        Ok(r) => handle(state, r, parts, body).await,
         Err(e) => Err(e),
     };
     let mut response = result.unwrap_or_else(|e| e.into_response());

@@ -141,3 +141,13 @@ pub fn overview(o: &Overview) -> Value {
         "maintenance": o.maintenance,
     })
 }
+
+/// The `Task` wire shape for the use cases that send it themselves (webhook bodies).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WireTasks;
+
+impl service::TaskWire for WireTasks {
+    fn task_json(&self, t: &Task) -> Value {
+        task(t)
+    }
+}

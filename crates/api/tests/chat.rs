@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Db, Reply, Server, assert_envelope, databases, is_usd_amount, unique};
+use common::{Db, Reply, Server, assert_envelope, databases, is_usd_amount, join_all, unique};
 use domain::{Scope, UsdAmount, User};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -614,29 +614,6 @@ async fn concurrent_calls_never_overdraw() {
         assert_eq!(entries.len(), 1 + 2 * ok, "{}: topup + reserve/settle per accepted call", env.server.label);
         env.server.stop().await;
     }
-}
-
-/// Runs all `futures` concurrently on this task and returns their outputs in order.
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut set = Vec::with_capacity(futures.len());
-    for f in futures {
-        set.push(Box::pin(f));
-    }
-    let mut outputs: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in set.iter_mut().enumerate() {
-            if outputs[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => outputs[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
-    })
-    .await;
-    outputs.into_iter().map(|o| o.expect("every future finished")).collect()
 }
 
 /// Size limits answer 413 `request_too_large` and move no money: a declared body above 100 MB is

@@ -92,7 +92,7 @@ impl Server {
     }
 
     /// The shared start: store, gateway (with `chat` when given), catalog, server.
-    async fn launch(db: &Db, chat: Option<upstream::HttpChatUpstream>) -> Server {
+    async fn launch(db: &Db, chat: Option<upstream::HttpUpstream>) -> Server {
         let (label, url, dir) = match db {
             Db::Sqlite => {
                 let dir = std::env::temp_dir().join(unique("gw-api-it-"));
@@ -105,7 +105,7 @@ impl Server {
         let store = Store::open(&url).await.expect("open and migrate the store");
         let mut ports = Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock));
         if let Some(chat) = chat {
-            ports = ports.with_chat(std::sync::Arc::new(chat));
+            ports = ports.with_upstream(std::sync::Arc::new(chat));
         }
         let gateway = Gateway::new(ports);
         let catalog = catalog::Catalog::builtin().expect("builtin catalog");
@@ -166,6 +166,7 @@ impl Server {
             })
             .await
             .expect("create user")
+            .user
     }
 
     /// A key for `user` carrying `scopes`.
@@ -368,13 +369,11 @@ impl Server {
     /// alive for as long as the server runs.
     pub async fn start_with_chat(db: &Db, timeout: Duration) -> (Server, upstream::sim::SimHandle) {
         let (sim_addr, sim) = upstream::sim::spawn().await.expect("start the upstream simulator");
-        let chat = upstream::HttpChatUpstream::new(
-            &format!("http://{sim_addr}/api/v3"),
-            SIM_API_KEY.into(),
-            Duration::from_secs(2),
-            timeout,
-        )
-        .expect("chat upstream adapter");
+        let config = upstream::UpstreamConfig {
+            platform_key: SIM_API_KEY.into(),
+            ..upstream::UpstreamConfig::for_simulator(sim_addr, Duration::from_secs(2), timeout)
+        };
+        let chat = upstream::HttpUpstream::new(config).expect("upstream adapter");
         (Server::launch(db, Some(chat)).await, sim)
     }
 
@@ -478,4 +477,128 @@ impl Server {
         let sum = UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("ledger sum fits");
         (entries, sum)
     }
+}
+
+/// A `UsdAmount` field of an answer, checked against `^-?\d+\.\d{6}$`.
+pub fn amount(v: &Value, ctx: &str) -> UsdAmount {
+    let text = v.as_str().unwrap_or_else(|| panic!("{ctx}: amount is not a string: {v}"));
+    assert!(is_usd_amount(text), "{ctx}: {text:?} is not a UsdAmount");
+    UsdAmount::parse_wire(text).unwrap_or_else(|e| panic!("{ctx}: {text}: {e}"))
+}
+
+/// A gateway with the upstream simulator behind it, one user and one key: the setting of the image and
+/// audio tests.
+pub struct Env {
+    /// The gateway.
+    pub server: Server,
+    /// The simulator (kept alive while the gateway runs).
+    pub sim: upstream::sim::SimHandle,
+    /// The user.
+    pub user: User,
+    /// The user's key secret.
+    pub key: String,
+}
+
+impl Env {
+    /// A gateway whose upstream calls time out after `timeout`, and a user with `balance` whose key
+    /// carries `scopes`.
+    pub async fn new(db: &Db, balance: &str, timeout: Duration, scopes: &[Scope]) -> Env {
+        let (server, sim) = Server::start_with_chat(db, timeout).await;
+        let user = server.user(balance).await;
+        let key = server.key(&user.id, scopes).await.secret;
+        Env { server, sim, user, key }
+    }
+
+    /// `what`, prefixed with the database's label.
+    pub fn ctx(&self, what: &str) -> String {
+        format!("{}: {what}", self.server.label)
+    }
+
+    /// `POST path` with JSON `body` and the user's key.
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.server.post_json(path, Some(&self.key), body).await
+    }
+
+    /// The user's balance.
+    pub async fn balance(&self) -> UsdAmount {
+        self.server.balance(&self.user.id).await
+    }
+
+    /// `GET /api/v1/tasks/{id}`.
+    pub async fn task(&self, id: &str) -> Value {
+        let reply = self.server.get(&format!("/api/v1/tasks/{id}"), Some(&self.key)).await;
+        assert_eq!(reply.status, 200, "{}: GET task {id}; {}", self.server.label, String::from_utf8_lossy(&reply.raw));
+        reply.json
+    }
+
+    /// Every task of the user, through every page of `GET /api/v1/tasks`.
+    pub async fn tasks(&self) -> Vec<Value> {
+        let mut all = Vec::new();
+        for page in 1..=100 {
+            let reply = self.server.get(&format!("/api/v1/tasks?page_size=100&page={page}"), Some(&self.key)).await;
+            assert_eq!(reply.status, 200, "{}: list tasks; {}", self.server.label, String::from_utf8_lossy(&reply.raw));
+            all.extend(reply.json["data"].as_array().cloned().unwrap_or_default());
+            if reply.json["pagination"]["total_pages"].as_u64().is_none_or(|n| n <= page) {
+                return all;
+            }
+        }
+        panic!("{}: more than 100 pages of tasks", self.server.label);
+    }
+
+    /// The books after a scenario: the balance equals the sum of the ledger entries, and no task's
+    /// billing is left `reserved`. Returns the balance, the number of ledger entries and of tasks.
+    pub async fn assert_books(&self, what: &str) -> (UsdAmount, usize, usize) {
+        let ctx = self.ctx(what);
+        let balance = self.balance().await;
+        let (entries, sum) = self.server.ledger(&self.user.id).await;
+        assert_eq!(balance, sum, "{ctx}: the balance equals the sum of the ledger entries");
+        let tasks = self.tasks().await;
+        for t in &tasks {
+            assert_ne!(t["billing"]["status"], "reserved", "{ctx}: a task was left reserved: {t}");
+        }
+        (balance, entries.len(), tasks.len())
+    }
+}
+
+impl Server {
+    /// Sends only the head of `POST path` declaring `Content-Length: length` (a JSON body) on a raw
+    /// socket, and returns the first answer bytes the server writes without having read any body.
+    pub async fn declare_body(&self, path: &str, key: &str, length: u64) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = TcpStream::connect(self.addr).await.expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n\
+             Content-Length: {length}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write the head");
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(STEP_TIMEOUT, stream.read(&mut answer))
+            .await
+            .expect("answered without the body")
+            .expect("read");
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    }
+}
+
+/// Runs all `futures` concurrently on this task and returns their outputs in order.
+pub async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut set = Vec::with_capacity(futures.len());
+    for f in futures {
+        set.push(Box::pin(f));
+    }
+    let mut outputs: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if outputs[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => outputs[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().map(|o| o.expect("every future finished")).collect()
 }

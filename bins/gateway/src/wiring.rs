@@ -1,0 +1,131 @@
+//! Wiring: the upstream adapters (or the in-process simulator for endpoints set to `sim`), the media
+//! store, signed links, egress and the asset control plane, turned into the use cases' ports.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use domain::SystemClock;
+use service::{Gateway, Ports, VideoPorts, VideoSettings};
+use store::Store;
+
+use crate::config::Config;
+
+/// The use cases, and the simulator they may talk to (keep it alive as long as the server).
+pub(crate) struct Wired {
+    pub gateway: Gateway,
+    pub simulator: Option<upstream::sim::SimHandle>,
+}
+
+/// A name for this process's worker leases, unique among replicas.
+pub(crate) fn worker_name() -> String {
+    format!("worker-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+}
+
+/// Builds the gateway on `store` for a server listening on `addr`.
+pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Result<Wired, String> {
+    let connect_timeout = Duration::from_millis(config.upstream_connect_timeout_ms);
+    let timeout = Duration::from_millis(config.upstream_timeout_ms);
+    let urls = [&config.upstream_url, &config.speech_url, &config.messages_url, &config.assets_url];
+    let sim = if urls.iter().any(|u| u.as_str() == "sim") {
+        Some(upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?)
+    } else {
+        None
+    };
+    let sim_addr = sim.as_ref().map(|(a, _)| *a);
+    let upstream = Arc::new(upstream_client(config, sim_addr, connect_timeout, timeout)?);
+    let assets = assets_client(config, sim_addr, connect_timeout)?;
+    let media = media::LocalMediaStore::new(&config.media_dir).await.map_err(|e| format!("media_dir: {e}"))?;
+    let secret = match config.media_link_secret.expose() {
+        "" => {
+            let candidate = service::generate_secret().map_err(|e| format!("randomness: {e}"))?.hash;
+            store.shared_secret("media_links", &candidate).await.map_err(|e| format!("database: {e}"))?
+        }
+        configured => configured.to_owned(),
+    };
+    let public = if config.public_url.is_empty() { format!("http://{addr}") } else { config.public_url.clone() };
+    let video = VideoPorts {
+        upstream: upstream.clone(),
+        assets: Arc::new(assets),
+        media: Arc::new(media),
+        outbound: Arc::new(egress(config, connect_timeout)?),
+        links: Arc::new(media::LinkSigner::new(secret, &public)),
+        wire: Arc::new(api::wire::WireTasks),
+    };
+    let ports = Ports::from_store(store, Arc::new(SystemClock)).with_upstream(upstream).with_video(video);
+    let settings = VideoSettings {
+        poll_interval: Duration::from_millis(config.task_poll_interval_ms.max(1)),
+        deadline: config.deadline().map_err(|e| e.to_string())?,
+        webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms.max(1)),
+        ..VideoSettings::default()
+    };
+    let gateway = Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings);
+    Ok(Wired { gateway, simulator: sim.map(|(_, handle)| handle) })
+}
+
+/// The synchronous and task endpoints: each base from its setting, or the simulator for `sim`.
+fn upstream_client(
+    config: &Config,
+    sim: Option<SocketAddr>,
+    connect_timeout: Duration,
+    timeout: Duration,
+) -> Result<upstream::HttpUpstream, String> {
+    let simulated = sim.map(|a| upstream::UpstreamConfig::for_simulator(a, connect_timeout, timeout));
+    let pick = |url: &String, key: &str, from_sim: fn(&upstream::UpstreamConfig) -> (String, String)| match (
+        url.as_str(),
+        &simulated,
+    ) {
+        ("sim", Some(s)) => from_sim(s),
+        _ => (url.clone(), key.to_owned()),
+    };
+    let platform_key = config.upstream_api_key.expose();
+    let (platform_base, platform_key) =
+        pick(&config.upstream_url, platform_key, |s| (s.platform_base.clone(), s.platform_key.clone()));
+    let (speech_origin, speech_key) =
+        pick(&config.speech_url, config.speech_api_key.expose(), |s| (s.speech_origin.clone(), s.speech_key.clone()));
+    // The message-compatible base takes the platform key.
+    let (messages_base, _) = pick(&config.messages_url, "", |s| (s.messages_base.clone(), String::new()));
+    upstream::HttpUpstream::new(upstream::UpstreamConfig {
+        platform_base,
+        platform_key,
+        speech_origin,
+        speech_key,
+        messages_base,
+        connect_timeout,
+        timeout,
+    })
+    .map_err(|e| format!("upstream: {e}"))
+}
+
+/// The asset control plane: configured, or the simulator for `sim`.
+fn assets_client(
+    config: &Config,
+    sim: Option<SocketAddr>,
+    connect_timeout: Duration,
+) -> Result<upstream::HttpAssetUpstream, String> {
+    let timeout = Duration::from_secs(60);
+    let assets = match (config.assets_url.as_str(), sim) {
+        ("sim", Some(addr)) => upstream::AssetsConfig::for_simulator(addr, connect_timeout, timeout),
+        (origin, _) => upstream::AssetsConfig {
+            origin: origin.to_owned(),
+            access_key: config.assets_access_key.expose().to_owned(),
+            secret_key: config.assets_secret_key.expose().to_owned(),
+            region: config.assets_region.clone(),
+            project_name: upstream::config::DEFAULT_ASSETS_PROJECT.to_owned(),
+            connect_timeout,
+            timeout,
+        },
+    };
+    upstream::HttpAssetUpstream::new(assets).map_err(|e| format!("assets: {e}"))
+}
+
+/// The egress client for media imports and webhooks.
+fn egress(config: &Config, connect_timeout: Duration) -> Result<media::Egress, String> {
+    let allow = media::AllowList::parse(&config.egress_allow.join(",")).map_err(|e| format!("egress_allow: {e}"))?;
+    let extra_ca_pem = match config.extra_ca_file.as_str() {
+        "" => None,
+        path => Some(std::fs::read(path).map_err(|e| format!("extra_ca_file {path}: {e}"))?),
+    };
+    media::Egress::new(media::EgressConfig { allow, extra_ca_pem, connect_timeout, timeout: Duration::from_secs(300) })
+        .map_err(|e| format!("egress: {e}"))
+}
