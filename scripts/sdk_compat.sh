@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts the gateway (debug build, fresh SQLite, built-in simulator) and runs openai_compat.py
-# against it with the official OpenAI Python SDK installed in a virtual environment.
+# Starts the gateway (debug build, fresh SQLite, built-in simulator) and runs the compatibility checks
+# against it with the official OpenAI and Anthropic Python SDKs installed in a virtual environment:
+# openai_compat.py (chat, responses, images) and anthropic_compat.py (messages).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
@@ -14,7 +15,7 @@ trap cleanup EXIT
 cargo build -q -p gateway --manifest-path "$root/Cargo.toml"
 venv="$root/.venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check openai
+"$venv/bin/pip" install -q --disable-pip-version-check openai anthropic
 
 (cd "$work" && GATEWAY_LISTEN=127.0.0.1:0 GATEWAY_DATABASE_URL="sqlite://$work/gw.db?mode=rwc" GATEWAY_LOG=warn \
   exec "$root/target/debug/gateway" serve >"$work/out.txt" 2>"$work/err.txt") &
@@ -32,4 +33,7 @@ if [ -z "$line" ]; then
 fi
 base="$(echo "$line" | sed -E 's#.*(http://[^/]+)/api/v1/models.*#\1#')"
 key="$(echo "$line" | grep -o 'sk-gw-[0-9a-f]*' | head -n1)"
-GATEWAY_BASE="$base" GATEWAY_KEY="$key" "$venv/bin/python" "$root/scripts/openai_compat.py"
+status=0
+GATEWAY_BASE="$base" GATEWAY_KEY="$key" "$venv/bin/python" "$root/scripts/openai_compat.py" || status=1
+GATEWAY_BASE="$base" GATEWAY_KEY="$key" "$venv/bin/python" "$root/scripts/anthropic_compat.py" || status=1
+exit "$status"
