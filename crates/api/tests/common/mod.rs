@@ -26,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod video;
+
 /// How long any single network step of a test may take before the test fails.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -93,25 +95,32 @@ impl Server {
 
     /// The shared start: store, gateway (with `chat` when given), catalog, server.
     async fn launch(db: &Db, chat: Option<upstream::HttpUpstream>) -> Server {
-        let (label, url, dir) = match db {
-            Db::Sqlite => {
-                let dir = std::env::temp_dir().join(unique("gw-api-it-"));
-                std::fs::create_dir_all(&dir).expect("create the temp dir");
-                let url = format!("sqlite://{}?mode=rwc", dir.join("gw.db").display());
-                ("sqlite", url, Some(dir))
-            }
-            Db::Postgres(base) => ("postgres", private_postgres_url(base).await, None),
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        Server::launch_on(db, listener, |ports, _| match chat {
+            Some(chat) => Gateway::new(ports.with_upstream(std::sync::Arc::new(chat))),
+            None => Gateway::new(ports),
+        })
+        .await
+    }
+
+    /// Starts serving on `listener` with the use cases `wire` makes from the store's ports (it also
+    /// gets a scratch folder that lives as long as the server).
+    pub async fn launch_on(
+        db: &Db,
+        listener: TcpListener,
+        wire: impl FnOnce(Ports, &std::path::Path) -> Gateway,
+    ) -> Server {
+        let dir = std::env::temp_dir().join(unique("gw-api-it-"));
+        std::fs::create_dir_all(&dir).expect("create the temp dir");
+        let (label, url) = match db {
+            Db::Sqlite => ("sqlite", format!("sqlite://{}?mode=rwc", dir.join("gw.db").display())),
+            Db::Postgres(base) => ("postgres", private_postgres_url(base).await),
         };
         let store = Store::open(&url).await.expect("open and migrate the store");
-        let mut ports = Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock));
-        if let Some(chat) = chat {
-            ports = ports.with_upstream(std::sync::Arc::new(chat));
-        }
-        let gateway = Gateway::new(ports);
+        let gateway = wire(Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)), &dir);
         let catalog = catalog::Catalog::builtin().expect("builtin catalog");
         let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
         assert_eq!(added, 15, "{label}: a fresh database gets all fifteen catalog models");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
         let state = api::AppState::new(gateway.clone());
@@ -119,7 +128,7 @@ impl Server {
             // A sent signal or a dropped sender both stop the server.
             let _ = rx.await;
         }));
-        Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir }
+        Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir: Some(dir) }
     }
 
     /// Triggers the shutdown future and checks that `serve` returns `Ok` promptly; cleans up.

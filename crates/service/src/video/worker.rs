@@ -90,9 +90,22 @@ impl Gateway {
         }
         let deliveries = self.ports.videos.claim_deliveries(owner, now, lease_until, batch).await?;
         let count = deliveries.len();
+        // One task's deliveries go one after another in the order they were enqueued, so a receiver
+        // that answers sees its statuses in order; different tasks' go concurrently.
+        let mut by_task: std::collections::BTreeMap<String, Vec<domain::WebhookDelivery>> =
+            std::collections::BTreeMap::new();
         for delivery in deliveries {
+            by_task.entry(delivery.task_id.0.clone()).or_default().push(delivery);
+        }
+        for (_, mut queue) in by_task {
+            queue.sort_by_key(|d| d.id);
             let gateway = self.clone();
-            running.spawn(async move { gateway.deliver(delivery).await.map(drop) });
+            running.spawn(async move {
+                for delivery in queue {
+                    gateway.deliver(delivery).await?;
+                }
+                Ok(())
+            });
         }
         while let Some(done) = running.join_next().await {
             if let Ok(Err(e)) | Err(e) = done.map_err(|e| ServiceError::Internal(e.to_string())) {
