@@ -60,6 +60,9 @@ pub struct Config {
     pub task_deadline: String,
     /// First webhook retry delay.
     pub webhook_retry_base_ms: u64,
+    /// How long a worker's claim on a task or webhook delivery lasts: after a crash, another
+    /// process (or the restarted one) takes the work over once it runs out.
+    pub task_lease_ms: u64,
     /// Asset control plane origin.
     pub assets_url: String,
     /// Asset control plane access key.
@@ -98,6 +101,7 @@ impl Default for Config {
             task_poll_interval_ms: 5_000,
             task_deadline: "48h".into(),
             webhook_retry_base_ms: 10_000,
+            task_lease_ms: 120_000,
             assets_url: "sim".into(),
             assets_access_key: Secret::default(),
             assets_secret_key: Secret::default(),
@@ -133,6 +137,7 @@ const ENV_KEYS: &[&str] = &[
     "task_poll_interval_ms",
     "task_deadline",
     "webhook_retry_base_ms",
+    "task_lease_ms",
     "assets_url",
     "assets_access_key",
     "assets_secret_key",
@@ -245,6 +250,7 @@ impl serde::Serialize for Config {
         m.serialize_entry("egress_allow", &self.egress_allow)?;
         m.serialize_entry("task_poll_interval_ms", &self.task_poll_interval_ms)?;
         m.serialize_entry("webhook_retry_base_ms", &self.webhook_retry_base_ms)?;
+        m.serialize_entry("task_lease_ms", &self.task_lease_ms)?;
         m.serialize_entry("body_budget_bytes", &self.body_budget_bytes)?;
         m.end()
     }

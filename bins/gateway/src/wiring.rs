@@ -57,6 +57,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         poll_interval: Duration::from_millis(config.task_poll_interval_ms.max(1)),
         deadline: config.deadline().map_err(|e| e.to_string())?,
         webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms.max(1)),
+        lease: Duration::from_millis(config.task_lease_ms.max(1000)),
         ..VideoSettings::default()
     };
     let gateway = Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings);

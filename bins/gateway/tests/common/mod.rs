@@ -1,0 +1,275 @@
+//! Helpers for the tests that run the `gateway` binary: a sandbox folder with its own database, bounded
+//! waits on child processes, stdout readers and a tiny HTTP/1.1 client for 127.0.0.1.
+
+// Each test crate uses its own subset; helpers fail the test by panicking, as the assertions do.
+#![allow(dead_code, clippy::panic)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The longest any one command may run (a debug build migrating a fresh database is well under this).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `serve` may take to exit after SIGTERM.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a running process is checked.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// A fresh temporary folder holding the database; removed on drop.
+pub struct Sandbox {
+    /// The folder.
+    pub dir: PathBuf,
+    /// The database, when not the folder's SQLite file.
+    database: Option<String>,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let name = format!("gw-cli-it-{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).expect("create the temp dir");
+        Sandbox { dir, database: None }
+    }
+
+    /// A sandbox whose commands use the database at `url` instead of a SQLite file.
+    pub fn with_database(url: String) -> Sandbox {
+        let mut sandbox = Sandbox::new();
+        sandbox.database = Some(url);
+        sandbox
+    }
+
+    pub fn database_url(&self) -> String {
+        if let Some(url) = &self.database {
+            return url.clone();
+        }
+        format!("sqlite://{}?mode=rwc", self.dir.join("gw.db").display())
+    }
+
+    /// The binary with a clean `GATEWAY_*` environment, this sandbox's database and cwd.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("GATEWAY_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.args(args).current_dir(&self.dir).env("GATEWAY_DATABASE_URL", self.database_url()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `gateway args…` to completion (bounded) and captures its output.
+    pub fn run(&self, args: &[&str]) -> Outcome {
+        let n = {
+            static RUNS: AtomicU64 = AtomicU64::new(0);
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        };
+        let out_path = self.dir.join(format!("run-{n}.out"));
+        let err_path = self.dir.join(format!("run-{n}.err"));
+        let mut child = self
+            .command(args)
+            .stdout(File::create(&out_path).expect("stdout file"))
+            .stderr(File::create(&err_path).expect("stderr file"))
+            .spawn()
+            .expect("spawn gateway");
+        let status = wait_bounded(&mut child, COMMAND_TIMEOUT)
+            .unwrap_or_else(|| panic!("gateway {args:?} did not finish within {COMMAND_TIMEOUT:?}"));
+        Outcome {
+            args: args.join(" "),
+            code: status.code(),
+            stdout: std::fs::read_to_string(&out_path).expect("read stdout"),
+            stderr: std::fs::read_to_string(&err_path).expect("read stderr"),
+        }
+    }
+
+    /// Writes `text` to a file in the sandbox and returns its path as text.
+    pub fn file(&self, name: &str, text: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).expect("write file");
+        path.display().to_string()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `child` until it exits or `limit` passes; on timeout the child is killed and `None` returned.
+pub fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("poll child") {
+            return Some(status);
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// What one command did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The arguments, for messages.
+    pub args: String,
+    /// The exit code.
+    pub code: Option<i32>,
+    /// Everything on stdout.
+    pub stdout: String,
+    /// Everything on stderr.
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// Exit 0 and stdout exactly one JSON object, which is returned.
+    pub fn json(&self) -> Value {
+        assert_eq!(self.code, Some(0), "gateway {} failed: {}", self.args, self.stderr);
+        let values: Vec<Value> = serde_json::Deserializer::from_str(&self.stdout)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("gateway {}: stdout is not JSON ({e}): {:?}", self.args, self.stdout));
+        assert_eq!(
+            values.len(),
+            1,
+            "gateway {}: stdout holds {} JSON values: {:?}",
+            self.args,
+            values.len(),
+            self.stdout
+        );
+        let value = values.into_iter().next().expect("one value");
+        assert!(value.is_object(), "gateway {}: stdout is not an object: {value}", self.args);
+        assert_eq!(self.stdout.trim_end().lines().count(), 1, "gateway {}: one line on stdout", self.args);
+        value
+    }
+
+    /// A non-zero exit, nothing on stdout, and exactly one non-empty line on stderr.
+    pub fn assert_one_line_error(&self) {
+        assert!(matches!(self.code, Some(c) if c != 0), "gateway {} should fail, exited {:?}", self.args, self.code);
+        assert_eq!(self.stdout, "", "gateway {}: stdout must stay empty on error", self.args);
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "gateway {}: stderr must be one line, got {:?}", self.args, self.stderr);
+        assert!(!lines[0].trim().is_empty(), "gateway {}: empty error line", self.args);
+    }
+}
+
+/// Reads the child's stdout lines on a thread, so that the test can wait for them with a deadline.
+pub fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Collects lines until one satisfies `stop` (returned last) or the deadline passes.
+pub fn lines_until(rx: &mpsc::Receiver<String>, stop: impl Fn(&str) -> bool, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    let mut lines = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = stop(&line);
+                lines.push(line);
+                if done {
+                    return lines;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!("the expected line never came; stdout so far: {lines:?}");
+}
+
+/// The remaining lines of an exited process (bounded wait for the reader thread).
+pub fn drain(rx: &mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(STOP_TIMEOUT) {
+        lines.push(line);
+    }
+    lines
+}
+
+/// The `IP:PORT` after the first `http://` of `line`.
+pub fn address_in(line: &str) -> String {
+    let rest = line.split("http://").nth(1).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':').collect();
+    addr.trim_end_matches('.').to_owned()
+}
+
+/// `GET path` over a plain HTTP/1.1 connection to 127.0.0.1; returns status and JSON body.
+pub fn http_get(addr: &str, path: &str, key: Option<&str>) -> (u16, Value) {
+    http_request(addr, "GET", path, key, None)
+}
+
+/// One request (a JSON `body` when given) over a plain HTTP/1.1 connection to 127.0.0.1; returns
+/// status and JSON body (`Null` when the body is not JSON).
+pub fn http_request(addr: &str, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
+    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
+    stream.set_read_timeout(Some(COMMAND_TIMEOUT)).expect("read timeout");
+    let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+    let payload = body.map(Value::to_string).unwrap_or_default();
+    let content = if body.is_some() {
+        format!("Content-Type: application/json\r\nContent-Length: {}\r\n", payload.len())
+    } else {
+        String::new()
+    };
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{content}Connection: close\r\n\r\n{payload}")
+        .expect("send request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8(raw).expect("utf-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status code");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Sends SIGTERM to `child` through `kill(1)` and waits (bounded) for a clean exit.
+pub fn terminate(child: &mut Child) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").arg("-TERM").arg(&pid).status().expect("run kill");
+    assert!(sent.success(), "kill -TERM {pid} failed");
+    let status =
+        wait_bounded(child, STOP_TIMEOUT).unwrap_or_else(|| panic!("serve did not exit within {STOP_TIMEOUT:?}"));
+    assert!(status.success(), "serve exited with {status} after SIGTERM");
+}
+
+/// Kills the server if a test fails while it runs.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+pub fn spawn_serve(sandbox: &Sandbox, stderr: &Path) -> Running {
+    let child = sandbox
+        .command(&["serve"])
+        .env("GATEWAY_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(File::create(stderr).expect("stderr file"))
+        .spawn()
+        .expect("spawn gateway serve");
+    Running(child)
+}
