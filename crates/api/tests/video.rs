@@ -274,3 +274,65 @@ async fn two_workers_on_one_database_submit_and_settle_each_task_once() {
         env.assert_books("two workers").await;
     }
 }
+
+/// A padded sample of `kind` exactly `len` bytes long.
+fn padded(kind: &str, len: usize) -> Vec<u8> {
+    let mut bytes = testkit::sample(kind);
+    bytes.resize(len, 0);
+    bytes
+}
+
+#[tokio::test]
+async fn uploads_are_sniffed_bounded_per_kind_and_counted_against_the_media_quota() {
+    for db in databases() {
+        let env = VideoEnv::new(&db, "127.0.0.1", "10").await;
+        let request = json!({"model": "videogen-2-0", "prompt": "the upload, moving"});
+        // The user's quota is 1 MiB: exactly that is taken, one byte more is not.
+        let over = env.create_multipart(&request, &[("image/png", padded("png", (1 << 20) + 1))]).await;
+        over.assert_error(413, "media_quota_exceeded", &env.ctx("one byte past the quota"));
+        let at = env.create_multipart(&request, &[("image/png", padded("png", 1 << 20))]).await;
+        created_id(&env, &at, "exactly the quota");
+        let full = env.create_multipart(&request, &[("image/png", testkit::sample("png"))]).await;
+        full.assert_error(413, "media_quota_exceeded", &env.ctx("the quota is used up"));
+
+        // A user with room: audio files may be 15 MiB, not one byte more; text is not media.
+        let name = common::unique("roomy_");
+        let roomy = env
+            .server
+            .gateway
+            .create_user(service::NewUserRequest {
+                name: name.clone(),
+                email: format!("{name}@example.com"),
+                role: "user".into(),
+                balance: UsdAmount::parse_decimal("10").expect("balance"),
+                concurrency_limit: 100,
+                media_quota_bytes: 1 << 30,
+            })
+            .await
+            .expect("create user");
+        let key = env.server.key(&roomy.user.id, &domain::Scope::ALL).await.secret;
+        let send = |files: Vec<(&'static str, Vec<u8>)>| {
+            let (content_type, body) = common::video::multipart(&request, &files);
+            let server = &env.server;
+            let key = key.clone();
+            async move { server.post("/api/v1/tasks", Some(&key), &content_type, &body).await }
+        };
+        let limit = 15 * 1024 * 1024;
+        let too_big = send(vec![("audio/wav", padded("wav", limit + 1))]).await;
+        too_big.assert_error(413, "request_too_large", &env.ctx("an audio file one byte past 15 MiB"));
+        let fits = send(vec![("image/png", testkit::sample("png")), ("audio/wav", padded("wav", limit))]).await;
+        assert_eq!(
+            fits.status,
+            202,
+            "{}",
+            env.ctx(&format!("15 MiB of audio: {}", String::from_utf8_lossy(&fits.raw)))
+        );
+        let text = send(vec![("image/png", testkit::sample("text"))]).await;
+        text.assert_error(400, "invalid_request", &env.ctx("a file that is not media"));
+        let (content_type, body) = common::video::multipart(&request, &[]);
+        let stripped = String::from_utf8_lossy(&body).replace("name=\"request\"", "name=\"other\"");
+        let missing = env.server.post("/api/v1/tasks", Some(&key), &content_type, stripped.as_bytes()).await;
+        missing.assert_error(400, "invalid_request", &env.ctx("no request field"));
+        env.assert_books("uploads").await;
+    }
+}
