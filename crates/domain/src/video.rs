@@ -121,6 +121,10 @@ pub trait VideoStore: Send + Sync {
         poll_failures: u32,
     ) -> Result<(), StoreError>;
 
+    /// Extends `owner`'s claim on `task` to `lease_until` (a long step keeps its claim); false when
+    /// `owner` no longer holds it.
+    async fn renew_video_lease(&self, task: &TaskId, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError>;
+
     /// The upstream's id of `task`, once the upstream accepted it.
     async fn video_upstream_id(&self, task: &TaskId) -> Result<Option<String>, StoreError>;
 

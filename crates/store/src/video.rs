@@ -148,6 +148,14 @@ impl VideoStore for Store {
         self.release_task(task, owner, next_poll_at, poll_failures).await
     }
 
+    async fn renew_video_lease(&self, task: &TaskId, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError> {
+        let values = vec![lease_until.millis().into(), task.as_str().into(), owner.into()];
+        let sql = "UPDATE tasks SET lease_until = $1 WHERE id = $2 AND lease_owner = $3";
+        let _guard = self.write_guard().await;
+        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn video_upstream_id(&self, task: &TaskId) -> Result<Option<String>, StoreError> {
         self.task_upstream_id(task).await.map_err(|e| StoreError::Backend(e.to_string()))
     }

@@ -124,6 +124,27 @@ async fn claims_honour_due_time_leases_and_terminal_states() {
 }
 
 #[tokio::test]
+async fn only_the_lease_holder_renews_and_a_renewed_lease_is_not_taken_over() {
+    for db in TestDb::all("video_renew").await {
+        let store = db.open().await;
+        let db_name = name(&store);
+        let alice = user_with(&store, usd(1_000_000)).await;
+        let task = video_task(&store, &alice, T - 1, None).await;
+        assert_eq!(claim(&store, "w1", T, 10).await, std::slice::from_ref(&task), "{db_name}");
+        let renew = |owner: &'static str, until: i64| {
+            let (store, task) = (store.clone(), task.clone());
+            async move { store.renew_video_lease(&task, owner, Timestamp(until)).await.expect("renew") }
+        };
+        assert!(!renew("w2", T + 90_000).await, "{db_name}: another worker cannot renew");
+        assert!(renew("w1", T + 90_000).await, "{db_name}: the holder renews");
+        assert!(claim(&store, "w2", T + 89_999, 10).await.is_empty(), "{db_name}: the renewed lease holds");
+        assert_eq!(claim(&store, "w2", T + 90_000, 10).await, std::slice::from_ref(&task), "{db_name}: then ends");
+        assert!(!renew("w1", T + 200_000).await, "{db_name}: a lease taken over is not renewed by the old holder");
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
 async fn active_video_tasks_count_per_user_and_per_model() {
     for db in TestDb::all("video_active").await {
         let store = db.open().await;

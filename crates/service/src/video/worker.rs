@@ -115,9 +115,29 @@ impl Gateway {
         Ok(TickReport { tasks, deliveries: count })
     }
 
+    /// Runs `step` while renewing `owner`'s lease on the task every third of a lease, so that a step
+    /// longer than a lease (large imports, slow asset checks) is never taken over by another replica.
+    async fn renewing<T>(&self, owner: &str, job: &VideoJob, step: impl Future<Output = T>) -> T {
+        let lease = self.video_settings.lease;
+        let mut step = std::pin::pin!(step);
+        loop {
+            tokio::select! {
+                out = &mut step => return out,
+                () = tokio::time::sleep(lease / 3) => {
+                    let until = Timestamp(self.ports.clock.now().millis().saturating_add(millis(lease)));
+                    match self.ports.videos.renew_video_lease(&job.task.id, owner, until).await {
+                        Ok(true) => {}
+                        Ok(false) => tracing::warn!(task = %job.task.id, "the lease on a task in progress was lost"),
+                        Err(e) => tracing::warn!(task = %job.task.id, error = %e, "renewing a task lease failed"),
+                    }
+                }
+            }
+        }
+    }
+
     /// Advances one claimed task and schedules (or drops) its next pass.
     async fn advance(&self, owner: &str, job: VideoJob) -> Result<(), ServiceError> {
-        let next = match self.step(&job).await {
+        let next = match self.renewing(owner, &job, self.step(&job)).await {
             Ok(next) => next,
             Err(e) => {
                 tracing::error!(task = %job.task.id, error = %e, "video task step failed; backing off");
