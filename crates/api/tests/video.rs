@@ -296,20 +296,7 @@ async fn uploads_are_sniffed_bounded_per_kind_and_counted_against_the_media_quot
         full.assert_error(413, "media_quota_exceeded", &env.ctx("the quota is used up"));
 
         // A user with room: audio files may be 15 MiB, not one byte more; text is not media.
-        let name = common::unique("roomy_");
-        let roomy = env
-            .server
-            .gateway
-            .create_user(service::NewUserRequest {
-                name: name.clone(),
-                email: format!("{name}@example.com"),
-                role: "user".into(),
-                balance: UsdAmount::parse_decimal("10").expect("balance"),
-                concurrency_limit: 100,
-                media_quota_bytes: 1 << 30,
-            })
-            .await
-            .expect("create user");
+        let roomy = env.server.user_with("10", 100, 1 << 30).await;
         let key = env.server.key(&roomy.user.id, &domain::Scope::ALL).await.secret;
         let send = |files: Vec<(&'static str, Vec<u8>)>| {
             let (content_type, body) = common::video::multipart(&request, &files);

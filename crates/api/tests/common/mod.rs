@@ -163,6 +163,16 @@ impl Server {
 
     /// A user with `balance` (a decimal such as `12.5`) created through the use cases.
     pub async fn user(&self, balance: &str) -> User {
+        self.user_with(balance, 8, 1 << 20).await.user
+    }
+
+    /// A user with `balance`, a concurrency limit and a media quota; also its webhook secret.
+    pub async fn user_with(
+        &self,
+        balance: &str,
+        concurrency_limit: i64,
+        media_quota_bytes: i64,
+    ) -> service::CreatedUser {
         let name = unique("user_");
         self.gateway
             .create_user(NewUserRequest {
@@ -170,12 +180,11 @@ impl Server {
                 email: format!("{name}@example.com"),
                 role: "user".into(),
                 balance: UsdAmount::parse_decimal(balance).expect("balance"),
-                concurrency_limit: 8,
-                media_quota_bytes: 1 << 20,
+                concurrency_limit,
+                media_quota_bytes,
             })
             .await
             .expect("create user")
-            .user
     }
 
     /// A key for `user` carrying `scopes`.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use domain::{UsdAmount, User};
+use domain::User;
 use serde_json::Value;
 use service::{Gateway, VideoPorts, VideoSettings};
 use tokio::net::TcpListener;
@@ -85,19 +85,7 @@ impl VideoEnv {
             Gateway::new(ports.with_upstream(upstream).with_video(video)).with_video_settings(test_settings())
         })
         .await;
-        let name = unique("video_user_");
-        let created = server
-            .gateway
-            .create_user(service::NewUserRequest {
-                name: name.clone(),
-                email: format!("{name}@example.com"),
-                role: "user".into(),
-                balance: UsdAmount::parse_decimal(balance).expect("balance"),
-                concurrency_limit: 1000,
-                media_quota_bytes: 1 << 20,
-            })
-            .await
-            .expect("create user");
+        let created = server.user_with(balance, 1000, 1 << 20).await;
         let scopes = [domain::Scope::VideoCreate, domain::Scope::TaskRead, domain::Scope::TaskWrite];
         let key = server.key(&created.user.id, &scopes).await.secret;
         VideoEnv {
