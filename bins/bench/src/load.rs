@@ -35,6 +35,7 @@ pub struct Endpoint {
     host: HeaderValue,
     path: String,
     authorization: HeaderValue,
+    bearer: String,
 }
 
 impl Endpoint {
@@ -49,7 +50,13 @@ impl Endpoint {
             host: HeaderValue::from_str(addr).map_err(|e| format!("bad host {addr:?}: {e}"))?,
             path: path.to_owned(),
             authorization: HeaderValue::from_str(&format!("Bearer {bearer}")).map_err(|_| "bad API key".to_owned())?,
+            bearer: bearer.to_owned(),
         })
+    }
+
+    /// The API key this endpoint sends.
+    pub fn bearer(&self) -> &str {
+        &self.bearer
     }
 
     /// The same server and key with another path.
@@ -61,8 +68,8 @@ impl Endpoint {
 /// What one scenario sends, how hard and for how long.
 #[derive(Debug)]
 pub struct Load {
-    /// Target.
-    pub endpoint: Endpoint,
+    /// Targets: connection `i` talks to `endpoints[i % len]` (a gateway and an account).
+    pub endpoints: Vec<Endpoint>,
     /// The JSON request body.
     pub body: Bytes,
     /// Whether the answer is a server-sent event stream (must end with `[DONE]`).
@@ -95,6 +102,8 @@ pub struct Outcome {
     pub measured_errors: u64,
     /// Successful requests, warm-up included.
     pub ok_total: u64,
+    /// Successful requests, warm-up included, by index into [`Load::endpoints`].
+    pub ok_by_endpoint: Vec<u64>,
     /// Failed requests and connection attempts, warm-up included.
     pub errors_total: u64,
     /// The first few error messages.
@@ -117,6 +126,12 @@ impl Outcome {
         self.samples.extend(other.samples);
         self.measured_errors += other.measured_errors;
         self.ok_total += other.ok_total;
+        if self.ok_by_endpoint.len() < other.ok_by_endpoint.len() {
+            self.ok_by_endpoint.resize(other.ok_by_endpoint.len(), 0);
+        }
+        for (mine, theirs) in self.ok_by_endpoint.iter_mut().zip(other.ok_by_endpoint) {
+            *mine += theirs;
+        }
         self.errors_total += other.errors_total;
         for e in other.error_examples {
             if self.error_examples.len() < ERROR_EXAMPLES {
@@ -206,8 +221,19 @@ fn check(answer: &Answer, stream: bool) -> Result<(), String> {
 }
 
 /// One connection's loop: send until `end` or until the shared budget `sent` reaches the maximum.
-async fn connection_loop(load: Arc<Load>, sent: Arc<AtomicU64>, warm_end: Instant, end: Instant) -> Outcome {
-    let mut out = Outcome::default();
+async fn connection_loop(
+    load: Arc<Load>,
+    index: usize,
+    sent: Arc<AtomicU64>,
+    warm_end: Instant,
+    end: Instant,
+) -> Outcome {
+    let mut out = Outcome { ok_by_endpoint: vec![0; load.endpoints.len()], ..Outcome::default() };
+    let slot = index % load.endpoints.len().max(1);
+    let Some(endpoint) = load.endpoints.get(slot) else {
+        out.error(true, "no endpoint".into());
+        return out;
+    };
     let mut sender: Option<Sender> = None;
     loop {
         let now = Instant::now();
@@ -217,7 +243,7 @@ async fn connection_loop(load: Arc<Load>, sent: Arc<AtomicU64>, warm_end: Instan
         let measured = now >= warm_end;
         let current = match sender.as_mut() {
             Some(s) => s,
-            None => match connect(load.endpoint.addr).await {
+            None => match connect(endpoint.addr).await {
                 Ok(s) => sender.insert(s),
                 Err(e) => {
                     out.error(measured, e);
@@ -228,12 +254,13 @@ async fn connection_loop(load: Arc<Load>, sent: Arc<AtomicU64>, warm_end: Instan
         };
         let started = Instant::now();
         let measured = started >= warm_end;
-        let call = exchange(current, &load.endpoint, Method::POST, load.body.clone(), TAIL_BYTES);
+        let call = exchange(current, endpoint, Method::POST, load.body.clone(), TAIL_BYTES);
         let result = tokio::time::timeout(REQUEST_TIMEOUT, call).await;
         match result {
             Ok(Ok(answer)) => match check(&answer, load.stream) {
                 Ok(()) => {
                     out.ok_total += 1;
+                    out.ok_by_endpoint[slot] += 1;
                     if measured {
                         out.samples.push(Sample { latency_us: micros(answer.total), ttfb_us: micros(answer.ttfb) });
                     }
@@ -269,7 +296,7 @@ pub fn start(load: Load) -> Running {
     let load = Arc::new(load);
     let sent = Arc::new(AtomicU64::new(0));
     let tasks = (0..connections)
-        .map(|_| tokio::spawn(connection_loop(Arc::clone(&load), Arc::clone(&sent), warm_end, end)))
+        .map(|i| tokio::spawn(connection_loop(Arc::clone(&load), i, Arc::clone(&sent), warm_end, end)))
         .collect();
     Running { tasks, warm_end }
 }

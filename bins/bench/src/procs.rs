@@ -90,23 +90,36 @@ impl Proc {
     }
 }
 
-/// The simulator and gateway processes and their scratch directory. Dropping it stops both
-/// children and removes the directory, so every error path cleans up.
-pub struct Rig {
-    dir: PathBuf,
-    sim: Option<Proc>,
-    gateway: Option<Proc>,
-    /// The simulator's base URL (`http://ADDR/api/v3`).
-    pub sim_url: String,
-    /// The gateway's address (`127.0.0.1:PORT`).
-    pub gateway_addr: String,
-    /// The demo API key the gateway printed.
-    pub demo_key: String,
+/// The accounts a benchmark drives: one hot account and `users` further ones, each with one key.
+#[derive(Debug, Clone)]
+pub struct Accounts {
+    /// The API key of the hot account (every one-user scenario uses it).
+    pub hot: String,
+    /// The API keys of the many-users scenarios.
+    pub many: Vec<String>,
 }
 
+/// The simulator, the gateway processes of the database under test and a scratch directory.
+/// Dropping it stops every child and removes the directory, so every error path cleans up.
+pub struct Rig {
+    dir: PathBuf,
+    bin: PathBuf,
+    sim: Option<Proc>,
+    gateways: Vec<Proc>,
+    databases: usize,
+    /// The `GATEWAY_*` settings of the current database's gateways.
+    env: Vec<(&'static str, String)>,
+    /// The simulator's base URL (`http://ADDR/api/v3`).
+    pub sim_url: String,
+    /// The addresses (`127.0.0.1:PORT`) of the running gateways.
+    pub gateway_addrs: Vec<String>,
+}
+
+/// Opening balance of every benchmark account, USD: far more than any run can spend.
+const BENCH_BALANCE: &str = "1000000";
+
 impl Rig {
-    /// Creates a fresh scratch directory, starts `gateway sim-upstream`, then `gateway serve`
-    /// on a new SQLite database pointed at that simulator.
+    /// Creates a fresh scratch directory and starts `gateway sim-upstream`.
     pub fn start(gateway_bin: &Path) -> Result<Rig, String> {
         if !gateway_bin.is_file() {
             return Err(format!(
@@ -118,44 +131,111 @@ impl Rig {
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut rig = Rig {
             dir,
+            bin: gateway_bin.to_owned(),
             sim: None,
-            gateway: None,
+            gateways: Vec::new(),
+            databases: 0,
+            env: Vec::new(),
             sim_url: String::new(),
-            gateway_addr: String::new(),
-            demo_key: String::new(),
+            gateway_addrs: Vec::new(),
         };
-
-        let mut sim = rig.spawn("simulator", gateway_bin, &["sim-upstream", "--listen", "127.0.0.1:0"], &[])?;
+        let mut sim = rig.spawn("simulator", &["sim-upstream", "--listen", "127.0.0.1:0"], &[])?;
         rig.sim_url = sim.wait_for_line(SIM_START_TIMEOUT, |line| {
             serde_json::from_str::<serde_json::Value>(line)
                 .ok()
                 .and_then(|v| v.get("simulator").and_then(|s| s.as_str()).map(str::to_owned))
         })?;
         rig.sim = Some(sim);
-
-        let database = format!("sqlite://{}?mode=rwc", rig.dir.join("bench.db").display());
-        let env = [
-            ("GATEWAY_LISTEN", "127.0.0.1:0".to_owned()),
-            ("GATEWAY_DATABASE_URL", database),
-            ("GATEWAY_UPSTREAM_URL", rig.sim_url.clone()),
-            ("GATEWAY_UPSTREAM_API_KEY", "bench".to_owned()),
-            ("GATEWAY_DEMO_BALANCE", "1000000".to_owned()),
-        ];
-        let mut gateway = rig.spawn("gateway", gateway_bin, &["serve"], &env)?;
-        let (addr, key) = gateway.wait_for_line(GATEWAY_START_TIMEOUT, parse_try_line)?;
-        rig.gateway = Some(gateway);
-        rig.gateway_addr = addr;
-        rig.demo_key = key;
         Ok(rig)
     }
 
-    /// Starts `bin args…` in the scratch directory with only the given `GATEWAY_*` variables
-    /// (plus `GATEWAY_LOG=warn`); stdout is read line by line, stderr goes to a file.
-    fn spawn(&self, name: &'static str, bin: &Path, args: &[&str], env: &[(&str, String)]) -> Result<Proc, String> {
-        let stderr_path = self.dir.join(format!("{name}.stderr.log"));
-        let stderr = File::create(&stderr_path).map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
-        let mut command = Command::new(bin);
-        command.args(args).current_dir(&self.dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr);
+    /// Stops the gateways of the previous database, then on `database` (`sqlite` for a fresh
+    /// SQLite file in the scratch directory, or a `postgres://` URL): applies the migrations,
+    /// creates the hot account and `users` more through `gateway admin` (as an operator
+    /// would; so an existing database works too), and starts `replicas` `gateway serve`
+    /// processes on it, all pointed at the simulator.
+    pub fn open(&mut self, database: &str, users: usize, replicas: usize) -> Result<Accounts, String> {
+        self.env.clear();
+        self.stop_gateways()?;
+        self.databases += 1;
+        let url = if database == "sqlite" {
+            format!("sqlite://{}?mode=rwc", self.dir.join(format!("bench-{}.db", self.databases)).display())
+        } else {
+            database.to_owned()
+        };
+        let env = [
+            ("GATEWAY_LISTEN", "127.0.0.1:0".to_owned()),
+            ("GATEWAY_DATABASE_URL", url),
+            ("GATEWAY_UPSTREAM_URL", self.sim_url.clone()),
+            ("GATEWAY_UPSTREAM_API_KEY", "bench".to_owned()),
+        ];
+        self.admin(&["migrate"], &env)?;
+        let hot = self.account("hot", &env)?;
+        let many = (0..users).map(|i| self.account(&format!("u{i}"), &env)).collect::<Result<Vec<_>, _>>()?;
+        self.env = env.to_vec();
+        self.ensure_replicas(replicas)?;
+        Ok(Accounts { hot, many })
+    }
+
+    /// Starts more `gateway serve` processes on the current database until `replicas` run.
+    pub fn ensure_replicas(&mut self, replicas: usize) -> Result<(), String> {
+        while self.gateways.len() < replicas.max(1) {
+            let mut gateway = self.spawn("gateway", &["serve"], &self.env)?;
+            let addr = gateway.wait_for_line(GATEWAY_START_TIMEOUT, parse_listening_line)?;
+            self.gateways.push(gateway);
+            self.gateway_addrs.push(addr);
+        }
+        Ok(())
+    }
+
+    /// A new user with [`BENCH_BALANCE`] and a key with every scope; returns the key.
+    fn account(&self, label: &str, env: &[(&str, String)]) -> Result<String, String> {
+        let email = format!("bench-{label}-{}@example.com", uuid::Uuid::new_v4().simple());
+        let user = self.admin(
+            &[
+                "admin",
+                "user",
+                "create",
+                "--name",
+                label,
+                "--email",
+                &email,
+                "--balance",
+                BENCH_BALANCE,
+                "--concurrency-limit",
+                "100000",
+            ],
+            env,
+        )?;
+        let id = user.get("id").and_then(|v| v.as_str()).ok_or("admin user create printed no id")?.to_owned();
+        let key = self.admin(&["admin", "key", "create", "--user", &id, "--all-scopes", "--name", "bench"], env)?;
+        key.get("key")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| "admin key create printed no key".into())
+    }
+
+    /// Runs `gateway ARGS…` to completion; its stdout's last line as JSON (`null` when not JSON).
+    fn admin(&self, args: &[&str], env: &[(&str, String)]) -> Result<serde_json::Value, String> {
+        let mut command = self.command(args, env);
+        let out = command.output().map_err(|e| format!("cannot run gateway {}: {e}", args.join(" ")))?;
+        if !out.status.success() {
+            return Err(format!(
+                "gateway {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// `gateway ARGS…` in the scratch directory with only the given `GATEWAY_*` variables
+    /// (plus `GATEWAY_LOG=warn`).
+    fn command(&self, args: &[&str], env: &[(&str, String)]) -> Command {
+        let mut command = Command::new(&self.bin);
+        command.args(args).current_dir(&self.dir).stdin(Stdio::null());
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("GATEWAY_") {
                 command.env_remove(key);
@@ -165,7 +245,16 @@ impl Rig {
         for (key, value) in env {
             command.env(key, value);
         }
-        let mut child = command.spawn().map_err(|e| format!("cannot start {name} ({}): {e}", bin.display()))?;
+        command
+    }
+
+    /// Starts `gateway ARGS…`; stdout is read line by line, stderr goes to a file.
+    fn spawn(&self, name: &'static str, args: &[&str], env: &[(&str, String)]) -> Result<Proc, String> {
+        let stderr_path = self.dir.join(format!("{name}-{}-{}.stderr.log", self.databases, self.gateways.len()));
+        let stderr = File::create(&stderr_path).map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+        let mut command = self.command(args, env);
+        command.stdout(Stdio::piped()).stderr(stderr);
+        let mut child = command.spawn().map_err(|e| format!("cannot start {name} ({}): {e}", self.bin.display()))?;
         let (tx, lines) = mpsc::channel();
         if let Some(stdout) = child.stdout.take() {
             // Drains stdout until the child exits, so the child never blocks on a full pipe.
@@ -180,9 +269,9 @@ impl Rig {
         Ok(Proc { name, child, lines, stderr_path })
     }
 
-    /// The gateway's process id.
-    pub fn gateway_pid(&self) -> Option<u32> {
-        self.gateway.as_ref().map(Proc::pid)
+    /// The process ids of the running gateways.
+    pub fn gateway_pids(&self) -> Vec<u32> {
+        self.gateways.iter().map(Proc::pid).collect()
     }
 
     /// The simulator's process id.
@@ -190,9 +279,9 @@ impl Rig {
         self.sim.as_ref().map(Proc::pid)
     }
 
-    /// Whether both children are still running; a message naming the one that is not.
+    /// Whether every child is still running; a message naming one that is not.
     pub fn check_alive(&mut self) -> Result<(), String> {
-        for proc in [self.sim.as_mut(), self.gateway.as_mut()].into_iter().flatten() {
+        for proc in self.sim.iter_mut().chain(self.gateways.iter_mut()) {
             if let Ok(Some(status)) = proc.child.try_wait() {
                 return Err(format!("{} exited during the benchmark ({status}){}", proc.name, proc.log_tail()));
             }
@@ -200,11 +289,11 @@ impl Rig {
         Ok(())
     }
 
-    /// The last lines of both children's stderr (warnings the gateway logged during the run).
+    /// The last lines of the children's stderr (warnings logged during the run).
     pub fn warnings(&self) -> Vec<String> {
-        [self.sim.as_ref(), self.gateway.as_ref()]
-            .into_iter()
-            .flatten()
+        self.sim
+            .iter()
+            .chain(self.gateways.iter())
             .filter_map(|p| {
                 let text = std::fs::read_to_string(&p.stderr_path).ok()?;
                 let count = text.lines().count();
@@ -213,17 +302,32 @@ impl Rig {
             .collect()
     }
 
-    /// Stops the gateway, then the simulator, and removes the scratch directory.
+    /// Stops the gateways (the simulator keeps running).
+    fn stop_gateways(&mut self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        for mut proc in self.gateways.drain(..) {
+            if let Err(e) = proc.stop() {
+                problems.push(e);
+            }
+        }
+        self.gateway_addrs.clear();
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    }
+
+    /// Stops the gateways, then the simulator, and removes the scratch directory.
     pub fn shutdown(mut self) -> Result<(), String> {
         self.cleanup()
     }
 
     fn cleanup(&mut self) -> Result<(), String> {
         let mut problems = Vec::new();
-        for mut proc in [self.gateway.take(), self.sim.take()].into_iter().flatten() {
-            if let Err(e) = proc.stop() {
-                problems.push(e);
-            }
+        if let Err(e) = self.stop_gateways() {
+            problems.push(e);
+        }
+        if let Some(mut sim) = self.sim.take()
+            && let Err(e) = sim.stop()
+        {
+            problems.push(e);
         }
         if self.dir.exists()
             && let Err(e) = std::fs::remove_dir_all(&self.dir)
@@ -242,12 +346,11 @@ impl Drop for Rig {
     }
 }
 
-/// Address and key from `Try: curl -s http://ADDR/api/v1/models -H 'Authorization: Bearer KEY'`.
-fn parse_try_line(line: &str) -> Option<(String, String)> {
-    let rest = line.strip_prefix("Try: curl -s http://")?;
-    let (addr, rest) = rest.split_once("/api/v1/")?;
-    let key = rest.split_once("Bearer ")?.1.trim_end().trim_end_matches('\'');
-    (!addr.is_empty() && !key.is_empty()).then(|| (addr.to_owned(), key.to_owned()))
+/// The address from `Gateway on http://ADDR. …` (printed when users exist already).
+fn parse_listening_line(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("Gateway on http://")?;
+    let addr = rest.split_once(". ").map_or(rest, |(addr, _)| addr).trim_end_matches('.');
+    (!addr.is_empty()).then(|| addr.to_owned())
 }
 
 /// Clock ticks per second for `/proc/<pid>/stat`: `getconf CLK_TCK`, else 100 (and says so).
@@ -266,6 +369,24 @@ pub fn clock_ticks() -> (u64, bool) {
     }
 }
 
+/// User + system CPU time of every process whose command name is `name` (such as the
+/// `postgres` server and its backends), in clock ticks; `None` when there is none.
+pub fn cpu_ticks_named(name: &str) -> Option<u64> {
+    let mut total = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = entry.file_name();
+        let Some(pid) = pid.to_str().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let comm = stat.split_once('(').and_then(|(_, rest)| rest.rsplit_once(')')).map(|(c, _)| c);
+        if comm == Some(name)
+            && let Some(ticks) = cpu_ticks(pid)
+        {
+            total = Some(total.unwrap_or(0) + ticks);
+        }
+    }
+    total
+}
+
 /// User + system CPU time of a process in clock ticks (fields 14 and 15 of `/proc/<pid>/stat`).
 pub fn cpu_ticks(pid: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -282,10 +403,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn try_line() {
-        let line = "Try: curl -s http://127.0.0.1:4321/api/v1/models -H 'Authorization: Bearer sk-gw-abc'";
-        assert_eq!(parse_try_line(line), Some(("127.0.0.1:4321".to_owned(), "sk-gw-abc".to_owned())));
-        assert_eq!(parse_try_line("Demo user usr_1 created with 1.000000 USD."), None);
+    fn listening_line() {
+        let line = "Gateway on http://127.0.0.1:4321. Users exist already; issue a key with: gateway admin key create";
+        assert_eq!(parse_listening_line(line), Some("127.0.0.1:4321".to_owned()));
+        assert_eq!(parse_listening_line("Demo user usr_1 created with 1.000000 USD."), None);
     }
 
     #[test]
