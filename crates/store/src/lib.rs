@@ -56,9 +56,12 @@ pub struct Store {
     writer: writer::BookWriter,
 }
 
-/// Connections of the PostgreSQL pool (reads and the writes outside the batched writer); the
-/// writer holds one of them while a batch runs.
+/// Connections of the PostgreSQL pool (reads and the writes outside the batched writer).
 pub const PG_POOL_CONNECTIONS: u32 = 8;
+
+/// Writer tasks of the batched writer on PostgreSQL, each with a connection of its own (a pool
+/// apart from [`PG_POOL_CONNECTIONS`], so reads never wait behind batches or the reverse).
+pub const PG_WRITERS: usize = 2;
 
 /// Connections of the SQLite read pool (the writer has its own connection besides).
 pub const SQLITE_POOL_CONNECTIONS: u32 = 8;
@@ -93,6 +96,8 @@ impl Store {
             .acquire_timeout(Duration::from_secs(30))
             .max_connections(if backend == Backend::Sqlite { SQLITE_POOL_CONNECTIONS } else { PG_POOL_CONNECTIONS })
             .min_connections(1)
+            // sqlx pings a connection before every use by default: a round trip per query.
+            .test_before_acquire(false)
             .map_sqlx_sqlite_opts(|o: SqliteConnectOptions| {
                 o.journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
@@ -106,7 +111,10 @@ impl Store {
         let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
         let writer = match sqlite_file {
             Some(path) => sqlite_book::start(std::path::Path::new(path))?,
-            None => pg_book::start(db.get_postgres_connection_pool().clone()),
+            None => pg_book::start(
+                pg_book::writer_pool(url, PG_WRITERS).await.map_err(|e| StoreError::Backend(e.to_string()))?,
+                PG_WRITERS,
+            ),
         };
         Ok(Store { db, clock: Arc::new(SystemClock), write_lock, writer })
     }

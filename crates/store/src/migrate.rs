@@ -27,6 +27,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0004_video_work.sql"),
         include_str!("../../../migrations/postgres/0004_video_work.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/sqlite/0005_running_calls.sql"),
+        include_str!("../../../migrations/postgres/0005_running_calls.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.

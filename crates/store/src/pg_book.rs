@@ -1,31 +1,43 @@
-//! The PostgreSQL dialect of the batched write path: a writer task per process, prepared
-//! statements through sqlx, and a fixed number of round trips per batch whatever its size.
+//! The PostgreSQL dialect of the batched write path: a few writer tasks per process on a pool
+//! of their own, prepared statements through sqlx (generic plans, so the big write statement is
+//! planned once per connection, not at every batch), and a fixed number of round trips per batch
+//! whatever its size.
 //!
 //! One batch: `BEGIN`; (only when some operation names a task without its user) read the owners
-//! of those tasks; lock every user the batch touches with `SELECT … ORDER BY id FOR NO KEY
-//! UPDATE` (sorted, so replicas never deadlock; all money and task-state writes of a user happen
-//! under that lock, so reservations and tasks need no row locks of their own); read their
-//! reservations and tasks in one statement; let `billing::book::plan` decide; write every
+//! of those tasks; in one statement, lock every user the batch touches with `SELECT … ORDER BY id
+//! FOR NO KEY UPDATE` (sorted, so replicas never deadlock; all money and task-state writes of a
+//! user happen under that lock, so reservations and tasks need no row locks of their own) and
+//! read the reservations and tasks the batch names; let `billing::book::plan` decide; write every
 //! planned row in one statement of data-modifying CTEs over `unnest` arrays (one conditional
 //! update per user, guarded by the balance read under the lock; reservations and tasks inserted
 //! `ON CONFLICT DO NOTHING`); check the counts; `COMMIT`. A count that differs (a lost race on a
 //! task id with another replica) or a serialization failure rolls back and retries the batch.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::{TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::{self, PgPool, Postgres, Row, Transaction};
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
 
 use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
 
 const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
                       UNION SELECT user_id FROM tasks WHERE id = ANY($1)";
-const LOCK_USERS: &str = "SELECT id, balance_micros FROM users WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
-const READ_TASKS: &str = "SELECT 'r' AS k, task_id AS id, user_id, amount_micros, status FROM reservations \
-                          WHERE task_id = ANY($1) UNION ALL \
-                          SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($1)";
+/// Locks the batch's users (sorted, so batches never deadlock) and reads their balances, then
+/// reads the reservations and tasks the batch names, in one round trip. The balances come from
+/// the locked rows (the newest versions, after any wait for the lock); the reservations and
+/// tasks come from the statement's snapshot, which may predate a batch that held the lock
+/// meanwhile. That is safe: every write the plan makes from them is guarded (`status =
+/// 'reserved'`, `status = <from>`, `ON CONFLICT DO NOTHING`), and a guard that finds another
+/// value makes the batch retry with a fresh read.
+const LOCK_AND_READ: &str = "WITH u AS (SELECT id, balance_micros FROM users WHERE id = ANY($1) \
+                               ORDER BY id FOR NO KEY UPDATE) \
+                             SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status FROM u \
+                             UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
+                               WHERE task_id = ANY($2) \
+                             UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
 
 /// Every planned row of a batch in one statement; `$55` is the batch's time.
 const WRITE: &str = "WITH \
@@ -64,17 +76,50 @@ SELECT (SELECT count(*) FROM bal), (SELECT count(*) FROM hold), (SELECT count(*)
   (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent), (SELECT count(*) FROM newt), \
   (SELECT count(*) FROM movt)";
 
-/// Starts the writer task on the current runtime.
-pub(crate) fn start(pool: PgPool) -> BookWriter {
+/// The writers' own pool: one connection per writer, never pinged before use (a broken
+/// connection fails its batch, which is retried on a fresh one).
+///
+/// Every statement of a batch finds its rows by primary key, so its connections plan once and
+/// for good: generic plans (planning the big write statement at every batch cost more than
+/// running it), with sequential scans ruled out. Without the second setting a plan made while
+/// the tables are still small (a fresh database) joins by scanning `tasks` and `users`, and
+/// keeps doing so as they grow to millions of rows.
+pub(crate) async fn writer_pool(url: &str, writers: usize) -> Result<PgPool, sqlx::Error> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let options = options.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(writers.max(1)).unwrap_or(1))
+        .min_connections(1)
+        .test_before_acquire(false)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect_with(options)
+        .await
+}
+
+/// Starts `writers` writer tasks on the current runtime, sharing one queue and `pool` (which
+/// should hold one connection per writer). While one writer's batch waits for its commit, the
+/// next writer already takes what queued meanwhile: batches of different users run side by
+/// side, and batches of one user queue on that user's row lock (as batches of two replicas do).
+pub(crate) fn start(pool: PgPool, writers: usize) -> BookWriter {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(pool, rx));
+    let rx = Arc::new(Mutex::new(rx));
+    for _ in 0..writers.max(1) {
+        tokio::spawn(run(pool.clone(), Arc::clone(&rx)));
+    }
     BookWriter::new(tx)
 }
 
-async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Job>) {
-    while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        drain(&mut rx, &mut jobs);
+/// The next batch: waits for one job, then takes whatever else is queued (never waits for more).
+async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Job>>) -> Option<Vec<Job>> {
+    let mut rx = rx.lock().await;
+    let first = rx.recv().await?;
+    let mut jobs = vec![first];
+    drain(&mut rx, &mut jobs);
+    Some(jobs)
+}
+
+async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
+    while let Some(jobs) = next_batch(&rx).await {
         match commit_with_retries(&pool, &jobs).await {
             Ok(done) => answer(jobs, done),
             Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
@@ -127,8 +172,8 @@ fn bad_row(what: &str, e: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::Protocol(format!("stored {what}: {e}"))
 }
 
-/// Locks the users the batch touches (sorted) and reads their balances, then the reservations
-/// and tasks it names.
+/// Locks the users the batch touches and reads their balances, the reservations and the tasks
+/// it names ([`LOCK_AND_READ`]); first the owners of tasks named without their user, if any.
 async fn read<'a>(
     tx: &mut Transaction<'static, Postgres>,
     ops: impl IntoIterator<Item = &'a BookOp>,
@@ -144,23 +189,23 @@ async fn read<'a>(
     }
     let mut state = BookState::default();
     let ids: Vec<&str> = users.iter().map(UserId::as_str).collect();
-    for row in sqlx::query(LOCK_USERS).bind(&ids).fetch_all(&mut **tx).await? {
-        state.balances.insert(UserId(row.try_get(0)?), UsdAmount::from_micros(row.try_get(1)?));
-    }
-    if keys.tasks.is_empty() {
-        return Ok(state);
-    }
     let tasks: Vec<&str> = keys.tasks.iter().map(TaskId::as_str).collect();
-    for row in sqlx::query(READ_TASKS).bind(&tasks).fetch_all(&mut **tx).await? {
+    for row in sqlx::query(LOCK_AND_READ).bind(&ids).bind(&tasks).fetch_all(&mut **tx).await? {
         let (kind, id, user): (String, String, String) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let amount = UsdAmount::from_micros(row.try_get(3)?);
         let status: String = row.try_get(4)?;
-        if kind == "r" {
-            let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
-            let amount = UsdAmount::from_micros(row.try_get(3)?);
-            state.holds.insert(TaskId(id), Held { user: UserId(user), amount, status });
-        } else {
-            let status = status.parse().map_err(|e| bad_row("task status", e))?;
-            state.tasks.insert(TaskId(id), (UserId(user), status));
+        match kind.as_str() {
+            "u" => {
+                state.balances.insert(UserId(id), amount);
+            }
+            "r" => {
+                let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
+                state.holds.insert(TaskId(id), Held { user: UserId(user), amount, status });
+            }
+            _ => {
+                let status = status.parse().map_err(|e| bad_row("task status", e))?;
+                state.tasks.insert(TaskId(id), (UserId(user), status));
+            }
         }
     }
     Ok(state)

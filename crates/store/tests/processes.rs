@@ -1,5 +1,7 @@
 //! The batched writer across OS processes: 200 holds racing from two processes on one database
-//! (two writers, two pools, as two replicas would), and a process killed with SIGKILL in the
+//! (two writers, two pools, as two replicas would), then the two processes racing to end the 25
+//! holds that won (one settles every one, the other refunds every one: each ends exactly once),
+//! and a process killed with SIGKILL in the
 //! middle of a stream of batches, after which every balance equals its ledger and every
 //! reservation is open (to be swept) or ended exactly once, together with its task.
 //!
@@ -64,33 +66,76 @@ fn env(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_race_two_hundred_holds() {
-    if std::env::var("GW_STORE_CHILD").as_deref() == Ok("race") {
-        return race_child().await;
+    const TEST: &str = "two_processes_race_two_hundred_holds";
+    match std::env::var("GW_STORE_CHILD").as_deref() {
+        Ok("race") => return race_child().await,
+        Ok("end") => return end_child().await,
+        _ => {}
     }
     for db in TestDb::all("procs").await {
         let store = db.open().await;
+        let name = common::name(&store);
         let alice = user_with(&store, usd(EACH * 25)).await;
         let go = (now_ms() + 1_500).to_string();
         let vars = [("GW_STORE_URL", db.url.clone()), ("GW_STORE_USER", alice.0.clone()), ("GW_STORE_GO", go)];
-        let mut children: Vec<Child> =
-            (0..2).map(|_| spawn_child("two_processes_race_two_hundred_holds", "race", &vars)).collect();
-        let (mut won, mut refused) = (0, 0);
+        let mut children: Vec<Child> = (0..2).map(|_| spawn_child(TEST, "race", &vars)).collect();
+        let (mut won, mut refused) = (Vec::new(), 0);
         for child in &mut children {
             let lines = child_lines(child);
             let line = lines.recv_timeout(Duration::from_secs(120)).expect("child result");
-            let (w, r) = line.split_once(' ').expect("two numbers");
-            won += w.parse::<u32>().expect("won");
+            let (r, tasks) = line.split_once(' ').expect("count and tasks");
             refused += r.parse::<u32>().expect("refused");
+            won.extend(tasks.split(',').filter(|t| !t.is_empty()).map(|t| t.to_owned()));
             assert!(child.wait().expect("wait").success());
         }
-        assert_eq!((won, refused), (25, 175), "{}", common::name(&store));
+        assert_eq!((won.len(), refused), (25, 175), "{name}");
         assert_eq!(common::balance_is_ledger_sum(&store, &alice).await, usd(0));
         assert_eq!(store.entries(&alice, 1_000).await.map(|e| e.len()), Ok(26));
+
+        // Phase 2: the same 25 holds, ended from both processes at once.
+        let go = (now_ms() + 1_500).to_string();
+        let tasks = won.join(",");
+        let mut enders: Vec<Child> = ["settle", "refund"]
+            .into_iter()
+            .map(|how| {
+                let vars = [
+                    ("GW_STORE_URL", db.url.clone()),
+                    ("GW_STORE_TASKS", tasks.clone()),
+                    ("GW_STORE_GO", go.clone()),
+                    ("GW_STORE_HOW", how.to_owned()),
+                ];
+                spawn_child(TEST, "end", &vars)
+            })
+            .collect();
+        let mut ended = HashMap::new();
+        for (child, how) in enders.iter_mut().zip(["settle", "refund"]) {
+            let lines = child_lines(child);
+            let line = lines.recv_timeout(Duration::from_secs(120)).expect("child result");
+            for task in line.split(',').filter(|t| !t.is_empty()) {
+                assert!(ended.insert(task.to_owned(), how).is_none(), "{name}: {task} ended twice");
+            }
+            assert!(child.wait().expect("wait").success());
+        }
+        assert_eq!(ended.len(), 25, "{name}: every hold ended once");
+        let settled = ended.values().filter(|h| **h == "settle").count() as i64;
+        let balance = common::balance_is_ledger_sum(&store, &alice).await;
+        assert_eq!(balance, usd(EACH * 25 - SETTLE_AT * settled), "{name}: {settled} settled");
+        for task in &won {
+            let status = store.reservation_status(&TaskId(task.clone())).await.expect("status");
+            let want = if ended[task] == "settle" { BillingStatus::Settled } else { BillingStatus::Refunded };
+            assert_eq!(status, Some(want), "{name}: {task}");
+        }
+        assert_eq!(store.entries(&alice, 1_000).await.map(|e| e.len()), Ok(51), "{name}: 25 holds + 25 ends + 1");
+        eprintln!("{name}: 25 of 200 holds won across two processes; {settled} settled, {} refunded", 25 - settled);
         db.cleanup().await;
     }
 }
 
-/// 100 holds at once from this process, starting at the agreed time; prints `won refused`.
+/// What the settling process charges for each hold.
+const SETTLE_AT: i64 = 1_000_000;
+
+/// 100 holds at once from this process, starting at the agreed time; prints `refused task,task,…`
+/// (the tasks whose holds won).
 async fn race_child() {
     let store = Store::connect(&env("GW_STORE_URL")).await.expect("open");
     let user = UserId(env("GW_STORE_USER"));
@@ -99,18 +144,50 @@ async fn race_child() {
     let handles: Vec<_> = (0..100)
         .map(|_| {
             let (store, user) = (store.clone(), user.clone());
-            tokio::spawn(async move { store.reserve(&user, &new_task(), usd(EACH)).await })
+            tokio::spawn(async move {
+                let task = new_task();
+                store.reserve(&user, &task, usd(EACH)).await.map(|_| task)
+            })
         })
         .collect();
-    let (mut won, mut refused) = (0, 0);
+    let (mut won, mut refused) = (Vec::new(), 0);
     for h in handles {
         match h.await.expect("join") {
-            Ok(_) => won += 1,
+            Ok(task) => won.push(task.0),
             Err(LedgerError::InsufficientBalance { .. }) => refused += 1,
             Err(e) => panic!("unexpected {e}"),
         }
     }
-    println!("CHILD {won} {refused}");
+    println!("CHILD {refused} {}", won.join(","));
+}
+
+/// Ends every listed hold at once (`GW_STORE_HOW`: settle or refund), starting at the agreed
+/// time; prints the tasks this process ended. Losing a race is `AlreadyFinished`, nothing else.
+async fn end_child() {
+    let store = Store::connect(&env("GW_STORE_URL")).await.expect("open");
+    let settle = env("GW_STORE_HOW") == "settle";
+    let go: u64 = env("GW_STORE_GO").parse().expect("go");
+    let tasks: Vec<TaskId> = env("GW_STORE_TASKS").split(',').map(|t| TaskId(t.to_owned())).collect();
+    tokio::time::sleep(Duration::from_millis(go.saturating_sub(now_ms()))).await;
+    let handles: Vec<_> = tasks
+        .into_iter()
+        .map(|task| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let ended = if settle { store.settle(&task, usd(SETTLE_AT)).await } else { store.refund(&task).await };
+                (task, ended)
+            })
+        })
+        .collect();
+    let mut mine = Vec::new();
+    for h in handles {
+        match h.await.expect("join") {
+            (task, Ok(_)) => mine.push(task.0),
+            (_, Err(LedgerError::AlreadyFinished { .. })) => {}
+            (task, Err(e)) => panic!("{task}: unexpected {e}"),
+        }
+    }
+    println!("CHILD {}", mine.join(","));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
