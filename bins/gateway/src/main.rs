@@ -14,6 +14,12 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 
+/// The process allocator. A call allocates and frees many short-lived buffers (request and
+/// answer bodies, JSON values, boxed futures) from several threads; glibc's allocator spent a
+/// sixth of the gateway's CPU on them in a profile (`docs/PERFORMANCE.md`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code for an unusable configuration (EX_CONFIG-like, as `sysexits` EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 
