@@ -17,9 +17,10 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Benchmark: the simulator and the gateway (SQLite) as child processes, direct vs. gateway,
-# non-streaming c=1/16/64 and streaming; figures and targets in docs/PERFORMANCE.md.
-# Extra flags override the defaults, e.g. `just bench --scenarios gateway-c64 --duration-secs 5`.
+# Benchmark: the simulator and the gateway as child processes, direct vs. gateway, non-streaming
+# c=1/16/64, 32 accounts, two replicas and streaming; figures and targets in docs/PERFORMANCE.md.
+# Extra flags override the defaults, e.g. `just bench --scenarios gateway-c64 --duration-secs 5`
+# or `just bench --database-url sqlite --database-url postgres://postgres@127.0.0.1:5432/gw_bench`.
 bench *ARGS:
     cargo build --release -p gateway -p bench
     cargo run --release -p bench -- --duration-secs 10 --warmup-secs 1 --max-requests 2000000 {{ARGS}}
