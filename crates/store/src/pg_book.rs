@@ -76,8 +76,9 @@ SELECT (SELECT count(*) FROM bal), (SELECT count(*) FROM hold), (SELECT count(*)
   (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent), (SELECT count(*) FROM newt), \
   (SELECT count(*) FROM movt)";
 
-/// The writers' own pool: one connection per writer, never pinged before use (a broken
-/// connection fails its batch, which is retried on a fresh one).
+/// The writers' own pool: one connection per writer, never pinged before use. A connection
+/// that broke fails the batch that used it (its operations then run one at a time, as after any
+/// failed batch) instead of every batch paying a round trip to find out.
 ///
 /// Every statement of a batch finds its rows by primary key, so its connections plan once and
 /// for good: generic plans (planning the big write statement at every batch cost more than
