@@ -63,6 +63,14 @@ pub struct Config {
     /// How long a worker's claim on a task or webhook delivery lasts: after a crash, another
     /// process (or the restarted one) takes the work over once it runs out.
     pub task_lease_ms: u64,
+    /// Whether per-model and per-user concurrency caps are enforced (`true`; `false` only for a
+    /// trusted single tenant or a benchmark).
+    pub caps: bool,
+    /// The longest a call waits in the fair queue for a concurrency slot before answering 429.
+    pub queue_wait_ms: u64,
+    /// How long a replica's lease on concurrency slots lives unless renewed: after a crash its
+    /// slots come back within this time.
+    pub cap_lease_ms: u64,
     /// Asset control plane origin.
     pub assets_url: String,
     /// Asset control plane access key.
@@ -102,6 +110,9 @@ impl Default for Config {
             task_deadline: "48h".into(),
             webhook_retry_base_ms: 10_000,
             task_lease_ms: 120_000,
+            caps: true,
+            queue_wait_ms: 5_000,
+            cap_lease_ms: 15_000,
             assets_url: "sim".into(),
             assets_access_key: Secret::default(),
             assets_secret_key: Secret::default(),
@@ -138,6 +149,9 @@ const ENV_KEYS: &[&str] = &[
     "task_deadline",
     "webhook_retry_base_ms",
     "task_lease_ms",
+    "caps",
+    "queue_wait_ms",
+    "cap_lease_ms",
     "assets_url",
     "assets_access_key",
     "assets_secret_key",
@@ -208,6 +222,11 @@ fn env_value(key: &str, value: &str, defaults: &Config) -> Result<toml::Value, C
                 ConfigError(format!("GATEWAY_{}: {value:?} is not a whole number", key.to_ascii_uppercase()))
             })
         }
+        Some(toml::Value::Boolean(_)) => match value.trim().to_ascii_lowercase().as_str() {
+            "true" | "on" | "1" => Ok(toml::Value::Boolean(true)),
+            "false" | "off" | "0" => Ok(toml::Value::Boolean(false)),
+            _ => Err(ConfigError(format!("GATEWAY_{}: {value:?} is not true or false", key.to_ascii_uppercase()))),
+        },
         Some(toml::Value::Array(_)) => Ok(toml::Value::Array(
             value
                 .split(',')
@@ -251,6 +270,9 @@ impl serde::Serialize for Config {
         m.serialize_entry("task_poll_interval_ms", &self.task_poll_interval_ms)?;
         m.serialize_entry("webhook_retry_base_ms", &self.webhook_retry_base_ms)?;
         m.serialize_entry("task_lease_ms", &self.task_lease_ms)?;
+        m.serialize_entry("caps", &self.caps)?;
+        m.serialize_entry("queue_wait_ms", &self.queue_wait_ms)?;
+        m.serialize_entry("cap_lease_ms", &self.cap_lease_ms)?;
         m.serialize_entry("body_budget_bytes", &self.body_budget_bytes)?;
         m.end()
     }

@@ -64,8 +64,12 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
             "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
-    let state = api::AppState::new(gateway).with_body_budget(api::BodyBudget::new(config.body_budget_bytes));
+    let state = api::AppState::new(gateway.clone()).with_body_budget(api::BodyBudget::new(config.body_budget_bytes));
     let served = api::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string());
+    // The server has drained its requests: give the concurrency slots back to the other replicas.
+    if let Err(e) = gateway.release_leases().await {
+        tracing::warn!(error = %e, "giving back concurrency leases failed; they expire on their own");
+    }
     drop(wired.simulator);
     served
 }

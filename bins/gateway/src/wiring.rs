@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domain::SystemClock;
-use service::{Gateway, Ports, VideoPorts, VideoSettings};
+use service::{AdmissionSettings, Gateway, Ports, VideoPorts, VideoSettings};
 use store::Store;
 
 use crate::config::Config;
@@ -60,7 +60,14 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         lease: Duration::from_millis(config.task_lease_ms.max(1000)),
         ..VideoSettings::default()
     };
-    let gateway = Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings);
+    let admission = AdmissionSettings {
+        enabled: config.caps,
+        queue_wait: Duration::from_millis(config.queue_wait_ms),
+        lease_ttl: Duration::from_millis(config.cap_lease_ms.max(1000)),
+        ..AdmissionSettings::default()
+    };
+    let gateway =
+        Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings).with_admission(admission);
     Ok(Wired { gateway, simulator: sim.map(|(_, handle)| handle) })
 }
 

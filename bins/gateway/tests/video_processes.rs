@@ -10,34 +10,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{COMMAND_TIMEOUT, Running, Sandbox, address_in, http_get, http_request, lines_until, stdout_lines};
+use common::{
+    COMMAND_TIMEOUT, Running, Sandbox, address_in, http_get, http_request, lines_until, sandbox, stdout_lines,
+};
 use domain::{LedgerKind, UserId};
 use serde_json::{Value, json};
 
 /// How long the tasks may take to end after the (last) start.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
-
-/// A sandbox on a private PostgreSQL schema when `TEST_DATABASE_URL` is set, else on a SQLite file.
-fn sandbox(rt: &tokio::runtime::Runtime) -> (Sandbox, &'static str) {
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(base) if !base.trim().is_empty() => {
-            use sea_orm::{ConnectionTrait, Database};
-            let schema = format!(
-                "gw_it_proc_{}_{}",
-                std::process::id(),
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
-            );
-            rt.block_on(async {
-                let db = Database::connect(&base).await.expect("connect to TEST_DATABASE_URL");
-                db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create a schema");
-                db.close().await.expect("close");
-            });
-            let sep = if base.contains('?') { '&' } else { '?' };
-            (Sandbox::with_database(format!("{base}{sep}options=-c%20search_path%3D{schema}")), "postgres")
-        }
-        _ => (Sandbox::new(), "sqlite"),
-    }
-}
 
 /// The simulator, with the real clock: a task is `queued` 1 s, then `running` 2 s.
 fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHandle) {

@@ -573,7 +573,8 @@ async fn concurrent_calls_never_overdraw() {
 
         let micros = reservation.micros() * 10;
         let balance = format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000);
-        let user = env.server.user(&balance).await;
+        // A concurrency limit above the 100 calls, so that they all race for the balance at once.
+        let user = env.server.user_with(&balance, 1000, 0).await.user;
         let key = env.server.key(&user.id, &[Scope::LanguageCreate, Scope::TaskRead]).await.secret;
         assert_eq!(env.server.balance(&user.id).await, UsdAmount::from_micros(micros));
 

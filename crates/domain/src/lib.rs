@@ -2,6 +2,7 @@
 //!
 //! Nothing here performs I/O or needs an async runtime; the crate knows no HTTP, JSON or ORM.
 
+pub mod caps;
 pub mod egress;
 pub mod kind;
 pub mod money;
@@ -13,6 +14,7 @@ pub mod task;
 pub mod time;
 pub mod video;
 
+pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use kind::{ModelKind, UnknownName};
 pub use money::{MoneyError, UsdAmount};

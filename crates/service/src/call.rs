@@ -85,6 +85,9 @@ struct CallState {
     user_id: UserId,
     estimate: UsdAmount,
     pricing_version_id: String,
+    /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
+    /// count while not terminal, and when caps are off).
+    _permit: Option<crate::admission::Permit>,
 }
 
 /// The client-facing message for an upstream failure that was refunded.
@@ -148,6 +151,10 @@ impl Gateway {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
         };
+        let permit = match spec.def.mode {
+            catalog::Mode::Synchronous => self.admission.admit(&spec.user, &spec.def.name).await?,
+            catalog::Mode::Asynchronous => None,
+        };
         let prompt = spec.details.prompt.map(|p| p.chars().take(PROMPT_KEPT_CHARS).collect());
         let task = Task {
             id: task_id.clone(),
@@ -188,6 +195,7 @@ impl Gateway {
             user_id: spec.user,
             estimate: spec.estimate,
             pricing_version_id,
+            _permit: permit,
         };
         Ok(OpenCall { task_id, state: Some(state) })
     }

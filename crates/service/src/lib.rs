@@ -3,6 +3,7 @@
 //! the ledger and the upstream come in through ports.
 
 mod admin;
+mod admission;
 mod audio;
 mod cache;
 mod call;
@@ -20,9 +21,10 @@ use std::sync::Arc;
 
 use billing::{CallBook, Ledger};
 use domain::ports::{AccountStore, IdSource, IdempotencyStore, ModelStore, ResponseOwners, TaskStore, Upstream};
-use domain::{ApiKeyId, Clock, Scope, UserId, VideoStore};
+use domain::{ApiKeyId, CapLeases, Clock, Scope, UserId, VideoStore};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
+pub use admission::AdmissionSettings;
 pub use cache::CACHE_TTL;
 pub use call::{CallBilling, CallReply};
 pub use error::ServiceError;
@@ -55,6 +57,8 @@ pub struct Ports {
     pub responses: Arc<dyn ResponseOwners>,
     /// Video work: worker leases, stored media, webhook secrets and deliveries.
     pub videos: Arc<dyn VideoStore>,
+    /// Concurrency slots leased by replicas.
+    pub caps: Arc<dyn CapLeases>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Ids.
@@ -77,6 +81,7 @@ impl Ports {
             + IdempotencyStore
             + ResponseOwners
             + VideoStore
+            + CapLeases
             + Clone
             + 'static,
     {
@@ -87,6 +92,7 @@ impl Ports {
             idempotency: Arc::new(store.clone()),
             responses: Arc::new(store.clone()),
             videos: Arc::new(store.clone()),
+            caps: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
@@ -131,18 +137,52 @@ pub struct Gateway {
     video_settings: video::VideoSettings,
     /// Wakes this process's video worker when a task is created.
     video_wake: Arc<tokio::sync::Notify>,
+    /// Concurrency caps of synchronous calls.
+    admission: admission::Admission,
 }
 
 impl Gateway {
     /// Use cases over `ports`.
     pub fn new(ports: Ports) -> Gateway {
+        let replica = ports.ids.new_id("replica_");
+        let admission = admission::Admission::new(
+            AdmissionSettings::default(),
+            replica,
+            Arc::clone(&ports.caps),
+            Arc::clone(&ports.clock),
+        );
         Gateway {
+            admission,
             ports,
             caches: Arc::new(cache::Caches::default()),
             call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),
             video_settings: video::VideoSettings::default(),
             video_wake: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// The same use cases with concurrency caps kept as `settings` say.
+    pub fn with_admission(mut self, settings: AdmissionSettings) -> Gateway {
+        let replica = self.admission.replica().to_owned();
+        self.admission =
+            admission::Admission::new(settings, replica, Arc::clone(&self.ports.caps), Arc::clone(&self.ports.clock));
+        self
+    }
+
+    /// This process's id in lease rows (and the video worker's claims).
+    pub fn replica_id(&self) -> &str {
+        self.admission.replica()
+    }
+
+    /// Synchronous calls of `model` running and waiting for a slot in this process.
+    pub fn calls_of_model(&self, model: &str) -> (u32, u32) {
+        self.admission.model_load(model)
+    }
+
+    /// Gives back this process's concurrency leases (at shutdown, after the last call ended), so
+    /// that other replicas need not wait for them to expire.
+    pub async fn release_leases(&self) -> Result<(), ServiceError> {
+        self.admission.release_all().await
     }
 
     /// The same use cases for an upstream whose calls may take up to `timeout`: an unanswered

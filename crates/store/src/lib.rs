@@ -9,6 +9,7 @@
 //! process or replicas sharing one PostgreSQL.
 
 mod accounts;
+mod caps;
 mod entities;
 mod idempotency;
 mod ledger;

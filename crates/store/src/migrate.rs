@@ -32,6 +32,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0005_running_calls.sql"),
         include_str!("../../../migrations/postgres/0005_running_calls.sql"),
     ),
+    (
+        6,
+        include_str!("../../../migrations/sqlite/0006_cap_leases.sql"),
+        include_str!("../../../migrations/postgres/0006_cap_leases.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.

@@ -273,3 +273,26 @@ pub fn spawn_serve(sandbox: &Sandbox, stderr: &Path) -> Running {
         .expect("spawn gateway serve");
     Running(child)
 }
+
+/// A sandbox on a private PostgreSQL schema when `TEST_DATABASE_URL` is set, else on a SQLite file;
+/// and which of the two.
+pub fn sandbox(rt: &tokio::runtime::Runtime) -> (Sandbox, &'static str) {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(base) if !base.trim().is_empty() => {
+            use sea_orm::{ConnectionTrait, Database};
+            let schema = format!(
+                "gw_it_proc_{}_{}",
+                std::process::id(),
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+            );
+            rt.block_on(async {
+                let db = Database::connect(&base).await.expect("connect to TEST_DATABASE_URL");
+                db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create a schema");
+                db.close().await.expect("close");
+            });
+            let sep = if base.contains('?') { '&' } else { '?' };
+            (Sandbox::with_database(format!("{base}{sep}options=-c%20search_path%3D{schema}")), "postgres")
+        }
+        _ => (Sandbox::new(), "sqlite"),
+    }
+}

@@ -223,7 +223,11 @@ impl Gateway {
 
     /// Per-user and per-model caps on video tasks that are not terminal (429).
     async fn check_video_caps(&self, who: &Principal, model: &str) -> Result<(), ServiceError> {
-        let (user_active, model_active) = self.ports.videos.active_video_tasks(&who.user_id, model).await?;
+        let (user_videos, model_active) = self.ports.videos.active_video_tasks(&who.user_id, model).await?;
+        // The user's synchronous calls in flight on every replica count against the same cap.
+        let now = self.ports.clock.now();
+        let user_calls = self.ports.caps.leased_in_use(&domain::CapScope::User(who.user_id.clone()), now).await?;
+        let user_active = user_videos.saturating_add(user_calls);
         let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
         let snapshot = self.catalog_snapshot().await?;
         let model_cap = snapshot.models.iter().find(|m| m.record.name == model).map(|m| m.record.concurrency_limit);

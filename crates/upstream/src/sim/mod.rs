@@ -124,6 +124,9 @@ pub const FILES_PREFIX: &str = "/files/";
 pub const CLOCK_ADVANCE_PATH: &str = "/sim/clock/advance";
 /// Reads the video clock: `GET /sim/clock`.
 pub const CLOCK_PATH: &str = "/sim/clock";
+/// Counters: `GET /sim/stats` answers `{"requests":N,"in_flight_max":M}`, `M` being the most
+/// synchronous generation requests (chat, images, speech, messages, responses) answered at once.
+pub const STATS_PATH: &str = "/sim/stats";
 /// Largest advance one `POST /sim/clock/advance` takes, ms (30 days).
 pub const MAX_ADVANCE_MS: u64 = 30 * 24 * 3600 * 1000;
 /// How often due callbacks are looked for.
@@ -258,6 +261,11 @@ impl SimHandle {
         self.state.clock().now_ms()
     }
 
+    /// The most synchronous generation requests answered at once so far.
+    pub fn in_flight_max(&self) -> u64 {
+        self.state.in_flight_max()
+    }
+
     /// Video callbacks acknowledged with a 2xx so far.
     pub fn callbacks_delivered(&self) -> u64 {
         self.state.callbacks()
@@ -307,12 +315,19 @@ async fn handle(state: &SimState, req: Request<Incoming>) -> Result<Response<Sim
     state.count(&path);
     let rid = state.next_id();
     let post = req.method() == Method::POST;
+    let generation =
+        post && [CHAT_PATH, IMAGES_PATH, SPEECH_PATH, MESSAGES_PATH, RESPONSES_PATH].contains(&path.as_str());
+    let _in_flight = generation.then(|| state.enter());
     match path.as_str() {
         CHAT_PATH if post => chat::handle(state, req, rid).await,
         IMAGES_PATH if post => images::handle(state, req, rid).await,
         SPEECH_PATH if post => speech::handle(state, req, rid).await,
         MESSAGES_PATH if post => messages::handle(state, req, rid).await,
         RESPONSES_PATH if post => responses::handle(state, req, rid).await,
+        STATS_PATH if req.method() == Method::GET => Ok(json_response(
+            200,
+            serde_json::json!({"requests": state.requests_total(), "in_flight_max": state.in_flight_max()}).to_string(),
+        )),
         VIDEO_TASKS_PATH if post => video::create(state, req, rid).await,
         ASSETS_PATH if post => assets::handle(state, req, rid).await,
         CLOCK_ADVANCE_PATH if post => Ok(advance(state, req.uri().query())),

@@ -36,6 +36,9 @@ pub(crate) struct SimState {
     /// For callbacks and asset fetches (loopback only; certificates not checked).
     client: reqwest::Client,
     callbacks: AtomicU64,
+    /// Generation requests being answered now, and the most at once so far.
+    in_flight: AtomicU64,
+    in_flight_max: AtomicU64,
 }
 
 /// Issued response ids and their `total_tokens`, oldest first.
@@ -73,6 +76,8 @@ impl SimState {
             assets: Arc::default(),
             client,
             callbacks: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            in_flight_max: AtomicU64::new(0),
         }
     }
 
@@ -119,6 +124,18 @@ impl SimState {
     /// Callbacks acknowledged with a 2xx so far.
     pub(crate) fn callbacks(&self) -> u64 {
         self.callbacks.load(Ordering::Relaxed)
+    }
+
+    /// Counts a generation request as being answered until the guard drops.
+    pub(crate) fn enter(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        self.in_flight_max.fetch_max(now, Ordering::AcqRel);
+        InFlight(self)
+    }
+
+    /// The most generation requests answered at once so far.
+    pub(crate) fn in_flight_max(&self) -> u64 {
+        self.in_flight_max.load(Ordering::Acquire)
     }
 
     /// A fresh request id, `sim-<16 hex digits>`.
@@ -181,6 +198,15 @@ impl SimState {
     /// The `total_tokens` of an issued response, if this simulator issued (and still remembers) it.
     pub(crate) fn response_total(&self, id: &str) -> Option<u64> {
         lock(&self.responses).totals.get(id).copied()
+    }
+}
+
+/// One generation request being answered (see [`SimState::enter`]).
+pub(crate) struct InFlight<'a>(&'a SimState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -1,0 +1,136 @@
+//! `CapLeases`: concurrency slots leased by replicas (`cap_leases`).
+//!
+//! A grant reads the cap, the scope's running video tasks and the other replicas' live leases, and
+//! writes this replica's row, with nobody else granting on that cap in between: on PostgreSQL the
+//! transaction takes an advisory lock on the cap's key first (replicas serialise per cap, never
+//! on the hot balance rows); on SQLite the transaction writes first, so it holds the file's write
+//! lock before it reads (and grants of this process queue on the store's write lock before that).
+//! The arithmetic is `domain::CapState::grant`, the same for both.
+
+use async_trait::async_trait;
+use domain::ports::StoreError;
+use domain::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest, Timestamp};
+use sea_orm::{ConnectionTrait, TransactionTrait, Value};
+
+use crate::{Backend, Store, backend_err};
+
+/// Non-terminal task states, as stored.
+const RUNNING: &str = "('submitting', 'queued', 'processing')";
+
+impl Store {
+    /// The cap's state read by `conn` (inside the grant's lock).
+    async fn cap_state<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        replica: &str,
+        scope: &CapScope,
+        now: Timestamp,
+    ) -> Result<CapState, StoreError> {
+        let (cap, video, id) = match scope {
+            CapScope::Model(name) => {
+                ("SELECT concurrency_limit FROM models WHERE name = $1", "kind = 'video' AND model = $1", name.as_str())
+            }
+            CapScope::User(user) => {
+                ("SELECT concurrency_limit FROM users WHERE id = $1", "kind = 'video' AND user_id = $1", user.as_str())
+            }
+        };
+        let sql = format!(
+            "SELECT COALESCE(({cap}), 0) AS cap, \
+             (SELECT COUNT(*) FROM tasks WHERE {video} AND status IN {RUNNING}) AS video_active, \
+             (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM cap_leases \
+                WHERE scope = $2 AND replica_id <> $3 AND expires_at > $4) AS others_slots, \
+             (SELECT COUNT(*) FROM cap_leases \
+                WHERE scope = $2 AND replica_id <> $3 AND expires_at > $4 AND wanted > slots) AS others_short"
+        );
+        let values: Vec<Value> = vec![id.into(), scope.key().into(), replica.into(), now.millis().into()];
+        let row = conn
+            .query_one_raw(self.statement(&sql, values))
+            .await
+            .map_err(backend_err)?
+            .ok_or_else(|| StoreError::Invalid("the cap query returned no row".into()))?;
+        let get = |column: &str| row.try_get::<i64>("", column).map_err(backend_err);
+        Ok(CapState {
+            cap: get("cap")?,
+            video_active: get("video_active")?,
+            others_slots: get("others_slots")?,
+            others_short: get("others_short")?,
+        })
+    }
+
+    /// Computes and writes the grant inside `conn`'s transaction. Its first statement writes (it
+    /// drops this replica's row and expired ones), so on SQLite the transaction holds the write lock
+    /// before it reads anything, and another process granting on the same file waits for it.
+    async fn write_grant<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        replica: &str,
+        request: &LeaseRequest,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<LeaseGrant, StoreError> {
+        let key = request.scope.key();
+        let expired = "DELETE FROM cap_leases WHERE scope = $1 AND (expires_at <= $2 OR replica_id = $3)";
+        let values: Vec<Value> = vec![key.clone().into(), now.millis().into(), replica.into()];
+        conn.execute_raw(self.statement(expired, values)).await.map_err(backend_err)?;
+        let state = self.cap_state(conn, replica, &request.scope, now).await?;
+        let slots = state.grant(request.want, request.keep);
+        if slots > 0 || request.want > 0 {
+            let insert = "INSERT INTO cap_leases (scope, replica_id, slots, wanted, in_use, expires_at) \
+                          VALUES ($1, $2, $3, $4, $5, $6)";
+            let values: Vec<Value> = vec![
+                key.into(),
+                replica.into(),
+                i64::from(slots).into(),
+                i64::from(request.want).into(),
+                i64::from(request.in_use).into(),
+                expires_at.millis().into(),
+            ];
+            conn.execute_raw(self.statement(insert, values)).await.map_err(backend_err)?;
+        }
+        Ok(LeaseGrant {
+            slots,
+            cap: u32::try_from(state.cap.max(0)).unwrap_or(u32::MAX),
+            others_short: state.others_short > 0,
+        })
+    }
+}
+
+#[async_trait]
+impl CapLeases for Store {
+    async fn lease(
+        &self,
+        replica: &str,
+        request: &LeaseRequest,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<LeaseGrant, StoreError> {
+        let _guard = self.write_guard().await;
+        let txn = self.db.begin().await.map_err(backend_err)?;
+        if self.backend() == Backend::Postgres {
+            let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
+            txn.execute_raw(self.statement(lock, vec![request.scope.key().into()])).await.map_err(backend_err)?;
+        }
+        let grant = self.write_grant(&txn, replica, request, now, expires_at).await?;
+        txn.commit().await.map_err(backend_err)?;
+        Ok(grant)
+    }
+
+    async fn release_leases(&self, replica: &str) -> Result<(), StoreError> {
+        let _guard = self.write_guard().await;
+        let sql = "DELETE FROM cap_leases WHERE replica_id = $1";
+        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        Ok(())
+    }
+
+    async fn leased_in_use(&self, scope: &CapScope, now: Timestamp) -> Result<u64, StoreError> {
+        let sql = "SELECT CAST(COALESCE(SUM(in_use), 0) AS BIGINT) AS n FROM cap_leases \
+                   WHERE scope = $1 AND expires_at > $2";
+        let values: Vec<Value> = vec![scope.key().into(), now.millis().into()];
+        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let n = match row {
+            Some(row) => row.try_get::<i64>("", "n").map_err(backend_err)?,
+            None => 0,
+        };
+        crate::video::to_u64("leased slots", n)
+    }
+}
