@@ -65,6 +65,10 @@ struct Cli {
     /// Every gateway scenario runs once per database.
     #[arg(long = "database-url", default_value = "sqlite")]
     databases: Vec<String>,
+    /// Whether the gateways enforce concurrency caps (`GATEWAY_CAPS`); the accounts' and models'
+    /// caps are far above the load, so `true` against `false` measures what the caps cost.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    caps: bool,
 }
 
 /// Who a scenario talks to.
@@ -293,6 +297,7 @@ async fn run(cli: Cli) -> Result<String, String> {
     let machine = machine();
     eprintln!("starting the simulator ({})", gateway_bin.display());
     let mut rig = Rig::start(&gateway_bin)?;
+    rig.caps = cli.caps;
     let (sim_addr, sim_path) = sim_target(&rig.sim_url)?;
     let direct = Endpoint::new(&sim_addr, &sim_path, "bench")?;
 

@@ -109,6 +109,8 @@ pub struct Rig {
     databases: usize,
     /// The `GATEWAY_*` settings of the current database's gateways.
     env: Vec<(&'static str, String)>,
+    /// Whether the gateways enforce concurrency caps (`GATEWAY_CAPS`).
+    pub caps: bool,
     /// The simulator's base URL (`http://ADDR/api/v3`).
     pub sim_url: String,
     /// The addresses (`127.0.0.1:PORT`) of the running gateways.
@@ -136,6 +138,7 @@ impl Rig {
             gateways: Vec::new(),
             databases: 0,
             env: Vec::new(),
+            caps: true,
             sim_url: String::new(),
             gateway_addrs: Vec::new(),
         };
@@ -168,6 +171,7 @@ impl Rig {
             ("GATEWAY_DATABASE_URL", url),
             ("GATEWAY_UPSTREAM_URL", self.sim_url.clone()),
             ("GATEWAY_UPSTREAM_API_KEY", "bench".to_owned()),
+            ("GATEWAY_CAPS", self.caps.to_string()),
         ];
         self.admin(&["migrate"], &env)?;
         let hot = self.account("hot", &env)?;

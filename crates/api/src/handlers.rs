@@ -44,6 +44,10 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
     let gateway = state.gateway();
     match route {
         Route::Healthz => Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        Route::Readyz => {
+            gateway.ready().await?;
+            Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})))
+        }
         Route::ListModels => {
             auth(gateway, &parts, Scope::ModelsRead).await?;
             let models = gateway.list_models().await?;

@@ -9,6 +9,8 @@ use crate::error::ApiError;
 pub enum Route {
     /// `GET /healthz`: liveness, no key needed.
     Healthz,
+    /// `GET /readyz`: readiness (database reachable and migrated), no key needed.
+    Readyz,
     /// `GET /api/v1/models`.
     ListModels,
     /// `GET /api/v1/overview`.
@@ -68,6 +70,7 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
     }
     let (route, allow) = match segments.as_slice() {
         ["healthz"] => (Route::Healthz, "GET"),
+        ["readyz"] => (Route::Readyz, "GET"),
         ["api", "v1", "models"] => (Route::ListModels, "GET"),
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
         ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),

@@ -751,6 +751,9 @@ async fn routing_errors_request_ids_and_health() {
 
         let health = server.get("/healthz", None).await;
         assert_eq!(health.status, 200, "{ctx}: /healthz without a key");
+        let ready = server.get("/readyz", None).await;
+        assert_eq!(ready.status, 200, "{ctx}: /readyz without a key on a migrated database");
+        assert_eq!(ready.json["status"], "ready", "{ctx}");
 
         for path in ["/api/v1/nope", "/", "/api/v2/models", "/api/v1/tasks/a/b", "/api/v1/modelsx"] {
             let reply = server.request(Method::GET, path, &[("authorization", auth.as_str())]).await;

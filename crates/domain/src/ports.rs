@@ -64,6 +64,14 @@ pub trait AccountStore: Send + Sync {
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError>;
 }
 
+/// Whether the store can serve: reachable, and migrated to the schema this build expects.
+#[async_trait]
+pub trait Readiness: Send + Sync {
+    /// Migrations this build knows that the database lacks (0 when ready); an error when the
+    /// database cannot be reached or has never been migrated.
+    async fn pending_migrations(&self) -> Result<u64, StoreError>;
+}
+
 /// Tasks and their billing view.
 #[async_trait]
 pub trait TaskStore: Send + Sync {

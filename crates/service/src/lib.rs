@@ -20,7 +20,9 @@ mod video;
 use std::sync::Arc;
 
 use billing::{CallBook, Ledger};
-use domain::ports::{AccountStore, IdSource, IdempotencyStore, ModelStore, ResponseOwners, TaskStore, Upstream};
+use domain::ports::{
+    AccountStore, IdSource, IdempotencyStore, ModelStore, Readiness, ResponseOwners, TaskStore, Upstream,
+};
 use domain::{ApiKeyId, CapLeases, Clock, Scope, UserId, VideoStore};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
@@ -59,6 +61,8 @@ pub struct Ports {
     pub videos: Arc<dyn VideoStore>,
     /// Concurrency slots leased by replicas.
     pub caps: Arc<dyn CapLeases>,
+    /// Whether the store is reachable and migrated.
+    pub readiness: Arc<dyn Readiness>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Ids.
@@ -82,6 +86,7 @@ impl Ports {
             + ResponseOwners
             + VideoStore
             + CapLeases
+            + Readiness
             + Clone
             + 'static,
     {
@@ -93,6 +98,7 @@ impl Ports {
             responses: Arc::new(store.clone()),
             videos: Arc::new(store.clone()),
             caps: Arc::new(store.clone()),
+            readiness: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
@@ -177,6 +183,25 @@ impl Gateway {
     /// Synchronous calls of `model` running and waiting for a slot in this process.
     pub fn calls_of_model(&self, model: &str) -> (u32, u32) {
         self.admission.model_load(model)
+    }
+
+    /// Whether this process can serve: the database answers and has every migration this build
+    /// knows (`/readyz`). The error says what is missing.
+    pub async fn ready(&self) -> Result<(), ServiceError> {
+        match self.ports.readiness.pending_migrations().await {
+            Ok(0) => Ok(()),
+            Ok(n) => Err(ServiceError::Busy {
+                message: format!("not ready: the database lacks {n} migrations of this version"),
+                retry_after_secs: 5,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "readiness check failed");
+                Err(ServiceError::Busy {
+                    message: "not ready: the database cannot be reached".into(),
+                    retry_after_secs: 5,
+                })
+            }
+        }
     }
 
     /// Gives back this process's concurrency leases (at shutdown, after the last call ended), so

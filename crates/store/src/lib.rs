@@ -205,6 +205,13 @@ pub(crate) fn is_unique_violation(e: &DbErr) -> bool {
     matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_)))
 }
 
+#[async_trait::async_trait]
+impl domain::ports::Readiness for Store {
+    async fn pending_migrations(&self) -> Result<u64, StoreError> {
+        migrate::pending(&self.db).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

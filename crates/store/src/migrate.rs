@@ -90,3 +90,19 @@ pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
     txn.commit().await.map_err(backend_err)?;
     Ok(applied)
 }
+
+/// Migrations this build knows that the database has not recorded (0 when it is up to date); an
+/// error when the database cannot be reached or was never migrated.
+pub(crate) async fn pending(db: &DatabaseConnection) -> Result<u64, StoreError> {
+    let backend = db.get_database_backend();
+    let rows = db
+        .query_all_raw(Statement::from_string(backend, "SELECT version FROM schema_migrations"))
+        .await
+        .map_err(backend_err)?;
+    let mut recorded = Vec::with_capacity(rows.len());
+    for row in &rows {
+        recorded.push(row.try_get::<i64>("", "version").map_err(backend_err)?);
+    }
+    let missing = MIGRATIONS.iter().filter(|(v, _, _)| !recorded.contains(v)).count();
+    Ok(u64::try_from(missing).unwrap_or(u64::MAX))
+}
