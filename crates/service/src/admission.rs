@@ -535,7 +535,13 @@ fn plan_changes(inner: &Inner) -> Vec<Change> {
             // A request that may lower the grant (a give-back, or a fair share while another replica
             // is short) stops admission on this cap until it is answered, so that the grant it
             // keeps covers every call that may be running; one that grows or renews keeps admitting.
-            let may_shrink = want < slots.granted || slots.others_short;
+            // Only a real excess, an idle cap or a short replica elsewhere shrinks a lease: a
+            // renewal while the load merely dips keeps the whole grant (and keeps admitting), so
+            // renewals never stall calls.
+            let may_shrink = need == 0
+                || slots.granted > want + 2 * slots.headroom()
+                || (slots.others_short && want < slots.granted);
+            let want = if may_shrink { want } else { want.max(slots.granted) };
             let keep = if may_shrink {
                 slots.granted = slots.granted.min(slots.in_use);
                 slots.in_use
