@@ -187,6 +187,11 @@ impl State {
             let slots = self.slots(scope, now);
             slots.in_use = slots.in_use.saturating_sub(1);
             slots.count_release(now);
+            if slots.others_short {
+                // Another replica is short: the slot goes back to the database at the next grant
+                // (which holds this replica to its fair share) instead of to this replica's queue.
+                slots.granted = slots.granted.min(slots.in_use);
+            }
         }
     }
 
@@ -537,10 +542,9 @@ fn plan_changes(inner: &Inner) -> Vec<Change> {
             // keeps covers every call that may be running; one that grows or renews keeps admitting.
             // Only a real excess, an idle cap or a short replica elsewhere shrinks a lease: a
             // renewal while the load merely dips keeps the whole grant (and keeps admitting), so
-            // renewals never stall calls.
-            let may_shrink = need == 0
-                || slots.granted > want + 2 * slots.headroom()
-                || (slots.others_short && want < slots.granted);
+            // renewals never stall calls. A short replica elsewhere does, even while this one has
+            // waiters of its own: otherwise a busy replica would keep every slot.
+            let may_shrink = need == 0 || slots.granted > want + 2 * slots.headroom() || slots.others_short;
             let want = if may_shrink { want } else { want.max(slots.granted) };
             let keep = if may_shrink {
                 slots.granted = slots.granted.min(slots.in_use);

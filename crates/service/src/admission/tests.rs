@@ -220,3 +220,34 @@ async fn a_dead_replicas_slots_come_back_at_expiry_and_a_closed_ones_at_once() {
         assert!(n <= 2, "{label}: {n}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_replica_gives_slots_to_a_short_one() {
+    for (label, store) in stores().await {
+        let gw = gateway(&store, 3).await;
+        let u = user(&gw, 100).await;
+        let (busy, short) =
+            (admission(&store, "busy", Duration::from_secs(20)), admission(&store, "short", Duration::from_secs(20)));
+        let done = Arc::new(AtomicU32::new(0));
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let (busy, u, done) = (busy.clone(), u.clone(), Arc::clone(&done));
+            calls.spawn(async move {
+                let permit = busy.admit(&u, MODEL).await.expect("admitted");
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                drop(permit);
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        while busy.model_load(MODEL).0 < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The busy replica holds every slot and always has waiters; the short one still gets a slot
+        // long before that queue is empty (40 calls of 40 ms, 3 at a time, take over 500 ms).
+        let permit = short.admit(&u, MODEL).await.expect("admitted").expect("caps on");
+        let finished = done.load(Ordering::SeqCst);
+        assert!(finished < 30, "{label}: the short replica waited until {finished} of 40 calls ended");
+        drop(permit);
+        calls.join_all().await;
+    }
+}
