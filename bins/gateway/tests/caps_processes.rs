@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{COMMAND_TIMEOUT, Running, Sandbox, address_in, lines_until, sandbox, stdout_lines};
+use common::{COMMAND_TIMEOUT, Running, Sandbox, sandbox};
 use domain::UserId;
 use serde_json::{Value, json};
 
@@ -18,48 +18,15 @@ const MODEL: &str = "LangA-V4-flash";
 /// The lease time the servers run with.
 const LEASE_MS: u64 = 2_000;
 
-/// A user (concurrency limit 200) with a chat key: (user id, key).
+/// A user with a chat key: (user id, key).
 fn account(sandbox: &Sandbox) -> (String, String) {
-    let user = sandbox
-        .run(&[
-            "admin",
-            "user",
-            "create",
-            "--name",
-            "C",
-            "--email",
-            "c@example.com",
-            "--balance",
-            "100",
-            "--concurrency-limit",
-            "200",
-        ])
-        .json();
-    let id = user["id"].as_str().expect("user id").to_owned();
-    let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", "language:create,task:read"]).json();
-    (id, key["key"].as_str().expect("key").to_owned())
+    common::account(sandbox, "100", "language:create,task:read")
 }
 
-/// `gateway serve` on 127.0.0.1:0 against the simulator, with short leases and `queue_wait_ms`.
+/// `gateway serve` against the simulator, with short leases and `queue_wait_ms`.
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str, queue_wait_ms: u64) -> (Running, String) {
-    let child = sandbox
-        .command(&["serve"])
-        .env("GATEWAY_LISTEN", "127.0.0.1:0")
-        .env("GATEWAY_UPSTREAM_URL", format!("http://{sim}/api/v3"))
-        .env("GATEWAY_UPSTREAM_API_KEY", upstream::config::SIM_PLATFORM_KEY)
-        .env("GATEWAY_CAP_LEASE_MS", LEASE_MS.to_string())
-        .env("GATEWAY_QUEUE_WAIT_MS", queue_wait_ms.to_string())
-        .env("GATEWAY_MEDIA_DIR", sandbox.dir.join("media"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(sandbox.dir.join(format!("{name}.err"))).expect("stderr file"))
-        .spawn()
-        .expect("spawn gateway serve");
-    let mut running = Running(child);
-    let rx = stdout_lines(&mut running.0);
-    let lines = lines_until(&rx, |l| l.contains("http://127.0.0.1:"), COMMAND_TIMEOUT);
-    let addr = address_in(lines.last().expect("the address line"));
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    (running, addr)
+    let env = [("GATEWAY_CAP_LEASE_MS", LEASE_MS.to_string()), ("GATEWAY_QUEUE_WAIT_MS", queue_wait_ms.to_string())];
+    common::serve_against(sandbox, sim, name, &env)
 }
 
 /// One chat call whose upstream answer takes `latency_ms`: status, `Retry-After`, body.

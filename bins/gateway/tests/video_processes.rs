@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{
-    COMMAND_TIMEOUT, Running, Sandbox, address_in, http_get, http_request, lines_until, sandbox, stdout_lines,
-};
+use common::{COMMAND_TIMEOUT, Running, Sandbox, http_get, http_request, sandbox};
 use domain::{LedgerKind, UserId};
 use serde_json::{Value, json};
 
@@ -26,53 +24,19 @@ fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHan
 
 /// A user with `balance` and a key for creating and reading tasks: (user id, key).
 fn account(sandbox: &Sandbox, balance: &str) -> (String, String) {
-    let user = sandbox
-        .run(&[
-            "admin",
-            "user",
-            "create",
-            "--name",
-            "V",
-            "--email",
-            "v@example.com",
-            "--balance",
-            balance,
-            "--concurrency-limit",
-            "200",
-        ])
-        .json();
-    let id = user["id"].as_str().expect("user id").to_owned();
-    let scopes = "video:create,task:read,task:write";
-    let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", scopes]).json();
-    (id, key["key"].as_str().expect("key").to_owned())
+    common::account(sandbox, balance, "video:create,task:read,task:write")
 }
 
-/// `gateway serve` on 127.0.0.1:0 against the simulator, polling every 100 ms with 2 s leases; its
-/// address once it listens.
+/// `gateway serve` against the simulator, polling every 100 ms with 2 s leases.
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str) -> (Running, String) {
-    let media = sandbox.dir.join("media");
-    let child = sandbox
-        .command(&["serve"])
-        .env("GATEWAY_LISTEN", "127.0.0.1:0")
-        .env("GATEWAY_UPSTREAM_URL", format!("http://{sim}/api/v3"))
-        .env("GATEWAY_UPSTREAM_API_KEY", upstream::config::SIM_PLATFORM_KEY)
-        .env("GATEWAY_ASSETS_URL", format!("http://{sim}"))
-        .env("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY)
-        .env("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY)
-        .env("GATEWAY_TASK_POLL_INTERVAL_MS", "100")
-        .env("GATEWAY_TASK_LEASE_MS", "2000")
-        .env("GATEWAY_MEDIA_DIR", media)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(sandbox.dir.join(format!("{name}.err"))).expect("stderr file"))
-        .spawn()
-        .expect("spawn gateway serve");
-    let mut running = Running(child);
-    let rx = stdout_lines(&mut running.0);
-    let lines = lines_until(&rx, |l| l.contains("http://127.0.0.1:"), COMMAND_TIMEOUT);
-    let addr = address_in(lines.last().expect("the address line"));
-    // Keep reading stdout so that the server never blocks on a full pipe.
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    (running, addr)
+    let env = [
+        ("GATEWAY_ASSETS_URL", format!("http://{sim}")),
+        ("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY.to_owned()),
+        ("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY.to_owned()),
+        ("GATEWAY_TASK_POLL_INTERVAL_MS", "100".to_owned()),
+        ("GATEWAY_TASK_LEASE_MS", "2000".to_owned()),
+    ];
+    common::serve_against(sandbox, sim, name, &env)
 }
 
 /// Creates task number `i` on the server at `addr`; its id.

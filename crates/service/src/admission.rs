@@ -392,10 +392,11 @@ impl Admission {
                 slots.last_active = now;
             }
             let queue = state.queues.entry(user.clone()).or_default();
-            if queue.is_empty() {
+            let first = queue.is_empty();
+            queue.push_back(Waiter { id, model: model.to_owned(), reply: tx });
+            if first {
                 state.ring.push_back(user.clone());
             }
-            state.queues.entry(user.clone()).or_default().push_back(Waiter { id, model: model.to_owned(), reply: tx });
             // Slots may be free although others wait (they wait on another cap): serve the queue now.
             let refused = dispatch(&self.inner, &mut state, now);
             let still_queued = state.queues.get(user).is_some_and(|q| q.iter().any(|w| w.id == id));

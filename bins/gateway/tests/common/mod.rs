@@ -296,3 +296,57 @@ pub fn sandbox(rt: &tokio::runtime::Runtime) -> (Sandbox, &'static str) {
         _ => (Sandbox::new(), "sqlite"),
     }
 }
+
+/// A user with `balance` and a concurrency limit of 200, and a key carrying `scopes`
+/// (comma-separated): (user id, key).
+pub fn account(sandbox: &Sandbox, balance: &str, scopes: &str) -> (String, String) {
+    let user = sandbox
+        .run(&[
+            "admin",
+            "user",
+            "create",
+            "--name",
+            "P",
+            "--email",
+            "p@example.com",
+            "--balance",
+            balance,
+            "--concurrency-limit",
+            "200",
+        ])
+        .json();
+    let id = user["id"].as_str().expect("user id").to_owned();
+    let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", scopes]).json();
+    (id, key["key"].as_str().expect("key").to_owned())
+}
+
+/// `gateway serve` on 127.0.0.1:0 against the upstream simulator at `sim`, with `env` on top
+/// (stderr in `<name>.err`); its address once it listens. Its stdout keeps being read, so that the
+/// server never blocks on a full pipe.
+pub fn serve_against(
+    sandbox: &Sandbox,
+    sim: std::net::SocketAddr,
+    name: &str,
+    env: &[(&str, String)],
+) -> (Running, String) {
+    let mut command = sandbox.command(&["serve"]);
+    command
+        .env("GATEWAY_LISTEN", "127.0.0.1:0")
+        .env("GATEWAY_UPSTREAM_URL", format!("http://{sim}/api/v3"))
+        .env("GATEWAY_UPSTREAM_API_KEY", upstream::config::SIM_PLATFORM_KEY)
+        .env("GATEWAY_MEDIA_DIR", sandbox.dir.join("media"));
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(File::create(sandbox.dir.join(format!("{name}.err"))).expect("stderr file"))
+        .spawn()
+        .expect("spawn gateway serve");
+    let mut running = Running(child);
+    let rx = stdout_lines(&mut running.0);
+    let lines = lines_until(&rx, |l| l.contains("http://127.0.0.1:"), COMMAND_TIMEOUT);
+    let addr = address_in(lines.last().expect("the address line"));
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    (running, addr)
+}
