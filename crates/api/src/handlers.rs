@@ -48,6 +48,13 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
             gateway.ready().await?;
             Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})))
         }
+        Route::Metrics => {
+            let mut response = http::Response::new(crate::response::full(gateway.metrics_text().await));
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(service::METRICS_CONTENT_TYPE));
+            Ok(response)
+        }
         Route::ListModels => {
             auth(gateway, &parts, Scope::ModelsRead).await?;
             let models = gateway.list_models().await?;

@@ -11,6 +11,8 @@ pub enum Route {
     Healthz,
     /// `GET /readyz`: readiness (database reachable and migrated), no key needed.
     Readyz,
+    /// `GET /metrics`: Prometheus metrics of this replica, no key needed.
+    Metrics,
     /// `GET /api/v1/models`.
     ListModels,
     /// `GET /api/v1/overview`.
@@ -36,6 +38,30 @@ pub enum Route {
     /// `POST /v1/responses` (also `/v1/v1/responses`): response-style chat.
     Responses,
 }
+
+impl Route {
+    /// The route's path template, as the `route` label of the request metrics.
+    pub const fn label(&self) -> &'static str {
+        match self {
+            Route::Healthz => "/healthz",
+            Route::Readyz => "/readyz",
+            Route::Metrics => "/metrics",
+            Route::ListModels => "/api/v1/models",
+            Route::Overview => "/api/v1/overview",
+            Route::ListTasks | Route::CreateTask => "/api/v1/tasks",
+            Route::GetTask(_) | Route::CancelTask(_) => "/api/v1/tasks/{id}",
+            Route::Media(_) => "/media/{key}",
+            Route::ChatCompletions => "/api/v1/chat/completions",
+            Route::ImageGenerations => "/api/v1/images/generations",
+            Route::AudioGenerations => "/api/v1/audio/generations",
+            Route::Messages => "/v1/messages",
+            Route::Responses => "/v1/responses",
+        }
+    }
+}
+
+/// The `route` label of a request that matched no route (404, 405).
+pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// Picks the route for `method` and `path`: 404 for an unknown path, 405 for a known path with
 /// another method.
@@ -71,6 +97,7 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
     let (route, allow) = match segments.as_slice() {
         ["healthz"] => (Route::Healthz, "GET"),
         ["readyz"] => (Route::Readyz, "GET"),
+        ["metrics"] => (Route::Metrics, "GET"),
         ["api", "v1", "models"] => (Route::ListModels, "GET"),
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
         ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),

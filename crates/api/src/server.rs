@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use crate::body::BodyBudget;
 use crate::handlers::handle;
 use crate::response::Response;
-use crate::routes::route;
+use crate::routes::{UNMATCHED_ROUTE, route};
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -114,11 +114,12 @@ async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     let id = request_id(&req);
     let (parts, body) = req.into_parts();
     let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
-    let result = match route(&parts.method, parts.uri.path()) {
-        Ok(r) => handle(state, r, parts, body).await,
-        Err(e) => Err(e),
+    let (label, result) = match route(&parts.method, parts.uri.path()) {
+        Ok(r) => (r.label(), handle(state, r, parts, body).await),
+        Err(e) => (UNMATCHED_ROUTE, Err(e)),
     };
     let mut response = result.unwrap_or_else(|e| e.into_response());
+    state.gateway().record_request(label, response.status().as_u16(), started.elapsed());
     tracing::info!(
         request_id = id.to_str().unwrap_or_default(),
         %method,

@@ -114,6 +114,18 @@ pub trait TaskStore: Send + Sync {
         before: crate::time::Timestamp,
         limit: u64,
     ) -> Result<Vec<TaskId>, StoreError>;
+    /// What is open across the whole store right now (for metrics): reservations not yet ended,
+    /// and when the oldest video task that is not terminal was created.
+    async fn open_work(&self) -> Result<OpenWork, StoreError>;
+}
+
+/// Work not yet finished, over every user and replica.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenWork {
+    /// Reservations still holding money.
+    pub open_reservations: u64,
+    /// Creation time of the oldest video task that is not terminal (`None` when there is none).
+    pub oldest_active_video: Option<crate::time::Timestamp>,
 }
 
 /// How a task ended.
@@ -275,6 +287,19 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// A short fixed name of the failure's kind (a metrics label; no upstream text in it).
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::Status { .. } => "status",
+            UpstreamError::Malformed(_) => "malformed",
+            UpstreamError::Stream(_) => "stream",
+            UpstreamError::Rejected { .. } => "rejected",
+            UpstreamError::NotConfigured(_) => "not_configured",
+        }
+    }
+
     /// Whether retrying the same call later may succeed (connection trouble, timeouts, 429, 5xx).
     pub fn retryable(&self) -> bool {
         match self {

@@ -203,6 +203,17 @@ impl State {
     }
 }
 
+/// One cap as this replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CapLoad {
+    /// The cap.
+    pub scope: CapScope,
+    /// Slots leased now (0 once the lease expired).
+    pub leased: u32,
+    /// Calls queued for it.
+    pub waiting: u32,
+}
+
 /// The shared part of [`Admission`].
 struct Inner {
     settings: AdmissionSettings,
@@ -465,6 +476,21 @@ impl Admission {
     pub(crate) fn model_load(&self, model: &str) -> (u32, u32) {
         let Ok(state) = self.inner.state.lock() else { return (0, 0) };
         state.caps.get(&CapScope::Model(model.to_owned())).map_or((0, 0), |s| (s.in_use, s.waiting))
+    }
+
+    /// Every cap this replica knows, with its live lease and calls (for metrics).
+    pub(crate) fn loads(&self) -> Vec<CapLoad> {
+        let now = Instant::now();
+        let Ok(state) = self.inner.state.lock() else { return Vec::new() };
+        state
+            .caps
+            .iter()
+            .map(|(scope, s)| CapLoad {
+                scope: scope.clone(),
+                leased: if s.expires.is_some_and(|e| now < e) { s.granted } else { 0 },
+                waiting: s.waiting,
+            })
+            .collect()
     }
 
     /// Gives every lease of this replica back (shutdown); calls still running keep their permits

@@ -83,8 +83,12 @@ struct CallState {
     gateway: Gateway,
     task_id: TaskId,
     user_id: UserId,
+    /// The public model name (metrics).
+    model: String,
     estimate: UsdAmount,
     pricing_version_id: String,
+    /// Counts the call in `gateway_calls_in_flight` until it ends.
+    _in_flight: crate::metrics::InFlight,
     /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
     /// count while not terminal, and when caps are off).
     _permit: Option<crate::admission::Permit>,
@@ -193,6 +197,8 @@ impl Gateway {
             gateway: self.clone(),
             task_id: task_id.clone(),
             user_id: spec.user,
+            _in_flight: self.metrics.call_opened(&spec.def.name),
+            model: spec.def.name,
             estimate: spec.estimate,
             pricing_version_id,
             _permit: permit,
@@ -205,6 +211,11 @@ impl OpenCall {
     /// The call's task id.
     pub(crate) fn task_id(&self) -> &TaskId {
         &self.task_id
+    }
+
+    /// The public name of the call's model (empty once closed).
+    pub(crate) fn model(&self) -> &str {
+        self.state.as_ref().map_or("", |s| s.model.as_str())
     }
 
     /// Leaves the reservation open on purpose: an asynchronous task's hold outlives the request that
@@ -264,6 +275,7 @@ impl CallState {
         let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message };
         let calls = &self.gateway.ports.calls;
         let ended = calls.close_call(&self.task_id, &self.user_id, self.estimate, charge, outcome).await?;
+        self.gateway.metrics.call_ended(&self.model, ended.status, ended.actual, self.estimate);
         Ok(CallBilling {
             task_id: self.task_id,
             billing: TaskBilling {
@@ -351,6 +363,24 @@ impl Gateway {
             .ok_or_else(|| ServiceError::ProviderNotConfigured("no upstream provider is configured".into()))
     }
 
+    /// Opens the upstream stream of `endpoint` for the open `call`; a failure refunds the call and
+    /// is the client's error (502, or 503 when no upstream is configured).
+    pub(crate) async fn open_stream(
+        &self,
+        upstream: &dyn domain::ports::Upstream,
+        call: OpenCall,
+        endpoint: domain::ports::Endpoint,
+        body: Vec<u8>,
+    ) -> Result<(OpenCall, Box<dyn domain::ports::EventStream>), ServiceError> {
+        let started = std::time::Instant::now();
+        let events = upstream.stream(endpoint, body).await;
+        self.metrics.upstream(call.model(), started.elapsed(), events.as_ref().err());
+        match events {
+            Ok(events) => Ok((call, events)),
+            Err(e) => Err(call.fail(&e).await),
+        }
+    }
+
     /// Sends `body` to `endpoint` for the open `call` and closes the call with what `finish` makes of
     /// the 2xx answer: an upstream failure, or an answer `finish` refuses, refunds the call (502).
     pub(crate) async fn run_sync(
@@ -361,7 +391,10 @@ impl Gateway {
         body: Vec<u8>,
         finish: impl FnOnce(Vec<u8>) -> Result<Finished, UpstreamError>,
     ) -> Result<CallReply, ServiceError> {
-        let finished = match upstream.complete(endpoint, body).await.and_then(finish) {
+        let started = std::time::Instant::now();
+        let answer = upstream.complete(endpoint, body).await;
+        self.metrics.upstream(call.model(), started.elapsed(), answer.as_ref().err());
+        let finished = match answer.and_then(finish) {
             Ok(finished) => finished,
             Err(e) => return Err(call.fail(&e).await),
         };

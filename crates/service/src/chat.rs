@@ -100,10 +100,8 @@ impl Gateway {
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
         let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
         if plan.stream {
-            let events = match upstream.stream(Endpoint::ChatCompletions, upstream_body).await {
-                Ok(events) => events,
-                Err(e) => return Err(call.fail(&e).await),
-            };
+            let (call, events) =
+                self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body).await?;
             let meter =
                 ChatMeter { public_model, sheet, prompt_bound: plan.prompt_bound_tokens, ..ChatMeter::default() };
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));

@@ -12,6 +12,7 @@ mod error;
 mod idempotency;
 mod image;
 mod keys;
+mod metrics;
 mod native;
 mod reads;
 mod stream;
@@ -32,6 +33,7 @@ pub use call::{CallBilling, CallReply};
 pub use error::ServiceError;
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
+pub use metrics::METRICS_CONTENT_TYPE;
 pub use reads::{ModelView, Overview, TaskPage};
 pub use stream::{CLIENT_STALL_LIMIT, CallStream, STREAM_HEARTBEAT, StreamFailure, StreamItem};
 pub use video::webhook::signature as webhook_signature;
@@ -145,6 +147,8 @@ pub struct Gateway {
     video_wake: Arc<tokio::sync::Notify>,
     /// Concurrency caps of synchronous calls.
     admission: admission::Admission,
+    /// This replica's Prometheus metrics.
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl Gateway {
@@ -159,6 +163,7 @@ impl Gateway {
         );
         Gateway {
             admission,
+            metrics: Arc::new(metrics::Metrics::default()),
             ports,
             caches: Arc::new(cache::Caches::default()),
             call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),

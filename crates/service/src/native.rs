@@ -114,10 +114,7 @@ impl Gateway {
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
         let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
         if plan.stream {
-            let events = match upstream.stream(format.endpoint(), upstream_body).await {
-                Ok(events) => events,
-                Err(e) => return Err(call.fail(&e).await),
-            };
+            let (call, events) = self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body).await?;
             let owners = Recorder {
                 owners: Arc::clone(&self.ports.responses),
                 user: who.user_id.clone(),

@@ -141,6 +141,9 @@ impl Gateway {
         if failure.is_none() && !client_gone && M::ENDS_WITH_FINAL_EVENT && !meter.complete() {
             failure = Some(UpstreamError::Stream("the stream ended before its final event".into()));
         }
+        if let Some(e) = &failure {
+            self.metrics.upstream_failed(call.model(), e);
+        }
         let charged = close_stream(call, meter, failure.as_ref()).await;
         let _ = billed.send(charged);
         if client_gone {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
-use domain::ports::{PageRequest, StoreError, TaskOutcome, TaskStore};
+use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
     BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, TaskTransition, Timestamp,
     UsdAmount, UserId,
@@ -279,5 +279,24 @@ impl TaskStore for Store {
             .await
             .map_err(backend_err)?;
         Ok(ids.into_iter().map(TaskId).collect())
+    }
+
+    async fn open_work(&self) -> Result<OpenWork, StoreError> {
+        let open_reservations = reservations::Entity::find()
+            .filter(reservations::Column::Status.eq(BillingStatus::Reserved.as_str()))
+            .count(&self.db)
+            .await
+            .map_err(backend_err)?;
+        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
+        let oldest: Option<Option<i64>> = tasks::Entity::find()
+            .select_only()
+            .column_as(tasks::Column::CreatedAt.min(), "oldest")
+            .filter(tasks::Column::Kind.eq(domain::ModelKind::Video.as_str()))
+            .filter(tasks::Column::Status.is_in(running))
+            .into_tuple()
+            .one(&self.db)
+            .await
+            .map_err(backend_err)?;
+        Ok(OpenWork { open_reservations, oldest_active_video: oldest.flatten().map(Timestamp) })
     }
 }

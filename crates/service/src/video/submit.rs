@@ -91,7 +91,10 @@ impl Gateway {
         }
         let body = upstream_body(def, task, &assets, self.video_settings.deadline.as_secs());
         let video = self.video()?;
-        Ok(match video.upstream.create_task(body.to_string().into_bytes()).await.and_then(|b| parse_created(&b)) {
+        let started = std::time::Instant::now();
+        let created = video.upstream.create_task(body.to_string().into_bytes()).await;
+        self.metrics.upstream(&def.name, started.elapsed(), created.as_ref().err());
+        Ok(match created.and_then(|b| parse_created(&b)) {
             Ok(id) => Submission::Accepted(id),
             Err(e @ UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
                 failed("upstream_request_failed", format!("the upstream refused the task: {e}"))

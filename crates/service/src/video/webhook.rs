@@ -85,6 +85,7 @@ impl Gateway {
             Err(e) => (None, Some(e.clone())),
         };
         let delivered = error.is_none();
+        self.metrics.webhook(delivered);
         let attempt_no = delivery.attempts.saturating_add(1);
         tracing::info!(task = %delivery.task_id, event = delivery.event, attempt = attempt_no, status, latency_ms,
             error = error.as_deref().unwrap_or(""), "webhook attempt");

@@ -209,7 +209,10 @@ impl Gateway {
         let Some(upstream_id) = &job.upstream_id else {
             return Err(ServiceError::Internal(format!("task {} is {} without an upstream id", task.id, task.status)));
         };
-        let state = match self.video()?.upstream.get_task(upstream_id).await.and_then(|b| parse_task(&b)) {
+        let started = std::time::Instant::now();
+        let answer = self.video()?.upstream.get_task(upstream_id).await;
+        self.metrics.upstream(&task.model, started.elapsed(), answer.as_ref().err());
+        let state = match answer.and_then(|b| parse_task(&b)) {
             Ok(state) => state,
             Err(UpstreamError::Status { status: 404, .. }) => UpstreamState::Failed {
                 code: "upstream_task_missing".into(),
@@ -288,7 +291,7 @@ impl Gateway {
         let change = TaskTransition { from: Some(task.status), event, update };
         let ended = self.ports.calls.close_task(&task.id, &task.user_id, task.billing.estimated, charge, change).await;
         match ended {
-            Ok(_) => {}
+            Ok(ended) => self.metrics.call_ended(&task.model, ended.status, ended.actual, ended.reserved),
             Err(billing::LedgerError::TaskConflict { .. } | billing::LedgerError::AlreadyFinished { .. }) => {
                 tracing::info!(task = %task.id, "the task changed meanwhile; leaving it");
             }
