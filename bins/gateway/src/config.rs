@@ -88,6 +88,8 @@ pub struct Config {
     pub demo_balance: String,
     /// Log filter, such as `info` or `info,store=debug`.
     pub log: String,
+    /// `text` (default, for a terminal) or `json` (one object per line, for a log pipeline).
+    pub log_format: String,
 }
 
 impl Default for Config {
@@ -121,6 +123,7 @@ impl Default for Config {
             body_budget_bytes: 1024 * 1024 * 1024,
             demo_balance: "100".into(),
             log: "info".into(),
+            log_format: "text".into(),
         }
     }
 }
@@ -160,6 +163,7 @@ const ENV_KEYS: &[&str] = &[
     "body_budget_bytes",
     "demo_balance",
     "log",
+    "log_format",
 ];
 
 impl Config {
@@ -199,6 +203,9 @@ impl Config {
         }
         self.deadline()?;
         domain::UsdAmount::parse_decimal(&self.demo_balance).map_err(|e| ConfigError(format!("demo_balance: {e}")))?;
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return Err(ConfigError(format!("log_format: {:?} is neither text nor json", self.log_format)));
+        }
         Ok(())
     }
 
@@ -319,9 +326,12 @@ mod tests {
             ("GATEWAY_UPSTREAM_TIMEOUT_MS", "-1"),
             ("GATEWAY_TASK_DEADLINE", "2w"),
             ("GATEWAY_DATABASE_URL", "mysql://x"),
+            ("GATEWAY_LOG_FORMAT", "xml"),
         ] {
             assert!(Config::load(None, &env(&[(k, v)])).is_err(), "{k}={v}");
         }
+        let json = Config::load(None, &env(&[("GATEWAY_LOG_FORMAT", "json")])).expect("json logs");
+        assert_eq!(json.log_format, "json");
     }
 
     #[test]

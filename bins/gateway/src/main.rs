@@ -51,7 +51,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    init_tracing(&config.log);
+    init_tracing(&config.log, config.log_format == "json");
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -76,20 +76,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, so stdout stays one JSON object for admin commands.
-fn init_tracing(filter: &str) {
+/// Logs go to stderr, so stdout stays one JSON object for admin commands; `json` writes one JSON
+/// object per line (the event's fields flattened beside `timestamp`, `level` and `message`).
+fn init_tracing(filter: &str, json: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let targets: tracing_subscriber::filter::Targets = filter
         .parse()
         .unwrap_or_else(|_| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(false)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-        )
-        .with(targets)
-        .try_init();
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    });
+    let json = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+    });
+    let _ = tracing_subscriber::registry().with(text).with(json).with(targets).try_init();
 }

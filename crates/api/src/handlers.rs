@@ -13,7 +13,7 @@ use crate::body::read_json;
 use crate::error::ApiError;
 use crate::response::{Response, json_response, ok_json};
 use crate::routes::{Route, decode_query};
-use crate::server::AppState;
+use crate::server::{AppState, CallLog};
 use crate::sse::{SseBody, StreamFormat};
 use crate::wire;
 
@@ -199,9 +199,14 @@ async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incomin
     let bytes = read_json(&parts.headers, body, route.body_limit(), state.body_budget()).await?;
     let key = idempotency_key(&parts.headers)?;
     let gateway = state.gateway().clone();
-    tokio::spawn(async move { billable_call(&gateway, route, &who, &bytes, key).await })
+    let user = who.user_id.as_str().to_owned();
+    let result = tokio::spawn(async move { billable_call(&gateway, route, &who, &bytes, key).await })
         .await
-        .unwrap_or_else(|e| Err(ServiceError::Internal(format!("call task failed: {e}")).into()))
+        .unwrap_or_else(|e| Err(ServiceError::Internal(format!("call task failed: {e}")).into()));
+    let mut response = result.unwrap_or_else(ApiError::into_response);
+    let log = response.extensions_mut().get_or_insert_default::<CallLog>();
+    log.user = Some(user);
+    Ok(response)
 }
 
 /// Runs a billable call, with `Idempotency-Key` handling when a key was given.
@@ -294,6 +299,12 @@ fn complete_response(route: Billable, answer: Value, call: &CallBilling) -> Resu
     let mut response = http::Response::new(crate::response::full(bytes.clone()));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response.headers_mut().insert("x-svc-task-id", task_header(&call.task_id)?);
+    response.extensions_mut().insert(CallLog {
+        user: None,
+        model: Some(call.model.clone()),
+        task: Some(call.task_id.as_str().to_owned()),
+        billed: call.billing.actual,
+    });
     Ok((response, bytes))
 }
 
@@ -309,6 +320,7 @@ fn stream_response(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-svc-task-id", id);
+    response.extensions_mut().insert(CallLog { task: Some(task_id.as_str().to_owned()), ..CallLog::default() });
     Ok(response)
 }
 

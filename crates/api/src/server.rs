@@ -93,6 +93,19 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     Ok(())
 }
 
+/// What the access log line of a billable call adds, set on its response by the handler.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallLog {
+    /// The caller's user id.
+    pub user: Option<String>,
+    /// The model's public name.
+    pub model: Option<String>,
+    /// The call's task.
+    pub task: Option<String>,
+    /// What the call was charged (complete calls; a stream's charge is known only at its end).
+    pub billed: Option<domain::UsdAmount>,
+}
+
 /// A request id from the client's `X-Request-Id` when it is short and plain, else a fresh one.
 fn request_id(req: &Request<Incoming>) -> HeaderValue {
     req.headers()
@@ -120,12 +133,17 @@ async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     };
     let mut response = result.unwrap_or_else(|e| e.into_response());
     state.gateway().record_request(label, response.status().as_u16(), started.elapsed());
+    let call = response.extensions_mut().remove::<CallLog>().unwrap_or_default();
     tracing::info!(
         request_id = id.to_str().unwrap_or_default(),
         %method,
         path,
         status = response.status().as_u16(),
         micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        user_id = call.user.as_deref(),
+        model = call.model.as_deref(),
+        task_id = call.task.as_deref(),
+        billed_usd = call.billed.map(|a| a.to_string()).as_deref(),
         "request"
     );
     response.headers_mut().insert("x-request-id", id);

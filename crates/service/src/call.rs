@@ -20,6 +20,8 @@ use crate::{Gateway, ServiceError};
 pub struct CallBilling {
     /// The task the call is recorded as.
     pub task_id: TaskId,
+    /// The public name of the call's model.
+    pub model: String,
     /// Its billing.
     pub billing: TaskBilling,
 }
@@ -278,6 +280,7 @@ impl CallState {
         self.gateway.metrics.call_ended(&self.model, ended.status, ended.actual, self.estimate);
         Ok(CallBilling {
             task_id: self.task_id,
+            model: self.model,
             billing: TaskBilling {
                 status: ended.status,
                 pricing_version_id: Some(self.pricing_version_id),
