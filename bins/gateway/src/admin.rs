@@ -59,7 +59,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
         Admin::Topup { user, amount, note } => {
             let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;
             let entry = gateway.topup(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
-            api::wire::ledger_entry(&entry)
+            api::wire::to_json(&api::wire::ledger_entry(&entry))
         }
         Admin::Model(ModelCmd::Set { model, enabled, concurrency_limit }) => {
             if enabled.is_none() && concurrency_limit.is_none() {

@@ -5,6 +5,22 @@ use service::ServiceError;
 
 use crate::response::{Response, json_response};
 
+/// The error envelope every non-2xx answer carries: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorEnvelope<'a> {
+    /// The error.
+    pub error: ErrorBody<'a>,
+}
+
+/// The inside of [`ErrorEnvelope`].
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorBody<'a> {
+    /// Stable snake_case code (`invalid_request`, `insufficient_balance`, …).
+    pub code: &'a str,
+    /// Human-readable text naming the field and the rule.
+    pub message: &'a str,
+}
+
 /// An error on its way to the client: status, stable code, human message and optional headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -64,7 +80,7 @@ impl ApiError {
 
     /// The response carrying this error.
     pub fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorEnvelope { error: ErrorBody { code: self.code, message: &self.message } };
         let mut response = json_response(self.status, &body);
         if let Some(allow) = self.allow {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));

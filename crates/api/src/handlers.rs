@@ -55,6 +55,11 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
                 .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(service::METRICS_CONTENT_TYPE));
             Ok(response)
         }
+        Route::OpenApi => {
+            let mut response = http::Response::new(crate::response::full(crate::openapi::document_bytes()));
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Ok(response)
+        }
         Route::ListModels => {
             auth(gateway, &parts, Scope::ModelsRead).await?;
             let models = gateway.list_models().await?;
@@ -175,7 +180,7 @@ impl Billable {
     /// `task_id` and `billing`).
     fn answer(self, mut answer: Value, call: &CallBilling) -> Value {
         if let Value::Object(o) = &mut answer {
-            let billing = wire::billing(&call.billing);
+            let billing = wire::to_json(&wire::billing(&call.billing));
             match self {
                 Billable::Chat | Billable::Messages | Billable::Responses => {
                     o.insert("svc".into(), json!({"task_id": call.task_id.as_str(), "billing": billing}));

@@ -6,6 +6,7 @@
 pub mod body;
 mod error;
 mod handlers;
+pub mod openapi;
 mod response;
 mod routes;
 mod server;

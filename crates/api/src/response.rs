@@ -19,7 +19,7 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 /// A JSON response with `status`.
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
+pub fn json_response<T: serde::Serialize + ?Sized>(status: StatusCode, value: &T) -> Response {
     let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     let mut response = http::Response::new(full(bytes));
     *response.status_mut() = status;
@@ -28,6 +28,6 @@ pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response 
 }
 
 /// A 200 JSON response.
-pub fn ok_json(value: &serde_json::Value) -> Response {
+pub fn ok_json<T: serde::Serialize + ?Sized>(value: &T) -> Response {
     json_response(StatusCode::OK, value)
 }

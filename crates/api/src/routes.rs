@@ -13,6 +13,8 @@ pub enum Route {
     Readyz,
     /// `GET /metrics`: Prometheus metrics of this replica, no key needed.
     Metrics,
+    /// `GET /openapi.json`: the OpenAPI 3.1 document, no key needed.
+    OpenApi,
     /// `GET /api/v1/models`.
     ListModels,
     /// `GET /api/v1/overview`.
@@ -46,6 +48,7 @@ impl Route {
             Route::Healthz => "/healthz",
             Route::Readyz => "/readyz",
             Route::Metrics => "/metrics",
+            Route::OpenApi => "/openapi.json",
             Route::ListModels => "/api/v1/models",
             Route::Overview => "/api/v1/overview",
             Route::ListTasks | Route::CreateTask => "/api/v1/tasks",
@@ -98,6 +101,7 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         ["healthz"] => (Route::Healthz, "GET"),
         ["readyz"] => (Route::Readyz, "GET"),
         ["metrics"] => (Route::Metrics, "GET"),
+        ["openapi.json"] => (Route::OpenApi, "GET"),
         ["api", "v1", "models"] => (Route::ListModels, "GET"),
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
         ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),

@@ -1,145 +1,424 @@
 //! Wire shapes: domain records and use-case results turned into the interface's JSON objects.
+//!
+//! Each shape is a typed struct that is both what the handlers serialise and where the served
+//! OpenAPI document takes its response schemas from (`schemars`), so the two cannot drift.
 
-use domain::{LedgerEntry, Task, TaskBilling, UsdAmount, User};
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use domain::{LedgerEntry, Task, TaskBilling, Timestamp, UsdAmount, User};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Serialize;
+use serde_json::Value;
 use service::{ModelView, Overview, TaskPage};
 
-fn opt_text<T: ToString>(v: Option<T>) -> Value {
-    v.map_or(Value::Null, |t| Value::String(t.to_string()))
+/// A `UsdAmount` on the wire: a decimal string exact to six places (`"1.250000"`, `"-0.000001"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Usd(String);
+
+impl From<UsdAmount> for Usd {
+    fn from(a: UsdAmount) -> Usd {
+        Usd(a.to_string())
+    }
+}
+
+impl JsonSchema for Usd {
+    fn schema_name() -> Cow<'static, str> {
+        "UsdAmount".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "pattern": r"^-?\d+\.\d{6}$", "examples": ["1.250000"]})
+    }
+}
+
+/// A time on the wire: RFC 3339 in UTC with milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct DateTime(String);
+
+impl From<Timestamp> for DateTime {
+    fn from(t: Timestamp) -> DateTime {
+        DateTime(t.to_string())
+    }
+}
+
+impl JsonSchema for DateTime {
+    fn schema_name() -> Cow<'static, str> {
+        "DateTime".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string", "format": "date-time"})
+    }
 }
 
 /// A `Model` object: the spec's fields plus the catalog's (never the upstream profile).
-pub fn model(view: &ModelView) -> Value {
-    let (record, def) = (&view.record, &view.def);
-    let capabilities: Map<String, Value> = def.capabilities.iter().map(|c| (c.clone(), Value::Bool(true))).collect();
-    json!({
-        "id": record.name,
-        "public_model": record.name,
-        "object": "model",
-        "kind": record.kind.as_str(),
-        "description": def.description,
-        "enabled": record.enabled,
-        "concurrency_limit": record.concurrency_limit,
-        "endpoint": def.endpoint,
-        "scope": def.scope.as_str(),
-        "mode": def.mode.as_str(),
-        "pricing_kind": record.pricing.as_ref().map(|_| def.pricing_kind.as_str()),
-        "pricing": record.pricing.as_ref().map(|p| catalog::price_sheet_json(&p.sheet)),
-        "pricing_version": record.pricing.as_ref().map(|p| p.version),
-        "pricing_version_id": record.pricing.as_ref().map(|p| p.id()),
-        "capabilities": capabilities,
-        "limits": def.public_limits(),
-    })
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ModelObject {
+    /// The public model name.
+    pub id: String,
+    /// The value to send as a request's `model`.
+    pub public_model: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// `language`, `image`, `audio` or `video`.
+    pub kind: &'static str,
+    /// What the model is for.
+    pub description: Option<String>,
+    /// Always true in the public list (disabled models are not shown).
+    pub enabled: bool,
+    /// Calls of this model that may run at once, over all users and replicas.
+    pub concurrency_limit: i64,
+    /// The generation path the model is used with.
+    pub endpoint: String,
+    /// The key scope that path needs.
+    pub scope: &'static str,
+    /// `synchronous`, or `asynchronous` for video.
+    pub mode: &'static str,
+    /// How the model is billed; null while it has no price.
+    pub pricing_kind: Option<&'static str>,
+    /// The active price's rates; null while the model has no price (it then answers 503).
+    pub pricing: Option<Value>,
+    /// The active price's version; absent while the model has no price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pricing_version: Option<i64>,
+    /// `<model>@v<version>`, as calls' billing names it; absent while the model has no price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pricing_version_id: Option<String>,
+    /// The model's capabilities, each `true`.
+    pub capabilities: BTreeMap<String, bool>,
+    /// The model's limits, as the request checks apply them.
+    pub limits: Value,
+    /// JSON Schema of this model's request body, generated from the request types the checks use.
+    pub request_schema: Value,
+    /// JSON Schema of this model's answer.
+    pub response_schema: Value,
+}
+
+impl ModelObject {
+    /// The object for `view`.
+    pub fn of(view: &ModelView) -> ModelObject {
+        let (record, def) = (&view.record, &view.def);
+        let pricing = record.pricing.as_ref();
+        ModelObject {
+            id: record.name.clone(),
+            public_model: record.name.clone(),
+            object: "model",
+            kind: record.kind.as_str(),
+            description: def.description.clone(),
+            enabled: record.enabled,
+            concurrency_limit: record.concurrency_limit,
+            endpoint: def.endpoint.clone(),
+            scope: def.scope.as_str(),
+            mode: def.mode.as_str(),
+            pricing_kind: pricing.map(|_| def.pricing_kind.as_str()),
+            pricing: pricing.map(|p| catalog::price_sheet_json(&p.sheet)),
+            pricing_version: pricing.map(|p| p.version),
+            pricing_version_id: pricing.map(|p| p.id()),
+            capabilities: def.capabilities.iter().map(|c| (c.clone(), true)).collect(),
+            limits: def.public_limits().clone(),
+            request_schema: crate::openapi::request_schema(def),
+            response_schema: crate::openapi::response_schema(def),
+        }
+    }
 }
 
 /// A `ModelListResponse`.
-pub fn model_list(models: &[ModelView]) -> Value {
-    json!({"object": "list", "data": models.iter().map(model).collect::<Vec<_>>()})
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The enabled models.
+    pub data: Vec<ModelObject>,
+}
+
+/// The `ModelListResponse` of `models`.
+pub fn model_list(models: &[ModelView]) -> ModelList {
+    ModelList { object: "list", data: models.iter().map(ModelObject::of).collect() }
 }
 
 /// A `Billing` object.
-pub fn billing(b: &TaskBilling) -> Value {
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Billing {
+    /// Always `USD`.
+    pub currency: &'static str,
+    /// `reserved`, `settled`, `refunded` or `unbilled`.
+    pub status: &'static str,
+    /// The price version the call is billed at.
+    pub pricing_version_id: Option<String>,
+    /// The amount held when the call started.
+    pub estimated_amount: Usd,
+    /// The same in micro-USD.
+    pub estimated_amount_microusd: i64,
+    /// The charge once settled (zero when refunded); null while reserved.
+    pub actual_amount: Option<Usd>,
+    /// The same in micro-USD.
+    pub actual_amount_microusd: Option<i64>,
+    /// The balance right after the call ended; null while reserved.
+    pub balance_after: Option<Usd>,
+    /// The upstream's usage the charge was computed from.
+    pub usage: Value,
+}
+
+/// The `Billing` object of `b`.
+pub fn billing(b: &TaskBilling) -> Billing {
     let usage = b.usage_json.as_deref().and_then(|u| serde_json::from_str::<Value>(u).ok()).unwrap_or(Value::Null);
-    json!({
-        "currency": "USD",
-        "status": b.status.as_str(),
-        "pricing_version_id": b.pricing_version_id,
-        "estimated_amount": b.estimated.to_string(),
-        "estimated_amount_microusd": b.estimated.micros(),
-        "actual_amount": opt_text(b.actual),
-        "actual_amount_microusd": b.actual.map(UsdAmount::micros),
-        "balance_after": opt_text(b.balance_after),
-        "usage": usage,
-    })
+    Billing {
+        currency: "USD",
+        status: b.status.as_str(),
+        pricing_version_id: b.pricing_version_id.clone(),
+        estimated_amount: b.estimated.into(),
+        estimated_amount_microusd: b.estimated.micros(),
+        actual_amount: b.actual.map(Usd::from),
+        actual_amount_microusd: b.actual.map(UsdAmount::micros),
+        balance_after: b.balance_after.map(Usd::from),
+        usage,
+    }
 }
 
 /// A `Task` object.
-pub fn task(t: &Task) -> Value {
-    json!({
-        "id": t.id.as_str(),
-        "object": "task",
-        "user_id": t.user_id.as_str(),
-        "model": t.model,
-        "kind": t.kind.as_str(),
-        "status": t.status.as_str(),
-        "prompt": t.prompt,
-        "provider": t.provider,
-        "input_mode": t.input_mode,
-        "media_type": t.media_type,
-        "media_url": t.media_url,
-        "duration": t.duration,
-        "resolution": t.resolution,
-        "ratio": t.ratio,
-        "generate_audio": t.generate_audio,
-        "billing": billing(&t.billing),
-        "output_url": t.output_url,
-        "last_frame_url": t.last_frame_url,
-        "error_code": t.error_code,
-        "error_message": t.error_message,
-        "webhook_url": t.webhook_url,
-        "created_at": t.created_at.to_string(),
-        "updated_at": t.updated_at.to_string(),
-        "completed_at": opt_text(t.completed_at),
-    })
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskObject {
+    /// `task_…`.
+    pub id: String,
+    /// Always `task`.
+    pub object: &'static str,
+    /// The owner.
+    pub user_id: String,
+    /// The public model name.
+    pub model: String,
+    /// `language`, `image`, `audio` or `video`.
+    pub kind: &'static str,
+    /// `submitting`, `queued`, `processing`, `succeeded`, `failed`, `cancelled` or `expired`.
+    pub status: &'static str,
+    /// The prompt (cut to 4,000 characters for synchronous calls).
+    pub prompt: Option<String>,
+    /// The upstream provider's name.
+    pub provider: String,
+    /// `text`, `url`, `base64`, `mixed` or `stream`.
+    pub input_mode: Option<String>,
+    /// `image`, `video`, `audio` or `multiple`.
+    pub media_type: Option<String>,
+    /// The input media record.
+    pub media_url: Option<String>,
+    /// Seconds of video asked for.
+    pub duration: Option<i64>,
+    /// Video resolution.
+    pub resolution: Option<String>,
+    /// Video aspect ratio.
+    pub ratio: Option<String>,
+    /// Whether the video has sound.
+    pub generate_audio: Option<bool>,
+    /// The task's billing.
+    pub billing: Billing,
+    /// Where the result is.
+    pub output_url: Option<String>,
+    /// A video's last frame.
+    pub last_frame_url: Option<String>,
+    /// Why the task failed.
+    pub error_code: Option<String>,
+    /// Why the task failed, in words.
+    pub error_message: Option<String>,
+    /// Where status changes are posted.
+    pub webhook_url: Option<String>,
+    /// When the task was created.
+    pub created_at: DateTime,
+    /// When it last changed.
+    pub updated_at: DateTime,
+    /// When it ended.
+    pub completed_at: Option<DateTime>,
+}
+
+/// The `Task` object of `t`.
+pub fn task(t: &Task) -> TaskObject {
+    TaskObject {
+        id: t.id.as_str().to_owned(),
+        object: "task",
+        user_id: t.user_id.as_str().to_owned(),
+        model: t.model.clone(),
+        kind: t.kind.as_str(),
+        status: t.status.as_str(),
+        prompt: t.prompt.clone(),
+        provider: t.provider.clone(),
+        input_mode: t.input_mode.clone(),
+        media_type: t.media_type.clone(),
+        media_url: t.media_url.clone(),
+        duration: t.duration,
+        resolution: t.resolution.clone(),
+        ratio: t.ratio.clone(),
+        generate_audio: t.generate_audio,
+        billing: billing(&t.billing),
+        output_url: t.output_url.clone(),
+        last_frame_url: t.last_frame_url.clone(),
+        error_code: t.error_code.clone(),
+        error_message: t.error_message.clone(),
+        webhook_url: t.webhook_url.clone(),
+        created_at: t.created_at.into(),
+        updated_at: t.updated_at.into(),
+        completed_at: t.completed_at.map(DateTime::from),
+    }
+}
+
+/// Where a page sits in the whole list.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Pagination {
+    /// This page, from 1.
+    pub page: u64,
+    /// 20, 50 or 100.
+    pub page_size: u64,
+    /// Tasks matching the filter.
+    pub total: u64,
+    /// Pages of that size.
+    pub total_pages: u64,
 }
 
 /// A `TaskListResponse`.
-pub fn task_page(page: &TaskPage) -> Value {
-    let p = page.query.page;
-    json!({
-        "object": "list",
-        "data": page.tasks.iter().map(task).collect::<Vec<_>>(),
-        "pagination": {
-            "page": p.page,
-            "page_size": p.page_size,
-            "total": page.total,
-            "total_pages": p.total_pages(page.total),
-        },
-    })
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The page's tasks, newest first.
+    pub data: Vec<TaskObject>,
+    /// Where the page sits.
+    pub pagination: Pagination,
 }
 
-fn user(u: &User) -> Value {
-    json!({
-        "id": u.id.as_str(),
-        "name": u.name,
-        "email": u.email,
-        "role": u.role,
-        "balance_usd": u.balance.to_string(),
-        "balance_microusd": u.balance.micros(),
-        "concurrency_limit": u.concurrency_limit,
-        "media_quota_bytes": u.media_quota_bytes,
-        "created_at": u.created_at.to_string(),
-    })
+/// The `TaskListResponse` of `page`.
+pub fn task_page(page: &TaskPage) -> TaskList {
+    let p = page.query.page;
+    TaskList {
+        object: "list",
+        data: page.tasks.iter().map(task).collect(),
+        pagination: Pagination {
+            page: p.page,
+            page_size: p.page_size,
+            total: page.total,
+            total_pages: p.total_pages(page.total),
+        },
+    }
+}
+
+/// The caller in the overview.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UserObject {
+    /// `usr_…`.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Contact address.
+    pub email: String,
+    /// `user` or `admin`.
+    pub role: String,
+    /// The balance.
+    pub balance_usd: Usd,
+    /// The same in micro-USD.
+    pub balance_microusd: i64,
+    /// The user's calls that may run at once.
+    pub concurrency_limit: i64,
+    /// Bytes of stored media allowed.
+    pub media_quota_bytes: i64,
+    /// When the user was created.
+    pub created_at: DateTime,
+}
+
+fn user(u: &User) -> UserObject {
+    UserObject {
+        id: u.id.as_str().to_owned(),
+        name: u.name.clone(),
+        email: u.email.clone(),
+        role: u.role.clone(),
+        balance_usd: u.balance.into(),
+        balance_microusd: u.balance.micros(),
+        concurrency_limit: u.concurrency_limit,
+        media_quota_bytes: u.media_quota_bytes,
+        created_at: u.created_at.into(),
+    }
 }
 
 /// A ledger entry of the overview.
-pub fn ledger_entry(e: &LedgerEntry) -> Value {
-    json!({
-        "id": e.id,
-        "task_id": e.task_id.as_ref().map(|t| t.as_str()),
-        "kind": e.kind.as_str(),
-        "amount_usd": e.amount.to_string(),
-        "amount_microusd": e.amount.micros(),
-        "balance_after": e.balance_after.to_string(),
-        "description": e.description,
-        "created_at": e.created_at.to_string(),
-    })
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LedgerEntryObject {
+    /// Entry number, increasing.
+    pub id: i64,
+    /// The call it belongs to, if any.
+    pub task_id: Option<String>,
+    /// `topup`, `reserve`, `settle`, `refund` or `adjustment`.
+    pub kind: &'static str,
+    /// The movement (negative: money taken).
+    pub amount_usd: Usd,
+    /// The same in micro-USD.
+    pub amount_microusd: i64,
+    /// The balance right after.
+    pub balance_after: Usd,
+    /// What the movement was.
+    pub description: String,
+    /// When it happened.
+    pub created_at: DateTime,
+}
+
+/// The overview's entry of `e`.
+pub fn ledger_entry(e: &LedgerEntry) -> LedgerEntryObject {
+    LedgerEntryObject {
+        id: e.id,
+        task_id: e.task_id.as_ref().map(|t| t.as_str().to_owned()),
+        kind: e.kind.as_str(),
+        amount_usd: e.amount.into(),
+        amount_microusd: e.amount.micros(),
+        balance_after: e.balance_after.into(),
+        description: e.description.clone(),
+        created_at: e.created_at.into(),
+    }
+}
+
+/// Task counts and spending of the overview.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Stats {
+    /// All tasks.
+    pub total: i64,
+    /// Tasks that succeeded.
+    pub succeeded: i64,
+    /// Tasks not yet ended.
+    pub active: i64,
+    /// Sum of settled charges.
+    pub spent_usd: Usd,
 }
 
 /// An `OverviewResponse`.
-pub fn overview(o: &Overview) -> Value {
-    json!({
-        "user": user(&o.user),
-        "stats": {
-            "total": o.stats.total,
-            "succeeded": o.stats.succeeded,
-            "active": o.stats.active,
-            "spent_usd": o.stats.spent.to_string(),
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OverviewObject {
+    /// The caller.
+    pub user: UserObject,
+    /// Task counts and spending.
+    pub stats: Stats,
+    /// The models the caller can use.
+    pub routes: Vec<ModelObject>,
+    /// The newest ledger entries, newest first.
+    pub ledger: Vec<LedgerEntryObject>,
+    /// Whether generation endpoints answer 503 for maintenance.
+    pub maintenance: bool,
+}
+
+/// The `OverviewResponse` of `o`.
+pub fn overview(o: &Overview) -> OverviewObject {
+    OverviewObject {
+        user: user(&o.user),
+        stats: Stats {
+            total: o.stats.total,
+            succeeded: o.stats.succeeded,
+            active: o.stats.active,
+            spent_usd: o.stats.spent.into(),
         },
-        "routes": o.routes.iter().map(model).collect::<Vec<_>>(),
-        "ledger": o.ledger.iter().map(ledger_entry).collect::<Vec<_>>(),
-        "maintenance": o.maintenance,
-    })
+        routes: o.routes.iter().map(ModelObject::of).collect(),
+        ledger: o.ledger.iter().map(ledger_entry).collect(),
+        maintenance: o.maintenance,
+    }
+}
+
+/// `value` as JSON (the wire types serialise infallibly; `Null` would only mark a bug).
+pub fn to_json<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// The `Task` wire shape for the use cases that send it themselves (webhook bodies).
@@ -148,6 +427,6 @@ pub struct WireTasks;
 
 impl service::TaskWire for WireTasks {
     fn task_json(&self, t: &Task) -> Value {
-        task(t)
+        to_json(&task(t))
     }
 }

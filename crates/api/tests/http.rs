@@ -174,11 +174,13 @@ fn assert_no_upstream_key(value: &Value, path: &str) {
 }
 
 /// Checks one `Model` object: the spec's fields, enabled, a cap in range, and an integer pricing version
-/// (null with null pricing for the unpriced LangC-5.2).
+/// (absent, with null pricing, for the unpriced LangC-5.2), and request and response schemas.
 fn assert_model_shape(m: &Value, context: &str) {
     let name = m["id"].as_str().unwrap_or_default();
     let kinds = spec_models();
     let ctx = format!("{context}: {name}");
+    assert!(m["request_schema"]["properties"]["model"].is_object(), "{ctx}: request_schema names model");
+    assert!(m["response_schema"]["properties"].is_object(), "{ctx}: response_schema");
     assert_eq!(m["public_model"], name, "{ctx}: public_model");
     assert_eq!(Some(m["kind"].as_str().unwrap_or("?")), kinds.get(name).copied(), "{ctx}: kind");
     assert_eq!(m["enabled"], true, "{ctx}: enabled");
@@ -186,7 +188,7 @@ fn assert_model_shape(m: &Value, context: &str) {
     assert!((1..=100_000).contains(&cap), "{ctx}: concurrency_limit {cap}");
     if name == "LangC-5.2" {
         assert!(m["pricing"].is_null(), "{ctx}: unpriced model shows a price {}", m["pricing"]);
-        assert!(m["pricing_version"].is_null(), "{ctx}: pricing_version of an unpriced model");
+        assert!(m.get("pricing_version").is_none(), "{ctx}: an unpriced model has no pricing_version");
     } else {
         let v = m["pricing_version"].as_i64().unwrap_or_else(|| panic!("{ctx}: pricing_version not an integer"));
         assert!(v >= 1, "{ctx}: pricing_version {v}");

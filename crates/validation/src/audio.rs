@@ -7,6 +7,7 @@
 //! model's typed catalog limits.
 
 use catalog::{AudioLimits, ModelDef};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use validator::Validate;
@@ -36,7 +37,7 @@ const PITCH_MAX: f64 = PITCH_RANGE.1 as f64;
 pub const REFERENCE_FIELDS: [&str; 5] = ["speaker", "audio_data", "audio_url", "image_data", "image_url"];
 
 /// A `POST /api/v1/audio/generations` body. No additional properties anywhere except inside `watermark`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AudioRequest {
     /// The public model name; not sent upstream (see [`AudioPlan::upstream_body`]).
@@ -59,7 +60,7 @@ pub struct AudioRequest {
 }
 
 /// One reference: exactly one field is set (checked by [`check_audio_request`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AudioReference {
     /// An upstream speaker id.
@@ -80,7 +81,7 @@ pub struct AudioReference {
 }
 
 /// `audio_config`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Validate)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AudioConfig {
     /// Container and codec; default `wav`.
@@ -107,7 +108,7 @@ pub struct AudioConfig {
 }
 
 /// `audio_config.format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AudioFormat {
     /// WAV.
@@ -157,6 +158,16 @@ impl SampleRate {
     /// The rate in Hz.
     pub const fn hz(self) -> u64 {
         self.0
+    }
+}
+
+impl JsonSchema for SampleRate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SampleRate".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "enum": SampleRate::ALL})
     }
 }
 

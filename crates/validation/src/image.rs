@@ -9,6 +9,7 @@ mod refs;
 mod size;
 
 use catalog::{ImageLimits, ModelDef};
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +17,7 @@ use crate::ValidationError;
 use crate::shape::{self, present};
 
 /// A `POST /api/v1/images/generations` body. No additional properties.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRequest {
     /// The public model name (the branch); not sent upstream (see [`ImagePlan::upstream_body`]).
@@ -60,7 +61,7 @@ pub struct ImageRequest {
 }
 
 /// `sequential_image_generation_options`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SequentialOptions {
     /// Most images generated; bounded per model (signed, so that a negative value gets the bound's message).
@@ -69,7 +70,7 @@ pub struct SequentialOptions {
 }
 
 /// `optimize_prompt_options`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizePromptOptions {
     /// `standard` or `fast` (per model).
@@ -84,7 +85,7 @@ pub struct OptimizePromptOptions {
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $wire:literal),+ $(,)? }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
         pub enum $name {
             $($(#[$vdoc])* #[serde(rename = $wire)] $variant),+
         }
@@ -157,7 +158,7 @@ wire_enum!(
 );
 
 /// `image`: one reference string or an array of them, kept in the form the client sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ImageRefs {
     /// A single reference.

@@ -8,6 +8,7 @@ mod chat;
 mod image;
 pub mod media;
 mod native;
+pub mod schema;
 mod shape;
 pub mod sniff;
 mod video;

@@ -7,6 +7,7 @@
 //! together), https links, and "prompt or media".
 
 use catalog::{ModelDef, VideoLimits};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
@@ -20,7 +21,7 @@ pub const VIDEO_PROMPT_MAX_CHARS: u64 = 4000;
 pub const VIDEO_MAX_MEDIA: u64 = 15;
 
 /// The kind of one media input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MediaType {
     /// A reference image.
@@ -43,7 +44,7 @@ impl MediaType {
 }
 
 /// The aspect ratios a task may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Ratio {
     /// The upstream picks it from the inputs.
     #[serde(rename = "adaptive")]
@@ -88,7 +89,7 @@ impl Ratio {
 }
 
 /// One `media` item: a link the gateway imports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MediaInput {
     /// Image, video or audio.
@@ -99,7 +100,7 @@ pub struct MediaInput {
 }
 
 /// A CreateTaskRequest. No additional properties.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VideoRequest {
     /// The public model name.
