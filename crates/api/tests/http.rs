@@ -638,6 +638,14 @@ async fn task_list_filters_pages_and_owners() {
             "{ctx}: totals follow the filter"
         );
         assert_eq!(running.json["data"].as_array().map(Vec::len), Some(1), "{ctx}: last page of running");
+        // A page past the end is empty, up to the largest page number (whose offset no database
+        // can bind).
+        for page in ["3", "18446744073709551615"] {
+            let past = list(&server, &alice_key.secret, &format!("status=running&page={page}&page_size=100")).await;
+            assert_eq!(past.status, 200, "{ctx}: page {page}");
+            assert_eq!(past.json["data"], json!([]), "{ctx}: page {page} is empty");
+            assert_eq!(past.json["pagination"]["total"], 21, "{ctx}: page {page}");
+        }
 
         // Bob sees his three only.
         let reply = list(&server, &bob_key.secret, "").await;

@@ -186,6 +186,11 @@ impl TaskStore for Store {
         }
         let txn = self.read_snapshot().await?;
         let total = query.clone().count(&txn).await.map_err(backend_err)?;
+        if page.offset() >= total {
+            // Past the last task: nothing to read (and an offset beyond i64 cannot be bound).
+            txn.commit().await.map_err(backend_err)?;
+            return Ok((Vec::new(), total));
+        }
         let rows = query
             .order_by_desc(tasks::Column::CreatedAt)
             .order_by_desc(tasks::Column::Id)
