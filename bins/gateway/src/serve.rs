@@ -50,7 +50,7 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
     spawn_recovery(gateway.clone(), gateway.recovery_age());
-    tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown_signal()));
+    let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown_signal()));
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
     tracing::info!(%addr, database = %redact_url(&config.database_url), upstream = %config.upstream_url, "gateway listening");
@@ -66,13 +66,31 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
     }
     let state = api::AppState::new(gateway.clone()).with_body_budget(api::BodyBudget::new(config.body_budget_bytes));
     let served = api::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string());
-    // The server has drained its requests: give the concurrency slots back to the other replicas.
+    // The server has drained its connections. Calls whose clients left, streams, refunds and
+    // idempotency completions still run on tasks of their own: let them end their holds.
+    let running = gateway.background().running();
+    if running > 0 {
+        tracing::info!(running, "waiting for calls still running");
+    }
+    if !gateway.background().wait(SHUTDOWN_WAIT).await {
+        let left = gateway.background().running();
+        tracing::warn!(left, "calls still running at exit; the recovery sweep will end them");
+    }
+    // The video worker ends its pass (each task it claimed is released as it is scheduled).
+    match tokio::time::timeout(SHUTDOWN_WAIT, worker).await {
+        Ok(_) => {}
+        Err(_) => tracing::warn!("the video worker did not stop in time; its claims expire on their own"),
+    }
+    // Give the concurrency slots back to the other replicas.
     if let Err(e) = gateway.release_leases().await {
         tracing::warn!(error = %e, "giving back concurrency leases failed; they expire on their own");
     }
     drop(wired.simulator);
     served
 }
+
+/// How long shutdown waits for running calls, and then for the video worker's pass.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
 /// Refunds synchronous calls abandoned by an earlier crash, now and then every minute.
 fn spawn_recovery(gateway: Gateway, max_age: Duration) {

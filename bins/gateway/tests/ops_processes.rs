@@ -1,10 +1,16 @@
 //! Operating a real `gateway serve` process: with `GATEWAY_LOG_FORMAT=json` every log line on
 //! stderr is one JSON object, and a billable call's access line carries the request id, the user
-//! id, the model, the status, the latency and the amount billed, and never the key.
+//! id, the model, the status, the latency and the amount billed, and never the key; and SIGTERM
+//! waits for a call whose client already hung up, so its hold is settled before the process exits.
 
 mod common;
 
-use common::{http_request, sandbox, terminate};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Sandbox, http_request, sandbox, terminate};
+use domain::UserId;
 use serde_json::{Value, json};
 
 #[test]
@@ -48,4 +54,56 @@ fn json_logs_carry_the_call_and_never_the_key() {
         .unwrap_or_else(|| panic!("no access line for the refused call: {stderr}"));
     assert_eq!(refused["status"], 401, "{refused}");
     assert!(!stderr.contains(&key) && !stderr.contains("sk-gw-not-a-key"), "a key reached the log");
+}
+
+/// Every task of `user` with its billing, read from the database after the server stopped.
+fn tasks_of(rt: &tokio::runtime::Runtime, sandbox: &Sandbox, user: &str) -> Vec<domain::Task> {
+    rt.block_on(async {
+        let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
+        let user = UserId(user.to_owned());
+        let balance = billing::Ledger::balance(&store, &user).await.expect("balance");
+        let entries = billing::Ledger::entries(&store, &user, 1_000).await.expect("entries");
+        let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
+        assert_eq!(balance, sum, "the balance equals the ledger's sum");
+        let page = domain::ports::PageRequest { page: 1, page_size: 100 };
+        let (tasks, _) = domain::ports::TaskStore::list_tasks(&store, &user, None, page).await.expect("tasks");
+        store.close().await.expect("close the store");
+        tasks
+    })
+}
+
+#[test]
+fn sigterm_waits_for_a_call_whose_client_hung_up() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sandbox, _) = sandbox(&rt);
+    let (user, key) = common::account(&sandbox, "10", "language:create");
+    let (mut server, addr) = common::serve_against(&sandbox, sim_addr, "serve-drain", &[]);
+    let body = json!({
+        "model": "LangA-V4-flash",
+        "messages": [{"role": "user", "content": "answer slowly"}],
+        "max_tokens": 8,
+        "sim_latency_ms": 1500,
+    })
+    .to_string();
+    let mut stream = TcpStream::connect(&addr).expect("connect to the gateway");
+    write!(
+        stream,
+        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    // The call reaches the upstream, then its client leaves and the operator stops the server.
+    let reached = std::time::Instant::now();
+    while sim.in_flight_max() < 1 {
+        assert!(reached.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(stream);
+    terminate(&mut server.0);
+    let tasks = tasks_of(&rt, &sandbox, &user);
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0].status, domain::TaskStatus::Succeeded, "the call finished before the exit: {tasks:?}");
+    assert_eq!(tasks[0].billing.status, domain::BillingStatus::Settled, "{tasks:?}");
 }

@@ -205,7 +205,9 @@ async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incomin
     let key = idempotency_key(&parts.headers)?;
     let gateway = state.gateway().clone();
     let user = who.user_id.as_str().to_owned();
-    let result = tokio::spawn(async move { billable_call(&gateway, route, &who, &bytes, key).await })
+    let background = gateway.background().clone();
+    let result = background
+        .spawn(async move { billable_call(&gateway, route, &who, &bytes, key).await })
         .await
         .unwrap_or_else(|e| Err(ServiceError::Internal(format!("call task failed: {e}")).into()));
     let mut response = result.unwrap_or_else(ApiError::into_response);
@@ -250,7 +252,7 @@ async fn billable_call(
             // was; a stream that ended without a charge frees the key for a retry.
             let service::CallStream { task_id, items, billed } = stream;
             let (gateway, id) = (gateway.clone(), task_id.clone());
-            tokio::spawn(async move {
+            gateway.background().clone().spawn(async move {
                 if billed.await.unwrap_or(false) {
                     let message = format!(
                         "the first request with this Idempotency-Key was streamed as task {id}; streams are not replayed"

@@ -36,7 +36,9 @@ pub(crate) async fn create(state: &AppState, parts: Parts, body: Incoming) -> Re
     let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::VideoCreate).await?;
     let key = idempotency_key(&parts.headers)?;
     let budget = state.body_budget().clone();
-    tokio::spawn(async move { create_task(&gateway, &who, &parts.headers, body, key, &budget).await })
+    let background = gateway.background().clone();
+    background
+        .spawn(async move { create_task(&gateway, &who, &parts.headers, body, key, &budget).await })
         .await
         .unwrap_or_else(|e| Err(ServiceError::Internal(format!("task creation failed: {e}")).into()))
 }

@@ -305,7 +305,8 @@ impl Drop for OpenCall {
         };
         tracing::error!(%task, "open call dropped without being closed; refunding it");
         let message = "the gateway abandoned the call before it finished; the reservation was refunded".to_owned();
-        runtime.spawn(async move {
+        let background = state.gateway.background.clone();
+        background.spawn_on(&runtime, async move {
             if let Err(e) = state.close(None, TaskStatus::Failed, Some(("interrupted".into(), message)), None).await {
                 tracing::error!(%task, error = %e, "refund of a dropped call failed");
             }

@@ -5,6 +5,7 @@
 mod admin;
 mod admission;
 mod audio;
+mod background;
 mod cache;
 mod call;
 mod chat;
@@ -28,6 +29,7 @@ use domain::{ApiKeyId, CapLeases, Clock, Scope, UserId, VideoStore};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use admission::AdmissionSettings;
+pub use background::Background;
 pub use cache::CACHE_TTL;
 pub use call::{CallBilling, CallReply};
 pub use error::ServiceError;
@@ -149,6 +151,8 @@ pub struct Gateway {
     admission: admission::Admission,
     /// This replica's Prometheus metrics.
     metrics: Arc<metrics::Metrics>,
+    /// Calls, streams and refunds running on tasks of their own.
+    background: Background,
 }
 
 impl Gateway {
@@ -164,6 +168,7 @@ impl Gateway {
         Gateway {
             admission,
             metrics: Arc::new(metrics::Metrics::default()),
+            background: Background::default(),
             ports,
             caches: Arc::new(cache::Caches::default()),
             call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),
@@ -178,6 +183,11 @@ impl Gateway {
         self.admission =
             admission::Admission::new(settings, replica, Arc::clone(&self.ports.caps), Arc::clone(&self.ports.clock));
         self
+    }
+
+    /// The work this gateway runs on tasks of its own; shutdown waits for it.
+    pub fn background(&self) -> &Background {
+        &self.background
     }
 
     /// This process's id in lease rows (and the video worker's claims).

@@ -91,7 +91,7 @@ impl Gateway {
         let (billed_tx, billed) = oneshot::channel();
         let task_id = call.task_id().clone();
         let gateway = self.clone();
-        tokio::spawn(async move { gateway.pump(call, events, meter, tx, billed_tx).await });
+        self.background.spawn(async move { gateway.pump(call, events, meter, tx, billed_tx).await });
         CallStream { task_id, items, billed }
     }
 
