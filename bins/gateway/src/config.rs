@@ -71,6 +71,9 @@ pub struct Config {
     /// How long a replica's lease on concurrency slots lives unless renewed: after a crash its
     /// slots come back within this time.
     pub cap_lease_ms: u64,
+    /// How long a replica's liveness lease lives unless renewed (every third of it): once it has
+    /// run out, another replica refunds the synchronous calls the dead one was running.
+    pub replica_lease_ms: u64,
     /// Asset control plane origin.
     pub assets_url: String,
     /// Asset control plane access key.
@@ -115,6 +118,7 @@ impl Default for Config {
             caps: true,
             queue_wait_ms: 5_000,
             cap_lease_ms: 15_000,
+            replica_lease_ms: 30_000,
             assets_url: "sim".into(),
             assets_access_key: Secret::default(),
             assets_secret_key: Secret::default(),
@@ -155,6 +159,7 @@ const ENV_KEYS: &[&str] = &[
     "caps",
     "queue_wait_ms",
     "cap_lease_ms",
+    "replica_lease_ms",
     "assets_url",
     "assets_access_key",
     "assets_secret_key",
@@ -280,6 +285,7 @@ impl serde::Serialize for Config {
         m.serialize_entry("caps", &self.caps)?;
         m.serialize_entry("queue_wait_ms", &self.queue_wait_ms)?;
         m.serialize_entry("cap_lease_ms", &self.cap_lease_ms)?;
+        m.serialize_entry("replica_lease_ms", &self.replica_lease_ms)?;
         m.serialize_entry("body_budget_bytes", &self.body_budget_bytes)?;
         m.end()
     }

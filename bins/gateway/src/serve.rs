@@ -49,7 +49,10 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
     let gateway = wired.gateway;
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
+    let replica_lease = Duration::from_millis(config.replica_lease_ms.max(1_000));
+    gateway.keep_alive(replica_lease).await.map_err(|e| format!("replica lease: {e}"))?;
     spawn_recovery(gateway.clone(), gateway.recovery_age());
+    spawn_liveness(gateway.clone(), replica_lease);
     let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown_signal()));
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
@@ -81,9 +84,15 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         Ok(_) => {}
         Err(_) => tracing::warn!("the video worker did not stop in time; its claims expire on their own"),
     }
-    // Give the concurrency slots back to the other replicas.
+    // Give the concurrency slots back to the other replicas, and end the liveness lease (no call
+    // of this replica is left to end).
     if let Err(e) = gateway.release_leases().await {
         tracing::warn!(error = %e, "giving back concurrency leases failed; they expire on their own");
+    }
+    if gateway.background().running() == 0
+        && let Err(e) = gateway.retire().await
+    {
+        tracing::warn!(error = %e, "ending the replica lease failed; it expires on its own");
     }
     drop(wired.simulator);
     served
@@ -102,6 +111,26 @@ fn spawn_recovery(gateway: Gateway, max_age: Duration) {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(ended = n, "refunded calls interrupted by a restart"),
                 Err(e) => tracing::error!(error = %e, "recovery sweep failed"),
+            }
+        }
+    });
+}
+
+/// Renews this replica's liveness lease every third of `lease`, and refunds the calls of
+/// replicas whose lease ran out (they died mid-call).
+fn spawn_liveness(gateway: Gateway, lease: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = gateway.keep_alive(lease).await {
+                tracing::error!(error = %e, "renewing the replica lease failed");
+            }
+            match gateway.recover_orphaned_calls(lease).await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(ended = n, "refunded calls of a replica that stopped answering"),
+                Err(e) => tracing::error!(error = %e, "sweep of dead replicas' calls failed"),
             }
         }
     });

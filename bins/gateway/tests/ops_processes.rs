@@ -1,7 +1,9 @@
 //! Operating a real `gateway serve` process: with `GATEWAY_LOG_FORMAT=json` every log line on
 //! stderr is one JSON object, and a billable call's access line carries the request id, the user
 //! id, the model, the status, the latency and the amount billed, and never the key; and SIGTERM
-//! waits for a call whose client already hung up, so its hold is settled before the process exits.
+//! waits for a call whose client already hung up, so its hold is settled before the process exits;
+//! and the call of a replica killed with SIGKILL is refunded by another replica once the dead
+//! one's liveness lease has run out, long before the age-based sweep would.
 
 mod common;
 
@@ -106,4 +108,51 @@ fn sigterm_waits_for_a_call_whose_client_hung_up() {
     assert_eq!(tasks.len(), 1, "{tasks:?}");
     assert_eq!(tasks[0].status, domain::TaskStatus::Succeeded, "the call finished before the exit: {tasks:?}");
     assert_eq!(tasks[0].billing.status, domain::BillingStatus::Settled, "{tasks:?}");
+}
+
+#[test]
+fn a_killed_replicas_call_is_refunded_by_another_within_its_lease() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sandbox, _) = sandbox(&rt);
+    let (user, key) = common::account(&sandbox, "10", "language:create");
+    let env = [("GATEWAY_REPLICA_LEASE_MS", "2000".to_owned())];
+    let (mut doomed, addr) = common::serve_against(&sandbox, sim_addr, "serve-doomed", &env);
+    let (_survivor, _) = common::serve_against(&sandbox, sim_addr, "serve-survivor", &env);
+    let body = json!({
+        "model": "LangA-V4-flash",
+        "messages": [{"role": "user", "content": "never answered in time"}],
+        "max_tokens": 8,
+        "sim_latency_ms": 30000,
+    })
+    .to_string();
+    let mut stream = TcpStream::connect(&addr).expect("connect to the gateway");
+    write!(
+        stream,
+        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let started = std::time::Instant::now();
+    while sim.in_flight_max() < 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    doomed.0.kill().expect("SIGKILL the replica");
+    let _ = doomed.0.wait();
+    let killed = std::time::Instant::now();
+    let task = loop {
+        let tasks = tasks_of(&rt, &sandbox, &user);
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        if tasks[0].status.is_terminal() {
+            break tasks[0].clone();
+        }
+        assert!(killed.elapsed() < Duration::from_secs(15), "the dead replica's call is still open: {tasks:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(task.status, domain::TaskStatus::Failed, "{task:?}");
+    assert_eq!(task.error_code.as_deref(), Some("interrupted"), "{task:?}");
+    assert_eq!(task.billing.status, domain::BillingStatus::Refunded, "{task:?}");
+    drop(stream);
 }

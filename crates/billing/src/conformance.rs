@@ -336,6 +336,7 @@ fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskStatus)
         created_at: Timestamp(1_795_300_000_000),
         updated_at: Timestamp(1_795_300_000_000),
         completed_at: None,
+        runner: None,
     }
 }
 

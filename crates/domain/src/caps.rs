@@ -85,6 +85,22 @@ pub trait CapLeases: Send + Sync {
     /// Slots in use by synchronous calls on `scope`, summed over the live leases of all replicas
     /// (as last reported by each).
     async fn leased_in_use(&self, scope: &CapScope, now: Timestamp) -> Result<u64, StoreError>;
+
+    /// Renews `replica`'s liveness lease until `expires_at` (and forgets replicas whose lease
+    /// ended long ago).
+    async fn heartbeat(&self, replica: &str, now: Timestamp, expires_at: Timestamp) -> Result<(), StoreError>;
+
+    /// Ends `replica`'s liveness lease (a clean stop, after its last call ended).
+    async fn retire(&self, replica: &str) -> Result<(), StoreError>;
+
+    /// Up to `limit` running synchronous calls whose runner has no liveness lease at `now` (it
+    /// died) and that have not changed since `before`, oldest first.
+    async fn orphaned_calls(
+        &self,
+        now: Timestamp,
+        before: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<crate::TaskId>, StoreError>;
 }
 
 /// What a cap holds while a grant is computed (read under the cap's lock).

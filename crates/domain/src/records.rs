@@ -211,6 +211,9 @@ pub struct Task {
     pub updated_at: Timestamp,
     /// When it reached a terminal state.
     pub completed_at: Option<Timestamp>,
+    /// The replica running a synchronous call (its liveness lease says whether the call can still
+    /// end); `None` for video tasks, which the worker claims instead.
+    pub runner: Option<String>,
 }
 
 /// Counts shown in the account overview.

@@ -193,6 +193,10 @@ impl Gateway {
             created_at: now,
             updated_at: now,
             completed_at: None,
+            runner: match spec.def.mode {
+                catalog::Mode::Synchronous => Some(self.replica_id().to_owned()),
+                catalog::Mode::Asynchronous => None,
+            },
         };
         self.ports.calls.open_call(task, spec.estimate).await?;
         let state = CallState {
@@ -420,8 +424,40 @@ impl Gateway {
         let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
         let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
         let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
+        Ok(self.end_interrupted(stale).await)
+    }
+
+    /// Renews this replica's liveness lease for `ttl`: while it lasts, other replicas leave the
+    /// calls it runs alone.
+    pub async fn keep_alive(&self, ttl: std::time::Duration) -> Result<(), ServiceError> {
+        let now = self.ports.clock.now();
+        let until = domain::Timestamp(now.millis().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
+        self.ports.caps.heartbeat(self.replica_id(), now, until).await?;
+        Ok(())
+    }
+
+    /// Ends this replica's liveness lease (a clean stop, after its last call ended).
+    pub async fn retire(&self) -> Result<(), ServiceError> {
+        self.ports.caps.retire(self.replica_id()).await?;
+        Ok(())
+    }
+
+    /// Refunds synchronous calls whose replica died: each running call whose runner holds no
+    /// liveness lease and that has not changed for `ttl` (the lease time) is refunded and marked
+    /// `failed` with code `interrupted`. Returns how many were ended.
+    pub async fn recover_orphaned_calls(&self, ttl: std::time::Duration) -> Result<u64, ServiceError> {
+        let now = self.ports.clock.now();
+        let age = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let before = domain::Timestamp(now.millis().saturating_sub(age));
+        let orphans = self.ports.caps.orphaned_calls(now, before, 500).await?;
+        Ok(self.end_interrupted(orphans).await)
+    }
+
+    /// Refunds each of `ids` (a call nobody will end) and marks it `failed` / `interrupted`;
+    /// how many were ended here.
+    async fn end_interrupted(&self, ids: Vec<TaskId>) -> u64 {
         let mut ended = 0;
-        for id in stale {
+        for id in ids {
             match self.ports.ledger.refund(&id).await {
                 Ok(_)
                 | Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
@@ -442,7 +478,7 @@ impl Gateway {
                 ended += 1;
             }
         }
-        Ok(ended)
+        ended
     }
 }
 

@@ -42,6 +42,7 @@ fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
         created_at: at,
         updated_at: at,
         completed_at: None,
+        runner: None,
     }
 }
 

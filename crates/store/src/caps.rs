@@ -9,7 +9,7 @@
 
 use async_trait::async_trait;
 use domain::ports::StoreError;
-use domain::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest, Timestamp};
+use domain::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest, TaskId, Timestamp};
 use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 
 use crate::{Backend, Store, backend_err};
@@ -132,5 +132,39 @@ impl CapLeases for Store {
             None => 0,
         };
         crate::video::to_u64("leased slots", n)
+    }
+
+    async fn heartbeat(&self, replica: &str, now: Timestamp, expires_at: Timestamp) -> Result<(), StoreError> {
+        let upsert = "INSERT INTO replicas (id, expires_at) VALUES ($1, $2) \
+                      ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at";
+        self.db
+            .execute_raw(self.statement(upsert, vec![replica.into(), expires_at.millis().into()]))
+            .await
+            .map_err(backend_err)?;
+        // Each start is a new replica id: forget those gone for an hour (a missing row and an
+        // expired one mean the same to the sweep).
+        let forget = "DELETE FROM replicas WHERE expires_at < $1";
+        let long_ago = now.millis().saturating_sub(3_600_000);
+        self.db.execute_raw(self.statement(forget, vec![long_ago.into()])).await.map_err(backend_err)?;
+        Ok(())
+    }
+
+    async fn retire(&self, replica: &str) -> Result<(), StoreError> {
+        let sql = "DELETE FROM replicas WHERE id = $1";
+        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        Ok(())
+    }
+
+    async fn orphaned_calls(&self, now: Timestamp, before: Timestamp, limit: u64) -> Result<Vec<TaskId>, StoreError> {
+        let sql = format!(
+            // Placeholders in order of appearance: SQLite numbers `$n` names as it meets them.
+            "SELECT t.id AS id FROM tasks t WHERE t.runner IS NOT NULL AND t.status IN {RUNNING} \
+             AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = t.runner AND r.expires_at >= $1) \
+             AND t.updated_at < $2 ORDER BY t.updated_at LIMIT $3"
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let values: Vec<Value> = vec![now.millis().into(), before.millis().into(), limit.into()];
+        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        rows.iter().map(|row| row.try_get::<String>("", "id").map(TaskId).map_err(backend_err)).collect()
     }
 }

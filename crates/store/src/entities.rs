@@ -130,6 +130,8 @@ pub mod tasks {
         pub completed_at: Option<i64>,
         /// The upstream's id for the task (migration 0003).
         pub upstream_id: Option<String>,
+        /// The replica running a synchronous call (migration 0007).
+        pub runner: Option<String>,
     }
     no_relations!();
 }

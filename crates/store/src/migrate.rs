@@ -37,6 +37,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0006_cap_leases.sql"),
         include_str!("../../../migrations/postgres/0006_cap_leases.sql"),
     ),
+    (
+        7,
+        include_str!("../../../migrations/sqlite/0007_call_runners.sql"),
+        include_str!("../../../migrations/postgres/0007_call_runners.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.

@@ -1,4 +1,4 @@
-//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$55`).
+//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`).
 
 use billing::book::Plan;
 use domain::{TaskId, UsdAmount};
@@ -12,7 +12,9 @@ type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
     let query = bind_money(query, plan);
     let query = bind_new_tasks(query, plan);
-    bind_moves(query, plan).bind(plan.now().millis())
+    bind_moves(query, plan)
+        .bind(plan.now().millis())
+        .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>())
 }
 
 fn micros(a: UsdAmount) -> i64 {

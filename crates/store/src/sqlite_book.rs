@@ -249,9 +249,9 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
     txn.prepare_cached(
         "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
          duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
-         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id) \
+         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-         ?23, ?24, ?25)",
+         ?23, ?24, ?25, ?26)",
     )?
     .execute(params![
         t.id.as_str(),
@@ -279,5 +279,6 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         t.updated_at.millis(),
         t.completed_at.map(|c| c.millis()),
         upstream_id,
+        t.runner,
     ])
 }

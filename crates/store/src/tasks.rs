@@ -70,6 +70,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
         created_at: Timestamp(row.created_at),
         updated_at: Timestamp(row.updated_at),
         completed_at: row.completed_at.map(Timestamp),
+        runner: row.runner,
     })
 }
 
@@ -99,6 +100,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         created_at: Set(task.created_at.millis()),
         updated_at: Set(task.updated_at.millis()),
         completed_at: Set(task.completed_at.map(|t| t.millis())),
+        runner: Set(task.runner),
         upstream_id: sea_orm::ActiveValue::NotSet,
     }
 }

@@ -47,6 +47,7 @@ fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
         created_at: Timestamp(1_795_300_000_000),
         updated_at: Timestamp(1_795_300_000_000),
         completed_at: None,
+        runner: None,
     }
 }
 

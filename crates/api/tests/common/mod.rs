@@ -375,6 +375,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         created_at: now,
         updated_at: now,
         completed_at: status.is_terminal().then_some(now),
+        runner: None,
     }
 }
 

@@ -133,5 +133,6 @@ pub fn call_task(user: &UserId, id: &TaskId) -> domain::Task {
         created_at: domain::Timestamp(1),
         updated_at: domain::Timestamp(1),
         completed_at: None,
+        runner: None,
     }
 }
