@@ -16,7 +16,7 @@ use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 use validation::schema::strip_null;
-use validation::{AudioRequest, ImageRequest, VideoRequest};
+use validation::{AudioRequest, ChatRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
 
 use crate::error::ErrorEnvelope;
 use crate::wire::{Billing, ModelList, OverviewObject, TaskList, TaskObject};
@@ -77,21 +77,10 @@ fn response_root<T: JsonSchema>() -> Value {
         .to_value()
 }
 
-/// The JSON Schema of a chat-style request body, until language requests have a typed request:
-/// `validation` checks them field by field against the model's limits.
-fn language_request() -> Value {
-    json!({
-        "type": "object",
-        "description": "A chat request; checked field by field against the model's limits (see the model's `limits`).",
-        "required": ["model"],
-        "properties": {"model": {"type": "string"}},
-        "additionalProperties": true,
-    })
-}
-
-/// The model's `request_schema`: its kind's typed request narrowed by its limits.
+/// The model's `request_schema`: its kind's typed request narrowed by its limits (`null` only for a
+/// catalog entry without its kind's limits, which the catalog's own checks refuse).
 pub fn request_schema(def: &ModelDef) -> Value {
-    validation::schema::request_schema(def).unwrap_or_else(language_request)
+    validation::schema::request_schema(def).unwrap_or(Value::Null)
 }
 
 static ANSWERS: LazyLock<[Value; 3]> = LazyLock::new(|| {
@@ -170,7 +159,9 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
         strip_null(&mut schema);
         json!({"required": true, "content": json_content(schema)})
     };
-    let chat_body = request(language_request());
+    let chat_body = request(requests.subschema_for::<ChatRequest>().to_value());
+    let messages_body = request(requests.subschema_for::<MessagesRequest>().to_value());
+    let responses_body = request(requests.subschema_for::<ResponsesRequest>().to_value());
     let stream = |answer: &Value| {
         json!({
             "application/json": {"schema": answer},
@@ -336,7 +327,7 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
             summary: "Chat completion (streaming with `stream: true`), billed on the reported usage",
             scope: Some("language:create"),
             parameters: vec![],
-            body: Some(chat_body.clone()),
+            body: Some(chat_body),
             responses: with(vec![(200, "the completion", Some(stream(&chat_answer)))], &billable),
         },
         Operation {
@@ -366,7 +357,7 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
                 "name": "anthropic-version", "in": "header", "required": true,
                 "description": "Or `messages-version`", "schema": {"type": "string"}
             })],
-            body: Some(chat_body.clone()),
+            body: Some(messages_body),
             responses: with(vec![(200, "the message", Some(stream(&chat_answer)))], &billable),
         },
         Operation {
@@ -375,7 +366,7 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
             summary: "Response-style chat (OpenAI Responses format); also served at /v1/v1/responses",
             scope: Some("language:create"),
             parameters: vec![],
-            body: Some(chat_body),
+            body: Some(responses_body),
             responses: with(vec![(200, "the response", Some(stream(&chat_answer)))], &billable),
         },
     ]
@@ -552,7 +543,17 @@ mod tests {
             let name = target.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("$ref {target}"));
             assert!(schemas.contains_key(name), "$ref {target} has no definition");
         }
-        for name in ["ImageRequest", "AudioRequest", "VideoRequest", "TaskObject", "ModelList", "ErrorEnvelope"] {
+        for name in [
+            "ImageRequest",
+            "AudioRequest",
+            "VideoRequest",
+            "ChatRequest",
+            "MessagesRequest",
+            "ResponsesRequest",
+            "TaskObject",
+            "ModelList",
+            "ErrorEnvelope",
+        ] {
             assert!(schemas.contains_key(name), "{name} is defined");
         }
         // Request fields are not nullable; response fields may be.

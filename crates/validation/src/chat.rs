@@ -7,9 +7,13 @@
 
 mod media;
 mod messages;
+mod request;
 
 use catalog::{LanguageLimits, ModelDef};
-use serde_json::{Map, Number, Value};
+pub use request::{
+    ChatMessage, ChatRequest, ContentPart, MessageContent, Object, Role, Stop, StreamOptions, Thinking, ToolChoice,
+};
+use serde_json::{Map, Value};
 
 use crate::ValidationError;
 
@@ -45,21 +49,21 @@ pub struct ChatPlan {
 }
 
 /// Checks a chat completion body for model `def` (the caller has already matched `body["model"]` to `def`
-/// and bounded the body's size). Every rule names the field and the bound in its message; parameters the
-/// interface does not list are allowed and left alone. A JSON `null` counts as a wrong type for every
-/// optional field; only an assistant message with `tool_calls` may have `content: null`.
+/// and bounded the body's size). First the body is read as a [`ChatRequest`] (every field the
+/// gateway reads, typed; a JSON `null` is a wrong type for every optional field), then the model's
+/// limits are applied to those values. Every rule names the field and the bound in its message;
+/// parameters the interface does not list are allowed and left alone.
 pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPlan, ValidationError> {
     let Some(limits) = def.language_limits() else {
         return Err(invalid(format!("model {} is not a language model", def.name)));
     };
-    let input = messages::check(def, limits, body)?;
-    let stream = check_stream(body)?;
-    let max_output_tokens = check_output_tokens(def, limits, body)?;
-    check_sampling(limits, body)?;
-    check_stop(limits, body)?;
-    check_thinking(def, limits, body)?;
-    check_reasoning_effort(def, limits, body)?;
-    check_tools(body)?;
+    let request: ChatRequest = crate::shape::parse_map(body)?;
+    let input = messages::check(def, limits, &request.messages, body)?;
+    let max_output_tokens = check_output_tokens(def, limits, &request)?;
+    check_sampling(limits, &request)?;
+    check_stop(limits, &request)?;
+    check_thinking(def, limits, &request)?;
+    check_reasoning_effort(def, limits, &request)?;
 
     let other_fields = body
         .iter()
@@ -67,148 +71,104 @@ pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPla
         .fold(0u64, |sum, (key, value)| sum.saturating_add(entry_size(key, value)));
     let estimate = TEMPLATE_OVERHEAD_TOKENS.saturating_add(input.prompt_tokens).saturating_add(other_fields);
     let cap = limits.input_window().unwrap_or(u64::MAX);
-    Ok(ChatPlan { stream, max_output_tokens, prompt_bound_tokens: estimate.min(cap), has_audio: input.has_audio })
-}
-
-fn check_stream(body: &Map<String, Value>) -> Result<bool, ValidationError> {
-    let stream = match body.get("stream") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => return Err(invalid(format!("stream must be a boolean, got {}", describe(other)))),
-    };
-    match body.get("stream_options") {
-        None => {}
-        Some(Value::Object(options)) => match options.get("include_usage") {
-            None | Some(Value::Bool(_)) => {}
-            Some(other) => {
-                return Err(invalid(format!(
-                    "stream_options.include_usage must be a boolean, got {}",
-                    describe(other)
-                )));
-            }
-        },
-        Some(other) => return Err(invalid(format!("stream_options must be an object, got {}", describe(other)))),
-    }
-    Ok(stream)
+    Ok(ChatPlan {
+        stream: request.stream.unwrap_or(false),
+        max_output_tokens,
+        prompt_bound_tokens: estimate.min(cap),
+        has_audio: input.has_audio,
+    })
 }
 
 /// Checks `max_tokens` and `max_completion_tokens` (both, when both are given) against the model's
 /// `limits.max_tokens` range and returns the effective output cap.
-fn check_output_tokens(
-    def: &ModelDef,
-    limits: &LanguageLimits,
-    body: &Map<String, Value>,
-) -> Result<u64, ValidationError> {
+fn check_output_tokens(def: &ModelDef, limits: &LanguageLimits, request: &ChatRequest) -> Result<u64, ValidationError> {
     let model_max = limits.max_completion_tokens();
     let (min, max) = (limits.max_tokens.min, limits.max_tokens.max);
     let mut chosen = None;
-    for field in ["max_tokens", "max_completion_tokens"] {
-        let Some(value) = body.get(field) else { continue };
-        match value.as_u64() {
-            Some(n) if (min..=max).contains(&n) => chosen = Some(n),
-            _ => {
-                return Err(invalid(format!(
-                    "{field} must be an integer from {min} to {max} for model {}, got {}",
-                    def.name,
-                    describe(value)
-                )));
-            }
+    for (field, value) in [("max_tokens", request.max_tokens), ("max_completion_tokens", request.max_completion_tokens)]
+    {
+        let Some(n) = value else { continue };
+        if !(min..=max).contains(&n) {
+            return Err(invalid(format!(
+                "{field} must be an integer from {min} to {max} for model {}, got {n}",
+                def.name
+            )));
         }
+        chosen = Some(n);
     }
     Ok(chosen.unwrap_or(model_max))
 }
 
-fn check_sampling(limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
+fn check_sampling(limits: &LanguageLimits, request: &ChatRequest) -> Result<(), ValidationError> {
     let sampling = limits.sampling.as_ref();
-    let ranges = [("temperature", sampling.map(|s| &s.temperature), 2.0), ("top_p", sampling.map(|s| &s.top_p), 1.0)];
-    for (field, range, default_max) in ranges {
-        let bound = |n: Option<&Number>, default: f64| n.and_then(Number::as_f64).unwrap_or(default);
-        check_number(body, field, bound(range.map(|r| &r.min), 0.0), bound(range.map(|r| &r.max), default_max))?;
-    }
-    for field in ["frequency_penalty", "presence_penalty"] {
-        check_number(body, field, PENALTY_RANGE.0, PENALTY_RANGE.1)?;
+    let bound =
+        |n: Option<&serde_json::Number>, default: f64| n.and_then(serde_json::Number::as_f64).unwrap_or(default);
+    let temperature = sampling.map(|s| &s.temperature);
+    let top_p = sampling.map(|s| &s.top_p);
+    let ranges = [
+        (
+            "temperature",
+            request.temperature,
+            bound(temperature.map(|r| &r.min), 0.0),
+            bound(temperature.map(|r| &r.max), 2.0),
+        ),
+        ("top_p", request.top_p, bound(top_p.map(|r| &r.min), 0.0), bound(top_p.map(|r| &r.max), 1.0)),
+        ("frequency_penalty", request.frequency_penalty, PENALTY_RANGE.0, PENALTY_RANGE.1),
+        ("presence_penalty", request.presence_penalty, PENALTY_RANGE.0, PENALTY_RANGE.1),
+    ];
+    for (field, value, min, max) in ranges {
+        if let Some(x) = value
+            && !(x >= min && x <= max)
+        {
+            return Err(invalid(format!("{field} must be a number from {min} to {max}, got {x}")));
+        }
     }
     Ok(())
 }
 
-fn check_number(body: &Map<String, Value>, field: &str, min: f64, max: f64) -> Result<(), ValidationError> {
-    let Some(value) = body.get(field) else { return Ok(()) };
-    match value.as_f64() {
-        Some(x) if x >= min && x <= max => Ok(()),
-        _ => Err(invalid(format!("{field} must be a number from {min} to {max}, got {}", describe(value)))),
-    }
-}
-
-fn check_stop(limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
+fn check_stop(limits: &LanguageLimits, request: &ChatRequest) -> Result<(), ValidationError> {
     let max = limits.stop.max_items;
-    let refuse = || invalid(format!("stop must be a string or an array of at most {max} strings"));
-    match body.get("stop") {
-        None | Some(Value::String(_)) => Ok(()),
-        Some(Value::Array(items)) if count(items.len()) <= max && items.iter().all(Value::is_string) => Ok(()),
-        Some(_) => Err(refuse()),
+    match &request.stop {
+        Some(stop) if count(stop.len()) > max => {
+            Err(invalid(format!("stop must be a string or an array of at most {max} strings, got {}", stop.len())))
+        }
+        _ => Ok(()),
     }
 }
 
-fn check_thinking(def: &ModelDef, limits: &LanguageLimits, body: &Map<String, Value>) -> Result<(), ValidationError> {
-    let Some(value) = body.get("thinking") else { return Ok(()) };
+fn check_thinking(def: &ModelDef, limits: &LanguageLimits, request: &ChatRequest) -> Result<(), ValidationError> {
+    let Some(asked) = &request.thinking else { return Ok(()) };
     let Some(thinking) = &limits.thinking else {
         return Err(invalid(format!("thinking is not supported by model {}", def.name)));
     };
-    let types: Vec<&str> = thinking.types.iter().map(String::as_str).collect();
-    let Value::Object(thinking) = value else {
-        return Err(invalid(format!("thinking must be an object, got {}", describe(value))));
-    };
-    match thinking.get("type") {
-        Some(Value::String(t)) if types.contains(&t.as_str()) => Ok(()),
-        other => Err(invalid(format!(
-            "thinking.type must be one of {} for model {}, got {}",
-            types.join(", "),
-            def.name,
-            other.map_or_else(|| "nothing".to_owned(), describe)
-        ))),
+    if thinking.types.contains(&asked.kind) {
+        return Ok(());
     }
+    Err(invalid(format!(
+        "thinking.type must be one of {} for model {}, got {:?}",
+        thinking.types.join(", "),
+        def.name,
+        asked.kind
+    )))
 }
 
 fn check_reasoning_effort(
     def: &ModelDef,
     limits: &LanguageLimits,
-    body: &Map<String, Value>,
+    request: &ChatRequest,
 ) -> Result<(), ValidationError> {
-    let Some(value) = body.get("reasoning_effort") else { return Ok(()) };
+    let Some(value) = &request.reasoning_effort else { return Ok(()) };
     let Some(effort) = &limits.reasoning_effort else {
         return Err(invalid(format!("reasoning_effort is not supported by model {}", def.name)));
     };
-    let values: Vec<&str> = effort.values.iter().map(String::as_str).collect();
-    match value {
-        Value::String(v) if values.contains(&v.as_str()) => Ok(()),
-        _ => Err(invalid(format!(
-            "reasoning_effort must be one of {} for model {}, got {}",
-            values.join(", "),
-            def.name,
-            describe(value)
-        ))),
+    if effort.values.contains(value) {
+        return Ok(());
     }
-}
-
-fn check_tools(body: &Map<String, Value>) -> Result<(), ValidationError> {
-    if let Some(tools) = body.get("tools") {
-        let Value::Array(items) = tools else {
-            return Err(invalid(format!("tools must be an array of objects, got {}", describe(tools))));
-        };
-        if let Some(i) = items.iter().position(|t| !t.is_object()) {
-            return Err(invalid(format!("tools[{i}] must be an object")));
-        }
-    }
-    match body.get("tool_choice") {
-        None | Some(Value::String(_) | Value::Object(_)) => {}
-        Some(other) => {
-            return Err(invalid(format!("tool_choice must be a string or an object, got {}", describe(other))));
-        }
-    }
-    match body.get("response_format") {
-        None | Some(Value::Object(_)) => Ok(()),
-        Some(other) => Err(invalid(format!("response_format must be an object, got {}", describe(other)))),
-    }
+    Err(invalid(format!(
+        "reasoning_effort must be one of {} for model {}, got {value:?}",
+        effort.values.join(", "),
+        def.name
+    )))
 }
 
 /// A short description of a JSON value for error messages: scalars as written (long strings cut), containers by kind.

@@ -18,14 +18,19 @@ pub use audio::{
     REFERENCE_FIELDS, SampleRate, TEXT_PROMPT_MAX_CHARS, TEXT_PROMPT_MIN_CHARS, check_audio_request,
     parse_audio_request,
 };
-pub use chat::{ChatPlan, MAX_OUTPUT_TOKENS, ROLES, TEMPLATE_OVERHEAD_TOKENS, chat_request};
+pub use chat::{
+    ChatMessage, ChatPlan, ChatRequest, ContentPart, MAX_OUTPUT_TOKENS, MessageContent, Object, ROLES, Role, Stop,
+    StreamOptions, TEMPLATE_OVERHEAD_TOKENS, Thinking, ToolChoice, chat_request,
+};
 use domain::StatusFilter;
 use domain::ports::PageRequest;
 pub use image::{
     ImagePlan, ImageRefs, ImageRequest, OptimizePromptOptions, OutputFormat, PromptMode, PromptThinking,
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
 };
-pub use native::{NativePlan, messages_request, responses_request};
+pub use native::{
+    MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,
+};
 pub use video::{
     MediaInput, MediaType, Ratio, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest,
     check_video_request, parse_video_request,

@@ -8,10 +8,14 @@
 //! turns are stored upstream).
 
 use catalog::ModelDef;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Map, Value};
+use validator::Validate;
 
 use crate::ValidationError;
-use crate::chat::{MAX_OUTPUT_TOKENS, TEMPLATE_OVERHEAD_TOKENS};
+use crate::chat::{MAX_OUTPUT_TOKENS, Object, TEMPLATE_OVERHEAD_TOKENS, ToolChoice};
+use crate::shape::{parse_map, present, validator_message};
 
 /// What the gateway needs to know about a valid native-format request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,19 +30,121 @@ pub struct NativePlan {
     pub previous_response_id: Option<String>,
 }
 
-fn invalid(message: String) -> ValidationError {
-    ValidationError::Invalid(message)
+/// A `POST /v1/messages` body as the gateway reads it; other fields pass through.
+#[derive(Debug, Clone, Deserialize, Validate, JsonSchema)]
+pub struct MessagesRequest {
+    /// The conversation, at least one message.
+    #[validate(length(min = 1))]
+    pub messages: Vec<Object>,
+    /// The public model name.
+    pub model: String,
+    /// Most output tokens (required; the model's limits bound it).
+    pub max_tokens: u64,
+    /// 0..1.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0.0, max = 1.0))]
+    pub temperature: Option<f64>,
+    /// 0..1.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0.0, max = 1.0))]
+    pub top_p: Option<f64>,
+    /// Sample from the k most likely tokens.
+    #[serde(default, deserialize_with = "present")]
+    pub top_k: Option<u64>,
+    /// Stop sequences.
+    #[serde(default, deserialize_with = "present")]
+    pub stop_sequences: Option<Vec<String>>,
+    /// A system prompt: text or content blocks.
+    #[serde(default, deserialize_with = "present")]
+    pub system: Option<TextOrBlocks>,
+    /// Answer as server-sent events.
+    #[serde(default, deserialize_with = "present")]
+    pub stream: Option<bool>,
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// A `POST /v1/responses` body as the gateway reads it; other fields pass through.
+#[derive(Debug, Clone, Deserialize, Validate, JsonSchema)]
+pub struct ResponsesRequest {
+    /// The public model name.
+    pub model: String,
+    /// Text, or an array of input items.
+    #[serde(default, deserialize_with = "present")]
+    pub input: Option<TextOrBlocks>,
+    /// System instructions.
+    #[serde(default, deserialize_with = "present")]
+    pub instructions: Option<String>,
+    /// Most output tokens (the model's limits bound it; their maximum when absent).
+    #[serde(default, deserialize_with = "present")]
+    pub max_output_tokens: Option<u64>,
+    /// 0..2.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0.0, max = 2.0))]
+    pub temperature: Option<f64>,
+    /// 0..1.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0.0, max = 1.0))]
+    pub top_p: Option<f64>,
+    /// `auto`, `none`, `required`, or an object naming a tool.
+    #[serde(default, deserialize_with = "present")]
+    pub tool_choice: Option<ToolChoice>,
+    /// `auto` or `disabled`.
+    #[serde(default, deserialize_with = "present")]
+    pub truncation: Option<Truncation>,
+    /// The earlier response of yours this one continues (`null`: none).
+    #[serde(default)]
+    #[validate(length(min = 1))]
+    pub previous_response_id: Option<String>,
+    /// Answer as server-sent events.
+    #[serde(default, deserialize_with = "present")]
+    pub stream: Option<bool>,
+}
+
+/// `truncation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Truncation {
+    /// Drop the oldest input when it does not fit.
+    Auto,
+    /// Fail when the input does not fit.
+    Disabled,
+}
+
+/// A string, or an array (of content blocks or input items, the model's business).
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(untagged)]
+pub enum TextOrBlocks {
+    /// Text.
+    Text(String),
+    /// Blocks or items.
+    Blocks(Vec<Value>),
+}
+
+impl<'de> Deserialize<'de> for TextOrBlocks {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TextOrBlocks, D::Error> {
+        struct TextOrBlocksVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextOrBlocksVisitor {
+            type Value = TextOrBlocks;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<TextOrBlocks, E> {
+                // Not kept: the prompt bound is counted from the body.
+                Ok(TextOrBlocks::Text(String::new()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TextOrBlocks, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(TextOrBlocks::Blocks(Vec::new()))
+            }
+        }
+        d.deserialize_any(TextOrBlocksVisitor)
     }
+}
+
+fn invalid(message: String) -> ValidationError {
+    ValidationError::Invalid(message)
 }
 
 /// The model's largest output, and its input window.
@@ -49,55 +155,13 @@ fn model_bounds(def: &ModelDef) -> (u64, u64) {
     (max_output, window)
 }
 
-/// An optional integer field in `1..=max`.
-fn output_cap(
-    def: &ModelDef,
-    body: &Map<String, Value>,
-    field: &str,
-    max: u64,
-) -> Result<Option<u64>, ValidationError> {
-    match body.get(field) {
-        None => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(invalid(format!(
-                "{field} must be an integer from 1 to {max} for model {}, got {}",
-                def.name,
-                show(v)
-            ))),
-        },
+/// An output cap within `1..=max` for model `def`.
+fn output_cap(def: &ModelDef, field: &str, value: u64, max: u64) -> Result<u64, ValidationError> {
+    if (1..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(invalid(format!("{field} must be an integer from 1 to {max} for model {}, got {value}", def.name)))
     }
-}
-
-fn show(value: &Value) -> String {
-    match value {
-        Value::Number(n) => n.to_string(),
-        other => kind(other).to_owned(),
-    }
-}
-
-/// An optional number field within `min..=max`.
-fn number_in(body: &Map<String, Value>, field: &str, min: f64, max: f64) -> Result<(), ValidationError> {
-    match body.get(field) {
-        None => Ok(()),
-        Some(v) => match v.as_f64() {
-            Some(x) if (min..=max).contains(&x) => Ok(()),
-            _ => Err(invalid(format!("{field} must be a number from {min} to {max}, got {}", show(v)))),
-        },
-    }
-}
-
-/// An optional field that must have one of the given JSON types.
-fn typed(body: &Map<String, Value>, field: &str, ok: fn(&Value) -> bool, what: &str) -> Result<(), ValidationError> {
-    match body.get(field) {
-        Some(v) if !ok(v) => Err(invalid(format!("{field} must be {what}, got {}", kind(v)))),
-        _ => Ok(()),
-    }
-}
-
-fn stream_flag(body: &Map<String, Value>) -> Result<bool, ValidationError> {
-    typed(body, "stream", Value::is_boolean, "a boolean")?;
-    Ok(body.get("stream").and_then(Value::as_bool).unwrap_or(false))
 }
 
 /// Whether any part of `value` is a media part whose tokens do not follow its bytes.
@@ -122,78 +186,50 @@ fn prompt_bound(body: &Map<String, Value>, body_bytes: usize, window: u64, unbou
     bytes.saturating_add(TEMPLATE_OVERHEAD_TOKENS).min(window)
 }
 
-/// Checks a message-style body for `def` (the caller matched `model`): `messages` a non-empty array,
-/// `max_tokens` required in `1..=` the model's bound, `temperature` 0..1, and the types of `top_p`,
-/// `top_k`, `stream`, `stop_sequences` and `system`. `body_bytes` is the body's size.
+/// Checks a message-style body for `def` (the caller matched `model`): read as a
+/// [`MessagesRequest`] (types, at least one message, `max_tokens` present, `temperature` and
+/// `top_p` 0..1), then `max_tokens` against the model's bound. `body_bytes` is the body's size.
 pub fn messages_request(
     def: &ModelDef,
     body: &Map<String, Value>,
     body_bytes: usize,
 ) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
-    match body.get("messages") {
-        Some(Value::Array(items)) if !items.is_empty() => {}
-        Some(Value::Array(_)) => return Err(invalid("messages must have at least one message".into())),
-        Some(v) => return Err(invalid(format!("messages must be an array, got {}", kind(v)))),
-        None => return Err(invalid("messages is required".into())),
-    }
-    let max_tokens = output_cap(def, body, "max_tokens", max_output)?
-        .ok_or_else(|| invalid(format!("max_tokens is required: an integer from 1 to {max_output}")))?;
-    number_in(body, "temperature", 0.0, 1.0)?;
-    number_in(body, "top_p", 0.0, 1.0)?;
-    typed(body, "top_k", |v| v.as_u64().is_some(), "a non-negative integer")?;
-    typed(
-        body,
-        "stop_sequences",
-        |v| v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-        "an array of strings",
-    )?;
-    typed(body, "system", |v| v.is_string() || v.is_array(), "a string or an array of content blocks")?;
-    let stream = stream_flag(body)?;
+    let request: MessagesRequest = parse_map(body)?;
+    request.validate().map_err(|e| invalid(validator_message(&e)))?;
+    let max_tokens = output_cap(def, "max_tokens", request.max_tokens, max_output)?;
     Ok(NativePlan {
-        stream,
+        stream: request.stream.unwrap_or(false),
         max_output_tokens: max_tokens,
         prompt_bound_tokens: prompt_bound(body, body_bytes, window, false),
         previous_response_id: None,
     })
 }
 
-/// Checks a response-style body for `def` (the caller matched `model`): `input` a string or an array,
-/// `instructions` a string, `max_output_tokens` in `1..=` the model's bound, `temperature` 0..2, `top_p`
-/// 0..1, `truncation` `auto` or `disabled`, `previous_response_id` a non-empty string, `tool_choice` a
-/// string or an object. `body_bytes` is the body's size.
+/// Checks a response-style body for `def` (the caller matched `model`): read as a
+/// [`ResponsesRequest`] (types, `temperature` 0..2, `top_p` 0..1, `truncation`, a non-empty
+/// `previous_response_id`), then `max_output_tokens` against the model's bound. `body_bytes` is
+/// the body's size.
 pub fn responses_request(
     def: &ModelDef,
     body: &Map<String, Value>,
     body_bytes: usize,
 ) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
-    typed(body, "input", |v| v.is_string() || v.is_array(), "a string or an array of messages")?;
-    typed(body, "instructions", Value::is_string, "a string")?;
-    let max_output_tokens = output_cap(def, body, "max_output_tokens", max_output)?.unwrap_or(max_output);
-    number_in(body, "temperature", 0.0, 2.0)?;
-    number_in(body, "top_p", 0.0, 1.0)?;
-    typed(body, "tool_choice", |v| v.is_string() || v.is_object(), "a string or an object")?;
-    match body.get("truncation") {
-        None => {}
-        Some(Value::String(t)) if t == "auto" || t == "disabled" => {}
-        Some(v) => return Err(invalid(format!("truncation must be \"auto\" or \"disabled\", got {}", show_text(v)))),
-    }
-    let previous_response_id = match body.get("previous_response_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) if !id.is_empty() => Some(id.clone()),
-        Some(v) => return Err(invalid(format!("previous_response_id must be a non-empty string, got {}", kind(v)))),
+    let request: ResponsesRequest = parse_map(body)?;
+    request.validate().map_err(|e| invalid(validator_message(&e)))?;
+    let max_output_tokens = match request.max_output_tokens {
+        Some(n) => output_cap(def, "max_output_tokens", n, max_output)?,
+        None => max_output,
     };
-    let stream = stream_flag(body)?;
+    let previous_response_id = request.previous_response_id;
     let prompt_bound_tokens = prompt_bound(body, body_bytes, window, previous_response_id.is_some());
-    Ok(NativePlan { stream, max_output_tokens, prompt_bound_tokens, previous_response_id })
-}
-
-fn show_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => format!("{s:?}"),
-        other => kind(other).to_owned(),
-    }
+    Ok(NativePlan {
+        stream: request.stream.unwrap_or(false),
+        max_output_tokens,
+        prompt_bound_tokens,
+        previous_response_id,
+    })
 }
 
 #[cfg(test)]

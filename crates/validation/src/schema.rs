@@ -11,26 +11,23 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use crate::{AudioRequest, ImageRequest, VideoRequest};
+use crate::{AudioRequest, ChatRequest, ImageRequest, VideoRequest};
 
-/// Removes `null` from every `type` list and `anyOf` of `schema` (request fields are never null).
+/// Removes `null` from the schema of every optional property in `schema` (the interface's optional
+/// request fields are never null; a required field that may be null, such as a message's
+/// `content`, keeps it).
 pub fn strip_null(schema: &mut Value) {
     match schema {
         Value::Object(o) => {
-            if let Some(Value::Array(types)) = o.get_mut("type") {
-                types.retain(|t| t != "null");
-                if types.len() == 1 {
-                    let only = types.remove(0);
-                    o.insert("type".into(), only);
-                }
-            }
-            if let Some(Value::Array(any)) = o.get_mut("anyOf") {
-                any.retain(|s| s.get("type").and_then(Value::as_str) != Some("null"));
-                if any.len() == 1 {
-                    let only = any.remove(0);
-                    o.remove("anyOf");
-                    if let Value::Object(inner) = only {
-                        o.extend(inner);
+            let required: Vec<String> = o
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default();
+            if let Some(Value::Object(properties)) = o.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if !required.contains(name) {
+                        drop_null(property);
                     }
                 }
             }
@@ -38,6 +35,31 @@ pub fn strip_null(schema: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(strip_null),
         _ => {}
+    }
+}
+
+/// Removes `null` from one property's `type` list or `anyOf`, and a `null` default.
+fn drop_null(property: &mut Value) {
+    let Value::Object(o) = property else { return };
+    if o.get("default").is_some_and(Value::is_null) {
+        o.remove("default");
+    }
+    if let Some(Value::Array(types)) = o.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types.remove(0);
+            o.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(any)) = o.get_mut("anyOf") {
+        any.retain(|s| s.get("type").and_then(Value::as_str) != Some("null"));
+        if any.len() == 1 {
+            let only = any.remove(0);
+            o.remove("anyOf");
+            if let Value::Object(inner) = only {
+                o.extend(inner);
+            }
+        }
     }
 }
 
@@ -49,9 +71,10 @@ pub fn request_root<T: JsonSchema>() -> Value {
     schema
 }
 
-/// The JSON Schema of a request body for model `def`: its kind's typed request, with `model` fixed
-/// to the model's name and the per-model bounds of its limits. `None` for a kind whose body is not
-/// a typed request (language: its checks read the JSON object field by field).
+/// The JSON Schema of a request body for model `def` (at its `endpoint`): its kind's typed
+/// request, with `model` fixed to the model's name and the per-model bounds of its limits (a field
+/// the model does not take becomes `false`: not allowed). `None` only when the catalog entry lacks
+/// its kind's limits.
 pub fn request_schema(def: &ModelDef) -> Option<Value> {
     let (mut schema, narrow): (Value, Map<String, Value>) = match def.kind {
         ModelKind::Image => {
@@ -72,13 +95,43 @@ pub fn request_schema(def: &ModelDef) -> Option<Value> {
             ]);
             (request_root::<VideoRequest>(), narrow)
         }
-        ModelKind::Language => return None,
+        ModelKind::Language => {
+            let limits = def.language_limits()?;
+            let tokens = json!({"minimum": limits.max_tokens.min, "maximum": limits.max_tokens.max});
+            let sampling = limits.sampling.as_ref();
+            let range = |r: Option<&catalog::limits::SamplingRange>, min: f64, max: f64| match r {
+                Some(r) => json!({"minimum": r.min, "maximum": r.max}),
+                None => json!({"minimum": min, "maximum": max}),
+            };
+            let mut narrow = Map::from_iter([
+                ("messages".to_owned(), json!({"minItems": limits.messages.min, "maxItems": limits.messages.max})),
+                ("max_tokens".to_owned(), tokens.clone()),
+                ("max_completion_tokens".to_owned(), tokens),
+                ("temperature".to_owned(), range(sampling.map(|s| &s.temperature), 0.0, 2.0)),
+                ("top_p".to_owned(), range(sampling.map(|s| &s.top_p), 0.0, 1.0)),
+                ("stop".to_owned(), json!({"maxItems": limits.stop.max_items})),
+            ]);
+            narrow.insert(
+                "thinking".to_owned(),
+                limits
+                    .thinking
+                    .as_ref()
+                    .map_or(Value::Bool(false), |t| json!({"properties": {"type": {"enum": t.types}}})),
+            );
+            narrow.insert(
+                "reasoning_effort".to_owned(),
+                limits.reasoning_effort.as_ref().map_or(Value::Bool(false), |r| json!({"enum": r.values})),
+            );
+            (request_root::<ChatRequest>(), narrow)
+        }
     };
     if let Some(Value::Object(properties)) = schema.get_mut("properties") {
         properties.insert("model".into(), json!({"type": "string", "const": def.name}));
         for (field, bounds) in narrow {
-            if let (Some(Value::Object(property)), Value::Object(bounds)) = (properties.get_mut(&field), bounds) {
-                property.extend(bounds);
+            match (properties.get_mut(&field), bounds) {
+                (Some(Value::Object(property)), Value::Object(bounds)) => property.extend(bounds),
+                (Some(property), Value::Bool(false)) => *property = Value::Bool(false),
+                _ => {}
             }
         }
     }
@@ -95,14 +148,18 @@ mod tests {
     fn typed_requests_have_narrowed_schemas_without_null() {
         let catalog = Catalog::builtin().expect("catalog");
         for def in &catalog.models {
-            let Some(schema) = request_schema(def) else {
-                assert_eq!(def.kind, ModelKind::Language, "{}", def.name);
-                continue;
-            };
-            let text = schema.to_string();
-            assert!(!text.contains("\"null\""), "{}: {text}", def.name);
+            let schema = request_schema(def).unwrap_or_else(|| panic!("{}: no schema", def.name));
+            let mut text = schema.to_string();
+            if def.kind == ModelKind::Language {
+                // A message's content is the one required field that may be null.
+                let content = schema["$defs"]["MessageContent"].to_string();
+                assert!(content.contains("\"null\""), "{}: {content}", def.name);
+                text = text.replace(&content, "");
+            } else {
+                assert_eq!(schema["additionalProperties"], false, "{}: no additional properties", def.name);
+            }
+            assert!(!text.contains("\"null\"") && !text.contains(":null"), "{}: {text}", def.name);
             assert_eq!(schema["properties"]["model"]["const"], def.name.as_str(), "{}", def.name);
-            assert_eq!(schema["additionalProperties"], false, "{}: no additional properties", def.name);
         }
         let image = catalog.get("Vendor-Imagegen-5.0-pro").expect("image model");
         let schema = request_schema(image).expect("schema");
@@ -111,5 +168,14 @@ mod tests {
         let schema = request_schema(audio).expect("schema");
         assert_eq!(schema["properties"]["text_prompt"]["maxLength"], 3000);
         assert_eq!(schema["$defs"]["AudioConfig"]["properties"]["sample_rate"]["$ref"], "#/$defs/SampleRate");
+        let pro = request_schema(catalog.get("LangB-2.0-pro").expect("model")).expect("schema");
+        assert_eq!(pro["properties"]["max_tokens"]["maximum"], 131_072);
+        assert_eq!(
+            pro["properties"]["reasoning_effort"]["enum"],
+            serde_json::json!(["minimal", "low", "medium", "high"])
+        );
+        let unthinking = request_schema(catalog.get("LangC-5.2").expect("model")).expect("schema");
+        assert_eq!(unthinking["properties"]["thinking"], false, "LangC-5.2 takes no thinking");
+        assert_eq!(unthinking["required"], serde_json::json!(["messages", "model"]));
     }
 }

@@ -27,6 +27,15 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, Validati
         .map_err(|e| ValidationError::Invalid(shape_message(e.path(), &e.inner().to_string())))
 }
 
+/// Reads an already parsed JSON object as type `T`, with the same path-aware messages as
+/// [`parse_body`].
+pub(crate) fn parse_map<'de, T: Deserialize<'de>>(
+    body: &'de serde_json::Map<String, Value>,
+) -> Result<T, ValidationError> {
+    serde_path_to_error::deserialize(body)
+        .map_err(|e| ValidationError::Invalid(shape_message(e.path(), &e.inner().to_string())))
+}
+
 /// `request` as JSON with `model` first, set to `model` (the request types skip their own `model` when
 /// serialized, so the public name never reaches the upstream).
 pub(crate) fn with_model<T: Serialize>(model: &str, request: &T) -> Result<Vec<u8>, ValidationError> {
