@@ -86,6 +86,19 @@ pub trait CapLeases: Send + Sync {
     /// (as last reported by each).
     async fn leased_in_use(&self, scope: &CapScope, now: Timestamp) -> Result<u64, StoreError>;
 
+    /// Takes one slot of each of `scopes` for work that counts through its own row once stored (a
+    /// video task about to be created), as lease rows of `holder` that last until `expires_at` or
+    /// until `release_leases(holder)`. It is checked and written under the caps' locks, like a
+    /// grant, against every live lease and running video task, so it never passes a cap. Returns
+    /// the first scope that has no free slot (nothing is taken then), or `None` when taken.
+    async fn take_slots(
+        &self,
+        holder: &str,
+        scopes: &[CapScope],
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<CapScope>, StoreError>;
+
     /// Renews `replica`'s liveness lease until `expires_at` (and forgets replicas whose lease
     /// ended long ago).
     async fn heartbeat(&self, replica: &str, now: Timestamp, expires_at: Timestamp) -> Result<(), StoreError>;

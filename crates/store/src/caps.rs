@@ -134,6 +134,48 @@ impl CapLeases for Store {
         crate::video::to_u64("leased slots", n)
     }
 
+    async fn take_slots(
+        &self,
+        holder: &str,
+        scopes: &[CapScope],
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<CapScope>, StoreError> {
+        let _guard = self.write_guard().await;
+        let txn = self.db.begin().await.map_err(backend_err)?;
+        let mut keys: Vec<String> = scopes.iter().map(CapScope::key).collect();
+        keys.sort();
+        if self.backend() == Backend::Postgres {
+            // The grants' locks, taken in one order (a grant holds one at a time).
+            for key in &keys {
+                let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
+                txn.execute_raw(self.statement(lock, vec![key.clone().into()])).await.map_err(backend_err)?;
+            }
+        }
+        // Written first, so that on SQLite the transaction holds the write lock before it reads.
+        for key in &keys {
+            let expired = "DELETE FROM cap_leases WHERE scope = $1 AND expires_at <= $2";
+            let values: Vec<Value> = vec![key.clone().into(), now.millis().into()];
+            txn.execute_raw(self.statement(expired, values)).await.map_err(backend_err)?;
+        }
+        for scope in scopes {
+            // Every replica's slots count (no replica is named `""`).
+            let state = self.cap_state(&txn, "", scope, now).await?;
+            if state.video_active.saturating_add(state.others_slots) >= state.cap {
+                txn.rollback().await.map_err(backend_err)?;
+                return Ok(Some(scope.clone()));
+            }
+        }
+        for key in keys {
+            let insert = "INSERT INTO cap_leases (scope, replica_id, slots, wanted, in_use, expires_at) \
+                          VALUES ($1, $2, 1, 1, 1, $3)";
+            let values: Vec<Value> = vec![key.into(), holder.into(), expires_at.millis().into()];
+            txn.execute_raw(self.statement(insert, values)).await.map_err(backend_err)?;
+        }
+        txn.commit().await.map_err(backend_err)?;
+        Ok(None)
+    }
+
     async fn heartbeat(&self, replica: &str, now: Timestamp, expires_at: Timestamp) -> Result<(), StoreError> {
         let upsert = "INSERT INTO replicas (id, expires_at) VALUES ($1, $2) \
                       ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at";

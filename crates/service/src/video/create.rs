@@ -171,7 +171,7 @@ impl Gateway {
         let plan = validation::check_video_request(&def, request, &kinds)?;
         check_upload_sizes(&def, uploads)?;
         self.check_links(video, &plan).await?;
-        self.check_video_caps(who, &def.name).await?;
+        let holder = self.take_video_slots(who, &task_id, &def.name).await?;
         let estimate = billing::video_reservation(
             &pricing.sheet,
             plan.resolution(),
@@ -192,7 +192,12 @@ impl Gateway {
             webhook_url: plan.request.webhook_url.clone(),
         };
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
-        let id = self.open_call_as(task_id, spec).await?.keep();
+        let opened = self.open_call_as(task_id, spec).await;
+        // Stored (or not): the task row counts from now on, so the slots it held go back.
+        if let Err(e) = self.ports.caps.release_leases(&holder).await {
+            tracing::warn!(%holder, error = %e, "giving back a video task's slots failed; they expire on their own");
+        }
+        let id = opened?.keep();
         self.wake_video_worker();
         self.ports
             .tasks
@@ -221,30 +226,34 @@ impl Gateway {
         Ok(())
     }
 
-    /// Per-user and per-model caps on video tasks that are not terminal (429).
-    async fn check_video_caps(&self, who: &Principal, model: &str) -> Result<(), ServiceError> {
-        let (user_videos, model_active) = self.ports.videos.active_video_tasks(&who.user_id, model).await?;
-        // The user's synchronous calls in flight on every replica count against the same cap.
+    /// Takes a slot of the user's and the model's caps for the task about to be created, under the
+    /// caps' locks and against every replica's leases and the running video tasks (429 at once when
+    /// one is full). Returns the holder name to give the slots back with once the task is stored.
+    async fn take_video_slots(&self, who: &Principal, task: &TaskId, model: &str) -> Result<String, ServiceError> {
+        let holder = format!("video:{task}");
+        let scopes = [domain::CapScope::User(who.user_id.clone()), domain::CapScope::Model(model.to_owned())];
         let now = self.ports.clock.now();
-        let user_calls = self.ports.caps.leased_in_use(&domain::CapScope::User(who.user_id.clone()), now).await?;
-        let user_active = user_videos.saturating_add(user_calls);
-        let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
-        let snapshot = self.catalog_snapshot().await?;
-        let model_cap = snapshot.models.iter().find(|m| m.record.name == model).map(|m| m.record.concurrency_limit);
-        let over = |active: u64, cap: i64| i64::try_from(active).unwrap_or(i64::MAX) >= cap;
-        if over(user_active, user.concurrency_limit) {
-            return Err(ServiceError::ConcurrencyLimitExceeded {
-                message: format!("at most {} of your tasks may run at once", user.concurrency_limit),
-                retry_after_secs: 5,
-            });
+        // Long enough for the task's commit; a crash in between leaves the row to expire.
+        let until = domain::Timestamp(now.millis().saturating_add(60_000));
+        match self.ports.caps.take_slots(&holder, &scopes, now, until).await? {
+            None => Ok(holder),
+            Some(domain::CapScope::User(_)) => {
+                let user = self.ports.accounts.user(&who.user_id).await?.ok_or(ServiceError::InvalidApiKey)?;
+                Err(ServiceError::ConcurrencyLimitExceeded {
+                    message: format!("at most {} of your calls and tasks may run at once", user.concurrency_limit),
+                    retry_after_secs: 5,
+                })
+            }
+            Some(domain::CapScope::Model(_)) => {
+                let snapshot = self.catalog_snapshot().await?;
+                let cap =
+                    snapshot.models.iter().find(|m| m.record.name == model).map_or(0, |m| m.record.concurrency_limit);
+                Err(ServiceError::ConcurrencyLimitExceeded {
+                    message: format!("model {model} runs at most {cap} tasks at once"),
+                    retry_after_secs: 5,
+                })
+            }
         }
-        if let Some(cap) = model_cap.filter(|cap| over(model_active, *cap)) {
-            return Err(ServiceError::ConcurrencyLimitExceeded {
-                message: format!("model {model} runs at most {cap} tasks at once"),
-                retry_after_secs: 5,
-            });
-        }
-        Ok(())
     }
 }
 
