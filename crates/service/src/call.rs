@@ -57,8 +57,8 @@ pub(crate) const PROMPT_KEPT_CHARS: usize = 4000;
 pub(crate) struct CallSpec {
     /// Whose balance holds the estimate.
     pub user: UserId,
-    /// The model's catalog entry.
-    pub def: ModelDef,
+    /// The model's catalog entry (shared with the catalog snapshot).
+    pub def: std::sync::Arc<ModelDef>,
     /// The price version the call is billed at.
     pub pricing: PricingVersion,
     /// The worst-case charge to hold.
@@ -119,7 +119,7 @@ impl Gateway {
         &self,
         kind: ModelKind,
         name: &str,
-    ) -> Result<(ModelDef, PricingVersion), ServiceError> {
+    ) -> Result<(std::sync::Arc<ModelDef>, PricingVersion), ServiceError> {
         let snapshot = self.catalog_snapshot().await?;
         let view =
             snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == kind).ok_or_else(|| {
@@ -133,7 +133,7 @@ impl Gateway {
             .pricing
             .clone()
             .ok_or_else(|| ServiceError::ProviderNotConfigured(format!("model {name} has no price configured")))?;
-        Ok((view.def.clone(), pricing))
+        Ok((std::sync::Arc::clone(&view.def), pricing))
     }
 
     /// Holds the spec's estimate and stores its task in one commit: `processing` for a synchronous
@@ -204,7 +204,7 @@ impl Gateway {
             task_id: task_id.clone(),
             user_id: spec.user,
             _in_flight: self.metrics.call_opened(&spec.def.name),
-            model: spec.def.name,
+            model: spec.def.name.clone(),
             estimate: spec.estimate,
             pricing_version_id,
             _permit: permit,

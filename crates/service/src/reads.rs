@@ -10,8 +10,8 @@ use crate::{Gateway, OVERVIEW_LEDGER_ENTRIES, Principal, ServiceError};
 pub struct ModelView {
     /// Switches, cap and active price.
     pub record: ModelRecord,
-    /// Limits, capabilities and options from the catalog.
-    pub def: ModelDef,
+    /// Limits, capabilities and options from the catalog (shared: every call of the model reads it).
+    pub def: std::sync::Arc<ModelDef>,
 }
 
 /// Everything `GET /api/v1/overview` shows.
@@ -50,7 +50,7 @@ impl Gateway {
             .map(|record| {
                 let def = ModelDef::from_definition(&record.definition)
                     .map_err(|e| ServiceError::Internal(format!("model {}: {e}", record.name)))?;
-                Ok(ModelView { record, def })
+                Ok(ModelView { record, def: std::sync::Arc::new(def) })
             })
             .collect()
     }

@@ -128,7 +128,7 @@ impl Gateway {
     pub async fn begin_upload(&self, who: &Principal, task: &TaskId, index: u32) -> Result<Upload, ServiceError> {
         let video = self.video()?;
         let snapshot = self.catalog_snapshot().await?;
-        let limits = SizeLimits::widest(snapshot.models.iter().map(|m| &m.def));
+        let limits = SizeLimits::widest(snapshot.models.iter().map(|m| &*m.def));
         let position = UPLOAD_POSITION_BASE.saturating_add(index);
         let key = media_key(&who.user_id, task, position);
         let sink = video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
