@@ -109,14 +109,14 @@ pub enum Truncation {
     Disabled,
 }
 
-/// A string, or an array (of content blocks or input items, the model's business).
-#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
-#[serde(untagged)]
+/// A string, or an array (of content blocks or input items, the model's business). Neither is
+/// kept: the prompt bound is counted from the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextOrBlocks {
     /// Text.
-    Text(String),
+    Text,
     /// Blocks or items.
-    Blocks(Vec<Value>),
+    Blocks,
 }
 
 impl<'de> Deserialize<'de> for TextOrBlocks {
@@ -130,16 +130,25 @@ impl<'de> Deserialize<'de> for TextOrBlocks {
             }
 
             fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<TextOrBlocks, E> {
-                // Not kept: the prompt bound is counted from the body.
-                Ok(TextOrBlocks::Text(String::new()))
+                Ok(TextOrBlocks::Text)
             }
 
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<TextOrBlocks, A::Error> {
                 while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(TextOrBlocks::Blocks(Vec::new()))
+                Ok(TextOrBlocks::Blocks)
             }
         }
         d.deserialize_any(TextOrBlocksVisitor)
+    }
+}
+
+impl JsonSchema for TextOrBlocks {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TextOrBlocks".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"anyOf": [{"type": "string"}, {"type": "array"}]})
     }
 }
 
