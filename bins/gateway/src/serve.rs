@@ -116,17 +116,26 @@ fn spawn_recovery(gateway: Gateway, max_age: Duration) {
     });
 }
 
-/// Renews this replica's liveness lease every third of `lease`, and refunds the calls of
-/// replicas whose lease ran out (they died mid-call).
+/// Renews this replica's liveness lease every third of `lease`, and, on a task of its own (so that
+/// a slow sweep never delays a renewal), refunds the calls of replicas whose lease ran out (they
+/// died mid-call).
 fn spawn_liveness(gateway: Gateway, lease: Duration) {
+    let renewer = gateway.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = gateway.keep_alive(lease).await {
+            if let Err(e) = renewer.keep_alive(lease).await {
                 tracing::error!(error = %e, "renewing the replica lease failed");
             }
+        }
+    });
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
             match gateway.recover_orphaned_calls(lease).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(ended = n, "refunded calls of a replica that stopped answering"),

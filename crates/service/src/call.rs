@@ -459,8 +459,13 @@ impl Gateway {
         let mut ended = 0;
         for id in ids {
             match self.ports.ledger.refund(&id).await {
-                Ok(_)
-                | Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
+                Ok(refund) => {
+                    // Counted like any refunded call (the model is on the task).
+                    if let Ok(Some(task)) = self.ports.tasks.task(&refund.user_id, &id).await {
+                        self.metrics.call_ended(&task.model, refund.status, refund.actual, refund.reserved);
+                    }
+                }
+                Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}
                 Err(e) => {
                     tracing::error!(task = %id, error = %e, "refund of an interrupted call failed");
                     continue;

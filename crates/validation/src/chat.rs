@@ -319,6 +319,10 @@ mod tests {
             ("LangA-V4-flash", m(json!({"role": "assistant", "content": "", "tool_calls": ["x"]})), false),
             ("LangA-V4-flash", m(json!({"role": "tool", "content": "42", "tool_call_id": 7})), false),
             ("LangA-V4-flash", json!({"messages": ["hi"]}), false),
+            // Objects only: serde would fill a struct from an array, and an enum from a one-key map.
+            ("LangA-V4-flash", json!({"messages": [["user", "hi"]]}), false),
+            ("LangA-V4-flash", m(json!({"role": "user", "content": [["text", "hi"]]})), false),
+            ("LangA-V4-flash", m(json!({"role": {"user": null}, "content": "hi"})), false),
         ]);
     }
 
@@ -334,6 +338,8 @@ mod tests {
             ("LangA-V4-flash", json!({"stream": null}), false),
             ("LangA-V4-flash", json!({"stream_options": true}), false),
             ("LangA-V4-flash", json!({"stream_options": {"include_usage": "yes"}}), false),
+            ("LangA-V4-flash", json!({"stream_options": [true]}), false),
+            ("LangA-V4-flash", json!({"stream_options": []}), false),
         ]);
     }
 
@@ -429,6 +435,7 @@ mod tests {
             ("LangB-2.0-pro", json!({"thinking": {}}), false),
             ("LangB-2.0-pro", json!({"thinking": "enabled"}), false),
             ("LangB-2.0-pro", json!({"thinking": true}), false),
+            ("LangB-2.0-pro", json!({"thinking": ["enabled"]}), false),
             ("LangC-5.2", json!({"thinking": {"type": "enabled"}}), false),
         ]);
     }

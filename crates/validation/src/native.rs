@@ -15,7 +15,7 @@ use validator::Validate;
 
 use crate::ValidationError;
 use crate::chat::{MAX_OUTPUT_TOKENS, Object, TEMPLATE_OVERHEAD_TOKENS, ToolChoice};
-use crate::shape::{parse_map, present, validator_message};
+use crate::shape::{parse_map, present, present_plain, validator_message};
 
 /// What the gateway needs to know about a valid native-format request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub struct ResponsesRequest {
     #[serde(default, deserialize_with = "present")]
     pub tool_choice: Option<ToolChoice>,
     /// `auto` or `disabled`.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_plain")]
     pub truncation: Option<Truncation>,
     /// The earlier response of yours this one continues (`null`: none).
     #[serde(default)]
@@ -316,6 +316,7 @@ mod tests {
         assert!(responses(json!({"truncation": "auto"})).is_ok());
         assert!(responses(json!({"truncation": "disabled"})).is_ok());
         assert!(responses(json!({"truncation": "off"})).is_err());
+        assert!(responses(json!({"truncation": {"auto": null}})).is_err(), "a plain string only");
         assert!(responses(json!({"input": [{"role": "user", "content": "hi"}]})).is_ok());
         assert!(responses(json!({"input": 5})).is_err());
         assert!(responses(json!({"temperature": 2})).is_ok());

@@ -55,6 +55,50 @@ pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> R
     T::deserialize(d).map(Some)
 }
 
+/// `T` read only from a JSON object: serde fills a derived struct from an array too (its fields in
+/// order), which the interface does not allow.
+pub(crate) struct ObjectOnly<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ObjectOnly<T>, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = ObjectOnly<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ObjectOnly<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(ObjectOnly)
+            }
+        }
+        d.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
+}
+
+/// For `#[serde(default, deserialize_with = "present_object")]`: an optional field that, when
+/// present, is an object (not `null`, not an array).
+pub(crate) fn present_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    ObjectOnly::<T>::deserialize(d).map(|o| Some(o.0))
+}
+
+/// For `#[serde(deserialize_with = "objects")]`: an array whose items are objects.
+pub(crate) fn objects<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Vec::<ObjectOnly<T>>::deserialize(d).map(|items| items.into_iter().map(|o| o.0).collect())
+}
+
+/// For enums written as a plain string: serde would also take `{"<variant>": …}`.
+pub(crate) fn plain<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    let text = String::deserialize(d)?;
+    T::deserialize(serde::de::value::StringDeserializer::<D::Error>::new(text))
+}
+
+/// [`plain`] for an optional field (`#[serde(default, deserialize_with = "present_plain")]`).
+pub(crate) fn present_plain<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    plain(d).map(Some)
+}
+
 /// The field path as the interface writes it: `audio_config.format`, `references[1].speaker`.
 fn dotted(segments: &[&Segment]) -> String {
     let mut out = String::new();

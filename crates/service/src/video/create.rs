@@ -171,7 +171,6 @@ impl Gateway {
         let plan = validation::check_video_request(&def, request, &kinds)?;
         check_upload_sizes(&def, uploads)?;
         self.check_links(video, &plan).await?;
-        let holder = self.take_video_slots(who, &task_id, &def.name).await?;
         let estimate = billing::video_reservation(
             &pricing.sheet,
             plan.resolution(),
@@ -191,6 +190,8 @@ impl Gateway {
             generate_audio: plan.request.generate_audio,
             webhook_url: plan.request.webhook_url.clone(),
         };
+        // The slots are taken last, right before the task is stored, and given back on every path.
+        let holder = self.take_video_slots(who, &task_id, &def.name).await?;
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
         let opened = self.open_call_as(task_id, spec).await;
         // Stored (or not): the task row counts from now on, so the slots it held go back.

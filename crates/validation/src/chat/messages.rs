@@ -33,6 +33,7 @@ pub(super) fn check(
     let mut tally = MediaTally::default();
     let mut prompt_tokens = 2u64;
     for (i, (message, item)) in typed.iter().zip(raw).enumerate() {
+        // The typed read already refused a message that is not an object.
         let Value::Object(object) = item else { continue };
         let size = check_message(def, limits, i, message, object, &mut tally)?;
         prompt_tokens = prompt_tokens.saturating_add(size).saturating_add(1);
@@ -80,6 +81,7 @@ fn check_parts(
 ) -> Result<u64, ValidationError> {
     let mut size = 2u64;
     for (j, part) in parts.iter().enumerate() {
+        // The typed read already refused a part that is not an object with a string `type`.
         let Value::Object(object) = part else { continue };
         let Some(Value::String(kind)) = object.get("type") else { continue };
         let path = format!("messages[{i}].content[{j}]");

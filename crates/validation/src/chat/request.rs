@@ -10,12 +10,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::shape::present;
+use crate::shape::{ObjectOnly, objects, plain, present, present_object};
 
 /// A `POST /api/v1/chat/completions` body. Additional properties are allowed (passed through).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct ChatRequest {
     /// The conversation, oldest first.
+    #[serde(deserialize_with = "objects")]
     pub messages: Vec<ChatMessage>,
     /// The public model name.
     pub model: String,
@@ -23,7 +24,7 @@ pub struct ChatRequest {
     #[serde(default, deserialize_with = "present")]
     pub stream: Option<bool>,
     /// Stream options.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     pub stream_options: Option<StreamOptions>,
     /// Most output tokens (the model's limits bound it).
     #[serde(default, deserialize_with = "present")]
@@ -49,7 +50,7 @@ pub struct ChatRequest {
     #[serde(default, deserialize_with = "present")]
     pub stop: Option<Stop>,
     /// Deep thinking switch (models that support it).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     pub thinking: Option<Thinking>,
     /// Reasoning effort (models that support it; the values are the model's).
     #[serde(default, deserialize_with = "present")]
@@ -99,6 +100,7 @@ pub enum Role {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct ChatMessage {
     /// Who wrote it.
+    #[serde(deserialize_with = "plain")]
     pub role: Role,
     /// Its text or content parts; `null` only in an assistant message with `tool_calls`.
     pub content: MessageContent,
@@ -143,8 +145,8 @@ impl<'de> Deserialize<'de> for MessageContent {
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
                 let mut parts = Vec::new();
-                while let Some(part) = seq.next_element::<ContentPart>()? {
-                    parts.push(part);
+                while let Some(part) = seq.next_element::<ObjectOnly<ContentPart>>()? {
+                    parts.push(part.0);
                 }
                 Ok(MessageContent::Parts(parts))
             }
