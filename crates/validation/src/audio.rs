@@ -14,7 +14,7 @@ use validator::Validate;
 
 use crate::ValidationError;
 use crate::media::{self, Base64Rules};
-use crate::shape::{self, present};
+use crate::shape::{self, present, present_object, present_objects, present_plain};
 
 /// Fewest characters of `text_prompt`.
 pub const TEXT_PROMPT_MIN_CHARS: u64 = 1;
@@ -47,11 +47,11 @@ pub struct AudioRequest {
     #[validate(length(min = TEXT_PROMPT_MIN_CHARS, max = TEXT_PROMPT_MAX_CHARS))]
     pub text_prompt: String,
     /// Voice, audio or image references, 1..3 items.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_objects", skip_serializing_if = "Option::is_none")]
     #[validate(length(min = 1, max = MAX_REFERENCES))]
     pub references: Option<Vec<AudioReference>>,
     /// Output settings.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_object", skip_serializing_if = "Option::is_none")]
     #[validate(nested)]
     pub audio_config: Option<AudioConfig>,
     /// Watermark settings, an open object passed through.
@@ -85,7 +85,7 @@ pub struct AudioReference {
 #[serde(deny_unknown_fields)]
 pub struct AudioConfig {
     /// Container and codec; default `wav`.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub format: Option<AudioFormat>,
     /// Sample rate in Hz.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]

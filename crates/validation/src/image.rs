@@ -14,7 +14,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::ValidationError;
-use crate::shape::{self, present};
+use crate::shape::{self, present, present_object, present_plain};
 
 /// A `POST /api/v1/images/generations` body. No additional properties.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -26,7 +26,7 @@ pub struct ImageRequest {
     /// The prompt; its length in characters is bounded per model.
     pub prompt: String,
     /// `url` or `b64_json`; default `url`.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
     /// Whether the output carries a watermark; default true.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
@@ -41,19 +41,19 @@ pub struct ImageRequest {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub size: Option<String>,
     /// `auto` or `disabled` (models with sequential generation).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub sequential_image_generation: Option<SequentialMode>,
     /// Sequential generation options (models with sequential generation).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_object", skip_serializing_if = "Option::is_none")]
     pub sequential_image_generation_options: Option<SequentialOptions>,
     /// `png` or `jpeg` (models with output formats).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub output_format: Option<OutputFormat>,
     /// The prompt-optimisation switch (models with the toggle).
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub optimize_prompt: Option<bool>,
     /// Prompt-optimisation options.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_object", skip_serializing_if = "Option::is_none")]
     pub optimize_prompt_options: Option<OptimizePromptOptions>,
     /// −1 (random) or a fixed seed (models with a seed).
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
@@ -74,10 +74,10 @@ pub struct SequentialOptions {
 #[serde(deny_unknown_fields)]
 pub struct OptimizePromptOptions {
     /// `standard` or `fast` (per model).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub mode: Option<PromptMode>,
     /// `auto`, `enabled` or `disabled` (models that accept it).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub thinking: Option<PromptThinking>,
 }
 

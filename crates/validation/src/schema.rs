@@ -179,3 +179,33 @@ mod tests {
         assert_eq!(unthinking["required"], serde_json::json!(["messages", "model"]));
     }
 }
+
+#[cfg(test)]
+mod shape_tests {
+    use crate::{parse_audio_request, parse_image_request, parse_video_request};
+
+    /// serde fills a derived struct from an array and an enum from a one-key object; the typed
+    /// requests take objects and plain strings only, as their schemas say.
+    #[test]
+    fn nested_objects_and_enums_take_their_documented_form_only() {
+        let image =
+            |extra: &str| parse_image_request(format!(r#"{{"model": "m", "prompt": "p", {extra}}}"#).as_bytes());
+        assert!(image(r#""response_format": "url""#).is_ok());
+        assert!(image(r#""response_format": {"url": null}"#).is_err());
+        assert!(image(r#""optimize_prompt_options": {"mode": "fast"}"#).is_ok());
+        assert!(image(r#""optimize_prompt_options": ["fast"]"#).is_err());
+        assert!(image(r#""sequential_image_generation_options": [3]"#).is_err());
+        let audio =
+            |extra: &str| parse_audio_request(format!(r#"{{"model": "m", "text_prompt": "t", {extra}}}"#).as_bytes());
+        assert!(audio(r#""audio_config": {"format": "mp3"}"#).is_ok());
+        assert!(audio(r#""audio_config": ["mp3"]"#).is_err());
+        assert!(audio(r#""audio_config": {"format": {"mp3": null}}"#).is_err());
+        assert!(audio(r#""references": [["spk"]]"#).is_err());
+        let video =
+            |extra: &str| parse_video_request(format!(r#"{{"model": "m", "prompt": "p", {extra}}}"#).as_bytes());
+        assert!(video(r#""ratio": "16:9""#).is_ok());
+        assert!(video(r#""ratio": {"16:9": null}"#).is_err());
+        assert!(video(r#""media": [["image", "https://example.com/a.png"]]"#).is_err());
+        assert!(video(r#""media": [{"type": {"image": null}, "url": "https://example.com/a.png"}]"#).is_err());
+    }
+}

@@ -88,6 +88,13 @@ pub(crate) fn objects<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> R
     Vec::<ObjectOnly<T>>::deserialize(d).map(|items| items.into_iter().map(|o| o.0).collect())
 }
 
+/// For `#[serde(default, deserialize_with = "present_objects")]`: an optional array of objects.
+pub(crate) fn present_objects<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    objects(d).map(Some)
+}
+
 /// For enums written as a plain string: serde would also take `{"<variant>": …}`.
 pub(crate) fn plain<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
     let text = String::deserialize(d)?;

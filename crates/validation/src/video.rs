@@ -13,7 +13,7 @@ use validator::Validate;
 
 use crate::ValidationError;
 use crate::media::is_https_url;
-use crate::shape::{self, present};
+use crate::shape::{self, plain, present, present_objects, present_plain};
 
 /// Most characters of `prompt`.
 pub const VIDEO_PROMPT_MAX_CHARS: u64 = 4000;
@@ -93,7 +93,7 @@ impl Ratio {
 #[serde(deny_unknown_fields)]
 pub struct MediaInput {
     /// Image, video or audio.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", deserialize_with = "plain")]
     pub kind: MediaType,
     /// An https link.
     pub url: String,
@@ -116,13 +116,13 @@ pub struct VideoRequest {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub resolution: Option<String>,
     /// Aspect ratio; default `adaptive`.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
     pub ratio: Option<Ratio>,
     /// Whether the video has sound; default true.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub generate_audio: Option<bool>,
     /// Reference media links, at most 15 (together with uploaded files).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "present_objects", skip_serializing_if = "Option::is_none")]
     #[validate(length(max = VIDEO_MAX_MEDIA))]
     pub media: Option<Vec<MediaInput>>,
     /// Where status changes are posted (https).
