@@ -11,7 +11,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{COMMAND_TIMEOUT, Running, Sandbox, sandbox};
-use domain::UserId;
 use serde_json::{Value, json};
 
 const MODEL: &str = "LangA-V4-flash";
@@ -63,31 +62,15 @@ fn chat(addr: &str, key: &str, latency_ms: u64) -> (u16, Option<u64>, Value) {
 /// The books of `user` read from the database: balance = Σ ledger, no call left reserved; the
 /// number of settled chat tasks.
 fn settled_calls(rt: &tokio::runtime::Runtime, sandbox: &Sandbox, user: &str) -> usize {
-    rt.block_on(async {
-        let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
-        let user = UserId(user.to_owned());
-        let balance = billing::Ledger::balance(&store, &user).await.expect("balance");
-        let entries = billing::Ledger::entries(&store, &user, 1_000_000).await.expect("entries");
-        let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
-        assert_eq!(balance, sum, "the balance equals the ledger's sum");
-        let (tasks, _) = domain::ports::TaskStore::list_tasks(
-            &store,
-            &user,
-            None,
-            domain::ports::PageRequest { page: 1, page_size: 100 },
-        )
-        .await
-        .expect("tasks");
-        let mut settled = 0;
-        for task in &tasks {
-            assert_ne!(task.billing.status, domain::BillingStatus::Reserved, "no call left reserved: {task:?}");
-            if task.billing.status == domain::BillingStatus::Settled {
-                settled += 1;
-            }
+    let (tasks, _) = common::books(rt, sandbox, user);
+    let mut settled = 0;
+    for task in &tasks {
+        assert_ne!(task.billing.status, domain::BillingStatus::Reserved, "no call left reserved: {task:?}");
+        if task.billing.status == domain::BillingStatus::Settled {
+            settled += 1;
         }
-        store.close().await.expect("close the store");
-        settled
-    })
+    }
+    settled
 }
 
 #[test]

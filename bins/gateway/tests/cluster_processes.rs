@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{COMMAND_TIMEOUT, Running, Sandbox, http_request, sandbox};
-use domain::{BillingStatus, LedgerKind, UserId};
+use domain::{BillingStatus, LedgerKind};
 use serde_json::{Value, json};
 
 const CHAT_MODEL: &str = "LangA-V4-flash";
@@ -31,16 +31,12 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 /// `gateway serve` against the simulator with short leases, so that the dead replica's slots,
 /// calls and task claims come back within seconds.
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str) -> (Running, String) {
-    let env = [
-        ("GATEWAY_ASSETS_URL", format!("http://{sim}")),
-        ("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY.to_owned()),
-        ("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY.to_owned()),
-        ("GATEWAY_TASK_POLL_INTERVAL_MS", "100".to_owned()),
-        ("GATEWAY_TASK_LEASE_MS", "2000".to_owned()),
+    let mut env = common::video_env(sim);
+    env.extend([
         ("GATEWAY_CAP_LEASE_MS", "2000".to_owned()),
         ("GATEWAY_REPLICA_LEASE_MS", "2000".to_owned()),
         ("GATEWAY_QUEUE_WAIT_MS", "20000".to_owned()),
-    ];
+    ]);
     common::serve_against(sandbox, sim, name, &env)
 }
 
@@ -72,51 +68,6 @@ fn chat_calls_running(addr: &str) -> u64 {
     let _ = stream.read_to_string(&mut text);
     let series = format!("gateway_calls_in_flight{{model=\"{CHAT_MODEL}\"}} ");
     text.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-}
-
-/// Every task of `user` and the ledger, read from the database once no task is left running
-/// (bounded wait). Money moves only while a task runs (a terminal task's hold has ended), so the
-/// balance then equals the ledger's sum; while tasks still run, two separate reads could straddle
-/// a commit, so the books are checked at the end only.
-fn settled_books(
-    rt: &tokio::runtime::Runtime,
-    sandbox: &Sandbox,
-    user: &str,
-) -> (Vec<domain::Task>, Vec<domain::LedgerEntry>) {
-    let deadline = Instant::now() + SETTLE_LIMIT;
-    let user = UserId(user.to_owned());
-    loop {
-        let done = rt.block_on(async {
-            let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
-            let mut tasks = Vec::new();
-            for page in 1.. {
-                let request = domain::ports::PageRequest { page, page_size: 100 };
-                let (batch, total) =
-                    domain::ports::TaskStore::list_tasks(&store, &user, None, request).await.expect("tasks");
-                tasks.extend(batch);
-                if u64::try_from(tasks.len()).unwrap_or(u64::MAX) >= total {
-                    break;
-                }
-            }
-            let open = tasks.iter().filter(|t| !t.status.is_terminal()).count();
-            let books = if open == 0 {
-                let balance = billing::Ledger::balance(&store, &user).await.expect("balance");
-                let entries = billing::Ledger::entries(&store, &user, 1_000_000).await.expect("entries");
-                let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
-                assert_eq!(balance, sum, "the balance equals the ledger's sum");
-                Some((tasks, entries))
-            } else {
-                assert!(Instant::now() < deadline, "{open} tasks still running after {SETTLE_LIMIT:?}");
-                None
-            };
-            store.close().await.expect("close the store");
-            books
-        });
-        if let Some(books) = done {
-            return books;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 #[test]
@@ -190,7 +141,7 @@ fn two_replicas_take_chat_image_and_video_and_a_sigkill_loses_nothing() {
         CHAT_CAP + IMAGE_CAP
     );
 
-    let (tasks, entries) = settled_books(&rt, &sandbox, &user);
+    let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, SETTLE_LIMIT);
     for task in &tasks {
         let ended = match task.billing.status {
             BillingStatus::Settled => task.status == domain::TaskStatus::Succeeded,

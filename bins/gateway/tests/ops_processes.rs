@@ -11,8 +11,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Sandbox, http_request, sandbox, terminate};
-use domain::UserId;
+use common::{http_request, sandbox, terminate};
 use serde_json::{Value, json};
 
 #[test]
@@ -58,20 +57,34 @@ fn json_logs_carry_the_call_and_never_the_key() {
     assert!(!stderr.contains(&key) && !stderr.contains("sk-gw-not-a-key"), "a key reached the log");
 }
 
-/// Every task of `user` with its billing, read from the database after the server stopped.
-fn tasks_of(rt: &tokio::runtime::Runtime, sandbox: &Sandbox, user: &str) -> Vec<domain::Task> {
-    rt.block_on(async {
-        let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
-        let user = UserId(user.to_owned());
-        let balance = billing::Ledger::balance(&store, &user).await.expect("balance");
-        let entries = billing::Ledger::entries(&store, &user, 1_000).await.expect("entries");
-        let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
-        assert_eq!(balance, sum, "the balance equals the ledger's sum");
-        let page = domain::ports::PageRequest { page: 1, page_size: 100 };
-        let (tasks, _) = domain::ports::TaskStore::list_tasks(&store, &user, None, page).await.expect("tasks");
-        store.close().await.expect("close the store");
-        tasks
+/// Sends a slow chat call to the gateway at `addr` and returns its connection unread (the caller
+/// decides when the client goes away).
+fn send_slow_chat(addr: &str, key: &str, content: &str, latency_ms: u64) -> TcpStream {
+    let body = json!({
+        "model": "LangA-V4-flash",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "sim_latency_ms": latency_ms,
     })
+    .to_string();
+    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
+    write!(
+        stream,
+        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    stream
+}
+
+/// Waits (bounded) until the simulator has answered or is answering a call.
+fn until_upstream_reached(sim: &upstream::sim::SimHandle) {
+    let started = std::time::Instant::now();
+    while sim.in_flight_max() < 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -81,30 +94,12 @@ fn sigterm_waits_for_a_call_whose_client_hung_up() {
     let (sandbox, _) = sandbox(&rt);
     let (user, key) = common::account(&sandbox, "10", "language:create");
     let (mut server, addr) = common::serve_against(&sandbox, sim_addr, "serve-drain", &[]);
-    let body = json!({
-        "model": "LangA-V4-flash",
-        "messages": [{"role": "user", "content": "answer slowly"}],
-        "max_tokens": 8,
-        "sim_latency_ms": 1500,
-    })
-    .to_string();
-    let mut stream = TcpStream::connect(&addr).expect("connect to the gateway");
-    write!(
-        stream,
-        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
+    let stream = send_slow_chat(&addr, &key, "answer slowly", 1500);
     // The call reaches the upstream, then its client leaves and the operator stops the server.
-    let reached = std::time::Instant::now();
-    while sim.in_flight_max() < 1 {
-        assert!(reached.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until_upstream_reached(&sim);
     drop(stream);
     terminate(&mut server.0);
-    let tasks = tasks_of(&rt, &sandbox, &user);
+    let (tasks, _) = common::books(&rt, &sandbox, &user);
     assert_eq!(tasks.len(), 1, "{tasks:?}");
     assert_eq!(tasks[0].status, domain::TaskStatus::Succeeded, "the call finished before the exit: {tasks:?}");
     assert_eq!(tasks[0].billing.status, domain::BillingStatus::Settled, "{tasks:?}");
@@ -119,38 +114,14 @@ fn a_killed_replicas_call_is_refunded_by_another_within_its_lease() {
     let env = [("GATEWAY_REPLICA_LEASE_MS", "2000".to_owned())];
     let (mut doomed, addr) = common::serve_against(&sandbox, sim_addr, "serve-doomed", &env);
     let (_survivor, _) = common::serve_against(&sandbox, sim_addr, "serve-survivor", &env);
-    let body = json!({
-        "model": "LangA-V4-flash",
-        "messages": [{"role": "user", "content": "never answered in time"}],
-        "max_tokens": 8,
-        "sim_latency_ms": 30000,
-    })
-    .to_string();
-    let mut stream = TcpStream::connect(&addr).expect("connect to the gateway");
-    write!(
-        stream,
-        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let started = std::time::Instant::now();
-    while sim.in_flight_max() < 1 {
-        assert!(started.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let stream = send_slow_chat(&addr, &key, "never answered in time", 30_000);
+    until_upstream_reached(&sim);
     doomed.0.kill().expect("SIGKILL the replica");
     let _ = doomed.0.wait();
-    let killed = std::time::Instant::now();
-    let task = loop {
-        let tasks = tasks_of(&rt, &sandbox, &user);
-        assert_eq!(tasks.len(), 1, "{tasks:?}");
-        if tasks[0].status.is_terminal() {
-            break tasks[0].clone();
-        }
-        assert!(killed.elapsed() < Duration::from_secs(15), "the dead replica's call is still open: {tasks:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    // The survivor refunds the dead replica's call within its lease (the wait is bounded).
+    let (tasks, _) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(15));
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    let task = tasks[0].clone();
     assert_eq!(task.status, domain::TaskStatus::Failed, "{task:?}");
     assert_eq!(task.error_code.as_deref(), Some("interrupted"), "{task:?}");
     assert_eq!(task.billing.status, domain::BillingStatus::Refunded, "{task:?}");

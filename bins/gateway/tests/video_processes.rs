@@ -29,14 +29,7 @@ fn account(sandbox: &Sandbox, balance: &str) -> (String, String) {
 
 /// `gateway serve` against the simulator, polling every 100 ms with 2 s leases.
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str) -> (Running, String) {
-    let env = [
-        ("GATEWAY_ASSETS_URL", format!("http://{sim}")),
-        ("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY.to_owned()),
-        ("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY.to_owned()),
-        ("GATEWAY_TASK_POLL_INTERVAL_MS", "100".to_owned()),
-        ("GATEWAY_TASK_LEASE_MS", "2000".to_owned()),
-    ];
-    common::serve_against(sandbox, sim, name, &env)
+    common::serve_against(sandbox, sim, name, &common::video_env(sim))
 }
 
 /// Creates task number `i` on the server at `addr`; its id.
@@ -85,26 +78,18 @@ fn assert_books(
     tasks: &HashMap<String, Value>,
     ids: &[String],
 ) {
-    rt.block_on(async {
-        let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
-        let user = UserId(user.to_owned());
-        let balance = billing::Ledger::balance(&store, &user).await.expect("balance");
-        let entries = billing::Ledger::entries(&store, &user, 1_000_000).await.expect("entries");
-        let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
-        assert_eq!(balance, sum, "the balance equals the ledger's sum");
-        for id in ids {
-            let task = &tasks[id];
-            let kinds: Vec<LedgerKind> =
-                entries.iter().filter(|e| e.task_id.as_ref().is_some_and(|t| t.0 == *id)).map(|e| e.kind).collect();
-            assert_eq!(kinds.len(), 2, "task {id}: one hold and one close, got {kinds:?}: {task}");
-            let billing = task["billing"]["status"].as_str().unwrap_or_default();
-            match task["status"].as_str().unwrap_or_default() {
-                "succeeded" => assert_eq!(billing, "settled", "{task}"),
-                _ => assert_eq!(billing, "refunded", "{task}"),
-            }
+    let (_, entries) = common::books(rt, sandbox, user);
+    for id in ids {
+        let task = &tasks[id];
+        let kinds: Vec<LedgerKind> =
+            entries.iter().filter(|e| e.task_id.as_ref().is_some_and(|t| t.0 == *id)).map(|e| e.kind).collect();
+        assert_eq!(kinds.len(), 2, "task {id}: one hold and one close, got {kinds:?}: {task}");
+        let billing = task["billing"]["status"].as_str().unwrap_or_default();
+        match task["status"].as_str().unwrap_or_default() {
+            "succeeded" => assert_eq!(billing, "settled", "{task}"),
+            _ => assert_eq!(billing, "refunded", "{task}"),
         }
-        store.close().await.expect("close the store");
-    });
+    }
 }
 
 #[test]

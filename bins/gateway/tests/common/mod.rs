@@ -350,3 +350,85 @@ pub fn serve_against(
     std::thread::spawn(move || while rx.recv().is_ok() {});
     (running, addr)
 }
+
+/// The settings that point `serve` at the simulator's asset control plane and make its video
+/// worker quick: polls every 100 ms, 2-s claims (so a dead worker's tasks come back in seconds).
+pub fn video_env(sim: std::net::SocketAddr) -> Vec<(&'static str, String)> {
+    vec![
+        ("GATEWAY_ASSETS_URL", format!("http://{sim}")),
+        ("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY.to_owned()),
+        ("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY.to_owned()),
+        ("GATEWAY_TASK_POLL_INTERVAL_MS", "100".to_owned()),
+        ("GATEWAY_TASK_LEASE_MS", "2000".to_owned()),
+    ]
+}
+
+/// Every task of `user` (all pages) and every ledger entry, read from `store` after checking that
+/// the balance equals the ledger's sum. Read only once no money moves (no task running): two
+/// separate reads could otherwise straddle a commit.
+async fn read_books(store: &store::Store, user: &domain::UserId) -> (Vec<domain::Task>, Vec<domain::LedgerEntry>) {
+    let balance = billing::Ledger::balance(store, user).await.expect("balance");
+    let entries = billing::Ledger::entries(store, user, 1_000_000).await.expect("entries");
+    let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
+    assert_eq!(balance, sum, "the balance equals the ledger's sum");
+    (all_tasks(store, user).await, entries)
+}
+
+/// Every task of `user`, through every page.
+async fn all_tasks(store: &store::Store, user: &domain::UserId) -> Vec<domain::Task> {
+    let mut tasks = Vec::new();
+    for page in 1.. {
+        let request = domain::ports::PageRequest { page, page_size: 100 };
+        let (batch, total) = domain::ports::TaskStore::list_tasks(store, user, None, request).await.expect("tasks");
+        tasks.extend(batch);
+        if u64::try_from(tasks.len()).unwrap_or(u64::MAX) >= total {
+            return tasks;
+        }
+    }
+    tasks
+}
+
+/// The books of `user` read straight from the database (the servers stopped or idle): every task
+/// and ledger entry, with balance = Σ ledger checked.
+pub fn books(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &Sandbox,
+    user: &str,
+) -> (Vec<domain::Task>, Vec<domain::LedgerEntry>) {
+    rt.block_on(async {
+        let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
+        let books = read_books(&store, &domain::UserId(user.to_owned())).await;
+        store.close().await.expect("close the store");
+        books
+    })
+}
+
+/// [`books`] once no task of `user` is running any more (polled, at most `limit`).
+pub fn books_when_settled(
+    rt: &tokio::runtime::Runtime,
+    sandbox: &Sandbox,
+    user: &str,
+    limit: Duration,
+) -> (Vec<domain::Task>, Vec<domain::LedgerEntry>) {
+    let deadline = Instant::now() + limit;
+    let user = domain::UserId(user.to_owned());
+    loop {
+        let settled = rt.block_on(async {
+            let store = store::Store::open(&sandbox.database_url()).await.expect("open the store");
+            let tasks = all_tasks(&store, &user).await;
+            let open = tasks.iter().filter(|t| !t.status.is_terminal()).count();
+            let books = if open == 0 {
+                Some(read_books(&store, &user).await)
+            } else {
+                assert!(Instant::now() < deadline, "{open} tasks still running after {limit:?}: {tasks:?}");
+                None
+            };
+            store.close().await.expect("close the store");
+            books
+        });
+        if let Some(books) = settled {
+            return books;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
