@@ -1,0 +1,33 @@
+# Sourced by the scripts that check a running gateway (sdk_compat.sh, schemathesis.sh): builds the
+# gateway (debug), makes the Python virtual environment `$venv`, starts `gateway serve` on a free
+# port with a fresh SQLite database and the built-in simulator, and sets `base` (its URL) and `key`
+# (the demo key). The gateway is stopped and its folder removed when the calling script exits.
+# Expects `root` (the repository) to be set.
+work="$(mktemp -d)"
+gateway_pid=""
+cleanup() {
+  if [ -n "$gateway_pid" ]; then kill -TERM "$gateway_pid" 2>/dev/null || true; wait "$gateway_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cargo build -q -p gateway --manifest-path "$root/Cargo.toml"
+venv="$root/.venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+
+(cd "$work" && GATEWAY_LISTEN=127.0.0.1:0 GATEWAY_DATABASE_URL="sqlite://$work/gw.db?mode=rwc" GATEWAY_LOG=warn \
+  GATEWAY_MEDIA_DIR="$work/media" exec "$root/target/debug/gateway" serve >"$work/out.txt" 2>"$work/err.txt") &
+gateway_pid=$!
+line=""
+for _ in $(seq 1 100); do
+  line="$(grep -m1 '^Try: ' "$work/out.txt" 2>/dev/null || true)"
+  [ -n "$line" ] && break
+  sleep 0.1
+done
+if [ -z "$line" ]; then
+  echo "the gateway did not start" >&2
+  cat "$work/err.txt" >&2
+  exit 1
+fi
+base="$(echo "$line" | sed -E 's#.*(http://[^/]+)/api/v1/models.*#\1#')"
+key="$(echo "$line" | grep -o 'sk-gw-[0-9a-f]*' | head -n1)"
