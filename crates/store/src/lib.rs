@@ -111,7 +111,7 @@ impl Store {
         let db = Database::connect(options).await.map_err(backend_err)?;
         let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
         let writer = match sqlite_file {
-            Some(path) => sqlite_book::start(std::path::Path::new(path))?,
+            Some(path) => sqlite_book::start(std::path::Path::new(path), sqlite_book::Checkpoints::DEFAULT)?,
             None => pg_book::start(
                 pg_book::writer_pool(url, PG_WRITERS).await.map_err(|e| StoreError::Backend(e.to_string()))?,
                 PG_WRITERS,
