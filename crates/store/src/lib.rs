@@ -62,7 +62,12 @@ pub const PG_POOL_CONNECTIONS: u32 = 8;
 
 /// Writer tasks of the batched writer on PostgreSQL, each with a connection of its own (a pool
 /// apart from [`PG_POOL_CONNECTIONS`], so reads never wait behind batches or the reverse).
-pub const PG_WRITERS: usize = 2;
+///
+/// One: a second writer overlapped batches, but halved their size, so PostgreSQL paid each
+/// batch's fixed cost (round trips, the commit's flush, a hot user's row lock) twice as often.
+/// Measured A/B (`docs/PERFORMANCE.md`): the same throughput on one replica with ~20 % less
+/// PostgreSQL CPU per call, and two replicas on one database +35 %.
+pub const PG_WRITERS: usize = 1;
 
 /// Connections of the SQLite read pool (the writer has its own connection besides).
 pub const SQLITE_POOL_CONNECTIONS: u32 = 8;

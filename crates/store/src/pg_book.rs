@@ -100,9 +100,9 @@ pub(crate) async fn writer_pool(url: &str, writers: usize) -> Result<PgPool, sql
 }
 
 /// Starts `writers` writer tasks on the current runtime, sharing one queue and `pool` (which
-/// should hold one connection per writer). While one writer's batch waits for its commit, the
-/// next writer already takes what queued meanwhile: batches of different users run side by
-/// side, and batches of one user queue on that user's row lock (as batches of two replicas do).
+/// should hold one connection per writer). With more than one, while one writer's batch waits
+/// for its commit the next writer already takes what queued meanwhile; batches of one user queue
+/// on that user's row lock (as batches of two replicas do). See [`crate::PG_WRITERS`].
 pub(crate) fn start(pool: PgPool, writers: usize) -> BookWriter {
     let (tx, rx) = mpsc::unbounded_channel();
     let rx = Arc::new(Mutex::new(rx));
