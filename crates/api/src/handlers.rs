@@ -1,5 +1,6 @@
 //! One function per route: authenticate with the route's scope, run the use case, shape the reply.
 
+use bytes::Bytes;
 use domain::Scope;
 use domain::TaskId;
 use http::request::Parts;
@@ -300,9 +301,12 @@ fn task_header(task_id: &TaskId) -> Result<HeaderValue, ApiError> {
 
 /// The JSON answer of a complete call, serialised once: the response, and the same bytes to keep for
 /// idempotent replays.
-fn complete_response(route: Billable, answer: Value, call: &CallBilling) -> Result<(Response, Vec<u8>), ApiError> {
-    let bytes = serde_json::to_vec(&route.answer(answer, call))
-        .map_err(|e| ApiError::from(ServiceError::Internal(format!("answer not serialisable: {e}"))))?;
+fn complete_response(route: Billable, answer: Value, call: &CallBilling) -> Result<(Response, Bytes), ApiError> {
+    let bytes = Bytes::from(
+        serde_json::to_vec(&route.answer(answer, call))
+            .map_err(|e| ApiError::from(ServiceError::Internal(format!("answer not serialisable: {e}"))))?,
+    );
+    // The body and the copy kept for replays share one buffer.
     let mut response = http::Response::new(crate::response::full(bytes.clone()));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response.headers_mut().insert("x-svc-task-id", task_header(&call.task_id)?);

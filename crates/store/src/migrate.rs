@@ -42,6 +42,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0007_call_runners.sql"),
         include_str!("../../../migrations/postgres/0007_call_runners.sql"),
     ),
+    (
+        8,
+        include_str!("../../../migrations/sqlite/0008_fewer_indexes.sql"),
+        include_str!("../../../migrations/postgres/0008_fewer_indexes.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.

@@ -289,21 +289,17 @@ impl TaskStore for Store {
     }
 
     async fn open_work(&self) -> Result<OpenWork, StoreError> {
-        let open_reservations = reservations::Entity::find()
-            .filter(reservations::Column::Status.eq(BillingStatus::Reserved.as_str()))
-            .count(&self.db)
-            .await
-            .map_err(backend_err)?;
-        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
-        let oldest: Option<Option<i64>> = tasks::Entity::find()
-            .select_only()
-            .column_as(tasks::Column::CreatedAt.min(), "oldest")
-            .filter(tasks::Column::Kind.eq(domain::ModelKind::Video.as_str()))
-            .filter(tasks::Column::Status.is_in(running))
-            .into_tuple()
-            .one(&self.db)
-            .await
-            .map_err(backend_err)?;
-        Ok(OpenWork { open_reservations, oldest_active_video: oldest.flatten().map(Timestamp) })
+        // Literal predicates, so that both databases use the partial indexes on open
+        // reservations and active video tasks (a bound parameter cannot prove a partial index's
+        // condition): a scrape never reads the whole table.
+        let sql = "SELECT (SELECT COUNT(*) FROM reservations WHERE status = 'reserved') AS open_reservations, \
+                   (SELECT MIN(created_at) FROM tasks WHERE kind = 'video' \
+                   AND status IN ('submitting', 'queued', 'processing')) AS oldest";
+        let row = self.db.query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;
+        let row = row.ok_or_else(|| StoreError::Backend("open work: no row".into()))?;
+        let open_reservations: i64 = row.try_get("", "open_reservations").map_err(backend_err)?;
+        let open_reservations = u64::try_from(open_reservations).unwrap_or(0);
+        let oldest: Option<i64> = row.try_get("", "oldest").map_err(backend_err)?;
+        Ok(OpenWork { open_reservations, oldest_active_video: oldest.map(Timestamp) })
     }
 }
