@@ -7,8 +7,8 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::{Value, json};
-use service::{CallBilling, CallReply, Claim, Gateway, Principal, ServiceError};
+use serde_json::json;
+use service::{Answer, CallBilling, CallReply, Claim, Gateway, Principal, ServiceError};
 
 use crate::body::read_json;
 use crate::error::ApiError;
@@ -179,21 +179,29 @@ impl Billable {
     /// The client's answer: the use case's answer with the task id and billing added where this
     /// route's shape puts them (chat and the native formats: an `svc` object; images and audio: top-level
     /// `task_id` and `billing`).
-    fn answer(self, mut answer: Value, call: &CallBilling) -> Value {
-        if let Value::Object(o) = &mut answer {
-            let billing = wire::to_json(&wire::billing(&call.billing));
-            match self {
-                Billable::Chat | Billable::Messages | Billable::Responses => {
-                    o.insert("svc".into(), json!({"task_id": call.task_id.as_str(), "billing": billing}));
-                }
-                Billable::Image | Billable::Audio => {
-                    o.insert("task_id".into(), Value::String(call.task_id.as_str().to_owned()));
-                    o.insert("billing".into(), billing);
-                }
+    ///
+    /// Written in one pass over the answer (`Answer::to_json_with`): no JSON tree is built for it.
+    fn answer(self, answer: &Answer, call: &CallBilling) -> Result<Vec<u8>, serde_json::Error> {
+        let billing = wire::billing(&call.billing);
+        match self {
+            Billable::Chat | Billable::Messages | Billable::Responses => {
+                let svc = serde_json::value::to_raw_value(&Svc { task_id: call.task_id.as_str(), billing })?;
+                answer.to_json_with(&[("svc", &svc)])
+            }
+            Billable::Image | Billable::Audio => {
+                let task_id = serde_json::value::to_raw_value(call.task_id.as_str())?;
+                let billing = serde_json::value::to_raw_value(&billing)?;
+                answer.to_json_with(&[("task_id", &task_id), ("billing", &billing)])
             }
         }
-        answer
     }
+}
+
+/// The `svc` member of a chat-style answer: the call's task and billing.
+#[derive(serde::Serialize)]
+struct Svc<'a> {
+    task_id: &'a str,
+    billing: wire::Billing,
 }
 
 /// A billable call: authenticate, read the JSON body, honour `Idempotency-Key`, and run the call on a
@@ -227,7 +235,7 @@ async fn billable_call(
 ) -> Result<Response, ApiError> {
     let Some(key) = key else {
         return match route.run(gateway, who, bytes).await? {
-            CallReply::Complete { answer, call } => complete_response(route, answer, &call).map(|(r, _)| r),
+            CallReply::Complete { answer, call } => complete_response(route, &answer, &call).map(|(r, _)| r),
             CallReply::Stream(stream) => stream_response(route, &stream.task_id, stream.items),
         };
     };
@@ -236,7 +244,7 @@ async fn billable_call(
         Claim::Run(claim) => claim,
     };
     match route.run(gateway, who, bytes).await {
-        Ok(CallReply::Complete { answer, call }) => match complete_response(route, answer, &call) {
+        Ok(CallReply::Complete { answer, call }) => match complete_response(route, &answer, &call) {
             Ok((response, stored)) => {
                 gateway.idempotency_complete(&claim, 200, &stored).await;
                 Ok(response)
@@ -301,9 +309,10 @@ fn task_header(task_id: &TaskId) -> Result<HeaderValue, ApiError> {
 
 /// The JSON answer of a complete call, serialised once: the response, and the same bytes to keep for
 /// idempotent replays.
-fn complete_response(route: Billable, answer: Value, call: &CallBilling) -> Result<(Response, Bytes), ApiError> {
+fn complete_response(route: Billable, answer: &Answer, call: &CallBilling) -> Result<(Response, Bytes), ApiError> {
     let bytes = Bytes::from(
-        serde_json::to_vec(&route.answer(answer, call))
+        route
+            .answer(answer, call)
             .map_err(|e| ApiError::from(ServiceError::Internal(format!("answer not serialisable: {e}"))))?,
     );
     // The body and the copy kept for replays share one buffer.

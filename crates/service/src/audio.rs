@@ -9,6 +9,7 @@ use domain::{ModelKind, PriceSheet};
 use rust_decimal::Decimal;
 use serde_json::Value;
 
+use crate::Answer;
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
 use crate::chat::public_answer;
 use crate::{Gateway, Principal, ServiceError};
@@ -80,7 +81,10 @@ fn finish_audio(bytes: &[u8], public_model: &str, sheet: &PriceSheet) -> Result<
         o.entry("message").or_insert(Value::String(String::new()));
     }
     let usage = serde_json::json!({ "original_duration": answer.get("original_duration"), "billed_seconds": seconds.min(Decimal::from(120)).to_string() });
-    Ok(Finished { answer, close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()) } })
+    Ok(Finished {
+        answer: Answer::Value(answer),
+        close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()) },
+    })
 }
 
 #[cfg(test)]
@@ -115,8 +119,8 @@ mod tests {
     #[test]
     fn data_urls_become_raw_base64_and_refusals_are_errors() {
         let done = finish(json!({"audio": "data:audio/wav;base64,UklGRg==", "original_duration": 1})).expect("ok");
-        assert_eq!(done.answer["audio"], json!("UklGRg=="));
-        assert_eq!(done.answer["code"], json!(0));
+        assert_eq!(*done.answer.member("audio").expect("audio"), json!("UklGRg=="));
+        assert_eq!(*done.answer.member("code").expect("code"), json!(0));
         let refused = finish(json!({"code": 45000001, "message": "text_prompt is invalid"}));
         assert!(matches!(refused, Err(UpstreamError::Rejected { ref code, .. }) if code == "45000001"));
         assert!(matches!(finish(json!({"audio": "AA"})), Err(UpstreamError::Malformed(_))));

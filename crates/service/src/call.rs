@@ -343,7 +343,7 @@ pub(crate) enum Close {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Finished {
     /// The upstream answer, rewritten for the client (public model name).
-    pub answer: serde_json::Value,
+    pub answer: crate::Answer,
     /// Settle or refund.
     pub close: Close,
 }
@@ -354,7 +354,7 @@ pub enum CallReply {
     /// The answer (rewritten to the public model name) and the call's billing.
     Complete {
         /// The answer object.
-        answer: serde_json::Value,
+        answer: crate::Answer,
         /// Task id and billing.
         call: CallBilling,
     },

@@ -11,6 +11,8 @@ use domain::ports::{Endpoint, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, UsdAmount};
 use serde_json::{Map, Value, json};
 
+use crate::Answer;
+use crate::answer::object_member;
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
 use crate::stream::{StreamItem, StreamMeter};
 use crate::{Gateway, Principal, ServiceError};
@@ -44,7 +46,12 @@ fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> 
 
 /// Usage from an upstream `usage` object; `None` when it is missing or not an object.
 fn usage_of(value: &Value) -> Option<LanguageUsage> {
-    let usage = value.get("usage").filter(|u| u.is_object())?;
+    usage_fields(value.get("usage")?)
+}
+
+/// The counts of a `usage` object; `None` when it is not an object or lacks a count.
+fn usage_fields(usage: &Value) -> Option<LanguageUsage> {
+    let usage = Some(usage).filter(|u| u.is_object())?;
     let n = |path: &str| usage.pointer(path).and_then(Value::as_u64).unwrap_or(0);
     Some(LanguageUsage {
         prompt_tokens: usage.get("prompt_tokens").and_then(Value::as_u64)?,
@@ -107,11 +114,16 @@ impl Gateway {
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
         self.run_sync(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body, |bytes| {
-            let answer = public_answer(&bytes, &public_model)?;
-            let usage =
-                usage_of(&answer).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
-            let amount = language_charge(&sheet, &usage)?;
-            Ok(Finished { close: Close::Charge { amount, usage: answer.get("usage").map(Value::to_string) }, answer })
+            // The answer passes through as its bytes (only `model` is replaced when written):
+            // checked to be one JSON object here, with only its usage parsed.
+            let usage = object_member(&bytes, "usage")
+                .map_err(|e| UpstreamError::Malformed(format!("the answer is not a JSON object: {e}")))?
+                .ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
+            let parsed =
+                usage_fields(&usage).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
+            let amount = language_charge(&sheet, &parsed)?;
+            let answer = Answer::Upstream { body: bytes, model: public_model };
+            Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()) }, answer })
         })
         .await
     }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
 use crate::chat::public_answer;
-use crate::{Gateway, Principal, ServiceError};
+use crate::{Answer, Gateway, Principal, ServiceError};
 
 impl Gateway {
     /// Runs an image generation for `who` with the raw JSON `body`.
@@ -90,11 +90,14 @@ fn finish_image(
         let text = |k: &str| first_error.as_ref().and_then(|e| e.get(k)).and_then(Value::as_str).map(str::to_owned);
         let code = text("code").unwrap_or_else(|| "no_image_generated".into());
         let message = text("message").unwrap_or_else(|| "the upstream generated no image".into());
-        return Ok(Finished { answer, close: Close::Refund { code, message, usage: Some(usage) } });
+        return Ok(Finished {
+            answer: Answer::Value(answer),
+            close: Close::Refund { code, message, usage: Some(usage) },
+        });
     }
     let charge = billing::image_charge(sheet, &ImageUsage { reference_images: references, generated })
         .map_err(|e| UpstreamError::Malformed(format!("the generated images cannot be priced: {e}")))?;
-    Ok(Finished { answer, close: Close::Charge { amount: charge.total, usage: Some(usage) } })
+    Ok(Finished { answer: Answer::Value(answer), close: Close::Charge { amount: charge.total, usage: Some(usage) } })
 }
 
 /// Makes the answer's `usage` state what was billed (`generated_images` = successful items,
@@ -140,8 +143,8 @@ mod tests {
         data[3] = json!({"error": {"code": "OutputImageSensitiveContentDetected", "message": "no"}});
         let done = finish(json!({"model": "up", "data": data, "usage": {"generated_images": 11}}), &pieces(), 3)
             .expect("finished");
-        assert_eq!(done.answer["model"], json!("Public"));
-        assert_eq!(done.answer["usage"]["input_images"], json!(3));
+        assert_eq!(*done.answer.member("model").expect("model"), json!("Public"));
+        assert_eq!(done.answer.member("usage").expect("usage")["input_images"], json!(3));
         assert!(matches!(done.close, Close::Charge { amount, .. } if amount.micros() == 11 * 36_000));
     }
 
@@ -161,7 +164,7 @@ mod tests {
         let all_failed = json!({"data": [{"error": {"code": "OutputImageSensitiveContentDetected", "message": "m"}}]});
         let done = finish(all_failed, &pieces(), 0).expect("finished");
         assert!(matches!(&done.close, Close::Refund { code, .. } if code == "OutputImageSensitiveContentDetected"));
-        assert_eq!(done.answer["usage"]["generated_images"], json!(0));
+        assert_eq!(done.answer.member("usage").expect("usage")["generated_images"], json!(0));
         let refused =
             finish(json!({"error": {"code": "InputTextSensitiveContentDetected", "message": "m"}}), &pieces(), 0);
         assert!(

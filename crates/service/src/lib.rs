@@ -4,6 +4,7 @@
 
 mod admin;
 mod admission;
+mod answer;
 mod audio;
 mod background;
 mod cache;
@@ -29,6 +30,7 @@ use domain::{ApiKeyId, CapLeases, Clock, Scope, UserId, VideoStore};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use admission::AdmissionSettings;
+pub use answer::Answer;
 pub use background::Background;
 pub use cache::CACHE_TTL;
 pub use call::{CallBilling, CallReply};

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
 use crate::chat::{language_charge, public_answer};
 use crate::stream::{StreamItem, StreamMeter};
-use crate::{Gateway, Principal, ServiceError};
+use crate::{Answer, Gateway, Principal, ServiceError};
 
 /// Which native format a call speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,7 @@ impl Gateway {
             .run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(&bytes))
             .await?;
         if let (Format::Responses, CallReply::Complete { answer, .. }) = (format, &reply)
-            && let Some(id) = answer.get("id").and_then(Value::as_str)
+            && let Some(id) = answer.member("id").and_then(Value::as_str)
             && let Err(e) = self.ports.responses.record_response(id, &who.user_id, &task).await
         {
             tracing::error!(%task, error = %e, "recording a response id failed; it cannot be continued");
@@ -182,7 +182,10 @@ impl NativeMeter {
             .and_then(|u| self.format.usage(u))
             .ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
         let amount = language_charge(&self.sheet, &parsed)?;
-        Ok(Finished { close: Close::Charge { amount, usage: usage.map(Value::to_string) }, answer })
+        Ok(Finished {
+            close: Close::Charge { amount, usage: usage.map(Value::to_string) },
+            answer: Answer::Value(answer),
+        })
     }
 
     /// Renames the model of the object at `pointer` (the event itself, or its `message` / `response`).
