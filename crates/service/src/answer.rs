@@ -3,8 +3,14 @@
 //! A chat answer is the upstream's own JSON object with two changes: its `model` becomes the
 //! public name and the edge adds the call's task id and billing. Parsing it into a
 //! `serde_json::Value` tree and serialising the tree again allocated every key and string of the
-//! answer twice per call; here the upstream bytes are checked once (a JSON object, whose `usage`
-//! is read), and written out member by member, each value copied as its raw JSON text.
+//! answer twice per call; here the upstream bytes are checked once (UTF-8 text holding one JSON
+//! object, whose `usage` is read), and written out member by member, each value copied as its raw
+//! JSON text. Both passes read the text with the same parser, so an answer the check accepts is
+//! always written: the call is settled only after the check.
+//!
+//! A member named twice is written once, with its last value (the one the check read `usage`
+//! from, as a `Value` would keep). Values pass through as the upstream wrote them, so a number
+//! beyond `f64` or a lone surrogate escape reaches the client as it came.
 
 use std::fmt;
 
@@ -48,10 +54,10 @@ impl Answer {
     }
 }
 
-/// Checks that `bytes` is one JSON object and returns its member `name` (the last one, as a
-/// `Value` would keep), without building the rest of it.
+/// Checks that `bytes` is UTF-8 text holding one JSON object and returns its member `name` (the
+/// last one, as a `Value` would keep), without building the rest of it.
 pub(crate) fn object_member(bytes: &[u8], name: &str) -> Result<Option<Value>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
     let found = de.deserialize_map(FindMember { name })?;
     de.end()?;
     Ok(found)
@@ -82,70 +88,77 @@ impl<'de> Visitor<'de> for FindMember<'_> {
     }
 }
 
-/// Writes the object `bytes` with its `model` member set to `model` (at the place of its first
-/// `model`, or after the others when it has none) and the `extra` members set after the rest.
+/// `bytes` as text: the check and the writer both read the answer as `str`, so they accept the
+/// same answers (reading bytes, serde_json checks UTF-8 in values it keeps but not in those it
+/// skips).
+fn text(bytes: &[u8]) -> Result<&str, serde_json::Error> {
+    std::str::from_utf8(bytes).map_err(|e| serde::de::Error::custom(format!("the answer is not UTF-8: {e}")))
+}
+
+/// Writes the object `bytes` with its `model` member set to `model` (added when it has none) and
+/// the `extra` members set after the rest; a member named twice is written once, where it last
+/// appears, with its last value.
 fn write_object(bytes: &[u8], model: Option<&str>, extra: &[(&str, &RawValue)]) -> Result<Vec<u8>, serde_json::Error> {
-    let mut out = Vec::with_capacity(bytes.len() + 64 + extra.iter().map(|(_, v)| v.get().len() + 16).sum::<usize>());
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    de.deserialize_map(Rewrite { out: &mut out, model, extra })?;
+    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
+    let members = de.deserialize_map(Members)?;
     de.end()?;
+    let mut keep = vec![true; members.len()];
+    let mut seen = std::collections::HashSet::with_capacity(members.len());
+    for (i, (key, _)) in members.iter().enumerate().rev() {
+        keep[i] = seen.insert(key.as_str()) && !extra.iter().any(|(name, _)| name == key);
+    }
+    let model = model.map(serde_json::to_string).transpose()?;
+    let mut out = Vec::with_capacity(bytes.len() + 64 + extra.iter().map(|(_, v)| v.get().len() + 16).sum::<usize>());
+    out.push(b'{');
+    let mut first = true;
+    let mut model_written = false;
+    for ((key, value), _) in members.iter().zip(&keep).filter(|(_, keep)| **keep) {
+        let value = match (&model, key.as_str()) {
+            (Some(model), "model") => {
+                model_written = true;
+                model.as_str()
+            }
+            _ => value.get(),
+        };
+        member(&mut out, &mut first, key, value)?;
+    }
+    if let (Some(model), false) = (&model, model_written) {
+        member(&mut out, &mut first, "model", model)?;
+    }
+    for (name, value) in extra {
+        member(&mut out, &mut first, name, value.get())?;
+    }
+    out.push(b'}');
     Ok(out)
 }
 
-struct Rewrite<'o, 'm> {
-    out: &'o mut Vec<u8>,
-    model: Option<&'m str>,
-    extra: &'m [(&'m str, &'m RawValue)],
+/// Writes `"key":value` (`value` is JSON text), after a comma unless it is the first member.
+fn member(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &str) -> Result<(), serde_json::Error> {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, key)?;
+    out.push(b':');
+    out.extend_from_slice(value.as_bytes());
+    Ok(())
 }
 
-impl Rewrite<'_, '_> {
-    fn member(&mut self, first: &mut bool, key: &str, value: &str) -> Result<(), serde_json::Error> {
-        if !std::mem::take(first) {
-            self.out.push(b',');
-        }
-        serde_json::to_writer(&mut *self.out, key)?;
-        self.out.push(b':');
-        self.out.extend_from_slice(value.as_bytes());
-        Ok(())
-    }
+/// The members of an object, in order: each key decoded, each value as its raw text.
+struct Members;
 
-    fn model_member(&mut self, first: &mut bool, model: &str) -> Result<(), serde_json::Error> {
-        let value = serde_json::to_string(model)?;
-        self.member(first, "model", &value)
-    }
-}
-
-impl<'de> Visitor<'de> for Rewrite<'_, '_> {
-    type Value = ();
+impl<'de> Visitor<'de> for Members {
+    type Value = Vec<(String, &'de RawValue)>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        use serde::de::Error as _;
-        self.out.push(b'{');
-        let mut first = true;
-        let mut model_written = false;
-        let mut key = String::new();
-        while map.next_key_seed(KeyText { into: &mut key })?.is_some() {
-            let value: &'de RawValue = map.next_value()?;
-            if let (Some(model), "model") = (self.model, key.as_str()) {
-                if !std::mem::replace(&mut model_written, true) {
-                    self.model_member(&mut first, model).map_err(A::Error::custom)?;
-                }
-            } else if !self.extra.iter().any(|(name, _)| *name == key) {
-                self.member(&mut first, &key, value.get()).map_err(A::Error::custom)?;
-            }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(key) = map.next_key::<String>()? {
+            members.push((key, map.next_value()?));
         }
-        if let (Some(model), false) = (self.model, model_written) {
-            self.model_member(&mut first, model).map_err(A::Error::custom)?;
-        }
-        for (name, value) in self.extra {
-            self.member(&mut first, name, value.get()).map_err(A::Error::custom)?;
-        }
-        self.out.push(b'}');
-        Ok(())
+        Ok(members)
     }
 }
 
@@ -192,17 +205,18 @@ mod tests {
     #[test]
     fn an_upstream_answer_keeps_its_members_and_gets_the_public_model_and_extras() {
         let body = br#"{"id":"c1","model":"upstream-id","choices":[{"message":{"content":"h\u00e9 \"q\""}}],
-            "usage":{"prompt_tokens":3},"svc":"theirs","model":"again"}"#;
+            "usage":{"prompt_tokens":3},"svc":"theirs","model":"again","id":"c2"}"#;
         let answer = Answer::Upstream { body: body.to_vec(), model: "LangA \"pub\"".into() };
         let svc = raw(r#"{"task_id":"task_1"}"#);
         let out = answer.to_json_with(&[("svc", &svc)]).expect("written");
         let text = String::from_utf8(out.clone()).expect("utf-8");
-        assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
-        assert_eq!(text.matches("\"svc\"").count(), 1, "{text}");
+        for key in ["\"model\"", "\"svc\"", "\"id\""] {
+            assert_eq!(text.matches(key).count(), 1, "{text}");
+        }
         let value: Value = serde_json::from_slice(&out).expect("JSON");
         assert_eq!(
             value,
-            json!({"id": "c1", "model": "LangA \"pub\"", "choices": [{"message": {"content": "hé \"q\""}}],
+            json!({"id": "c2", "model": "LangA \"pub\"", "choices": [{"message": {"content": "hé \"q\""}}],
                 "usage": {"prompt_tokens": 3}, "svc": {"task_id": "task_1"}})
         );
     }
@@ -222,7 +236,9 @@ mod tests {
 
     #[test]
     fn only_one_json_object_is_an_answer() {
-        for bad in [&b"[1]"[..], b"\"x\"", b"{\"a\":1} {}", b"{\"a\":", b"", b"null"] {
+        // Not UTF-8 inside a value the check skips: refused by both passes alike.
+        let not_utf8 = b"{\"choices\":[\"\xff\"],\"usage\":{}}";
+        for bad in [&b"[1]"[..], b"\"x\"", b"{\"a\":1} {}", b"{\"a\":", b"", b"null", not_utf8] {
             assert!(object_member(bad, "usage").is_err(), "{:?}", String::from_utf8_lossy(bad));
             let answer = Answer::Upstream { body: bad.to_vec(), model: "m".into() };
             assert!(answer.to_json_with(&[]).is_err(), "{:?}", String::from_utf8_lossy(bad));

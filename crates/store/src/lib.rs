@@ -112,6 +112,9 @@ impl Store {
                     .create_if_missing(true)
                     .pragma("mmap_size", "268435456")
                     .pragma("cache_size", "-16384")
+                    // The writer's checkpointer thread copies the WAL back for every connection
+                    // (`sqlite_book.rs`); a request must not pay for a checkpoint in its commit.
+                    .pragma("wal_autocheckpoint", "0")
             });
         let db = Database::connect(options).await.map_err(backend_err)?;
         let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
