@@ -69,6 +69,13 @@ pub fn frame(format: StreamFormat, item: &StreamItem) -> Option<Bytes> {
             let fallback = data.get("type").and_then(Value::as_str);
             Some(event(if named { name.as_deref().or(fallback) } else { None }, data))
         }
+        StreamItem::Data(data) => {
+            let mut bytes = Vec::with_capacity(data.len() + 8);
+            bytes.extend_from_slice(b"data: ");
+            bytes.extend_from_slice(data);
+            bytes.extend_from_slice(b"\n\n");
+            Some(Bytes::from(bytes))
+        }
         StreamItem::Failed(failure) => Some(event(named.then_some("error"), &failure_data(format, failure))),
         StreamItem::Done if named => None,
         StreamItem::Done => Some(Bytes::from_static(b"data: [DONE]\n\n")),
@@ -86,7 +93,7 @@ impl Body for SseBody {
             }
             match self.items.poll_recv(cx) {
                 Poll::Ready(Some(item)) => {
-                    if !matches!(item, StreamItem::Event { .. }) {
+                    if !matches!(item, StreamItem::Event { .. } | StreamItem::Data(_)) {
                         self.done = true;
                     }
                     if let Some(bytes) = frame(self.format, &item) {
@@ -111,6 +118,10 @@ mod tests {
     #[test]
     fn chat_frames() {
         assert_eq!(text(StreamFormat::Chat, &StreamItem::Done).as_deref(), Some("data: [DONE]\n\n"));
+        assert_eq!(
+            text(StreamFormat::Chat, &StreamItem::Data(br#"{"a":1}"#.to_vec())).as_deref(),
+            Some("data: {\"a\":1}\n\n")
+        );
         let chunk = StreamItem::Event { name: None, data: json!({"a": 1}) };
         assert_eq!(text(StreamFormat::Chat, &chunk).as_deref(), Some("data: {\"a\":1}\n\n"));
         let failed = StreamItem::Failed(StreamFailure { message: "m".into(), retryable: true, charged: false });

@@ -88,6 +88,142 @@ impl<'de> Visitor<'de> for FindMember<'_> {
     }
 }
 
+/// `bytes` (one JSON object) with its `model` member set to `model`, written in one pass: the
+/// chunks of a chat stream.
+pub(crate) fn with_model(bytes: &[u8], model: &str) -> Result<Vec<u8>, serde_json::Error> {
+    write_object(bytes, Some(model), &[])
+}
+
+/// What a chat stream chunk says for billing: its `usage` member and the bytes of text its
+/// choices' deltas carry (`content` and `reasoning_content` strings; any other shape counts 0).
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct ChunkFacts {
+    /// The chunk's `usage` (the last one), if any.
+    pub usage: Option<Value>,
+    /// UTF-8 bytes of delta text.
+    pub text_bytes: u64,
+}
+
+/// Reads a chat stream chunk (UTF-8 text holding one JSON object) for [`ChunkFacts`], building
+/// nothing but the `usage` value.
+pub(crate) fn chunk_facts(bytes: &[u8]) -> Result<ChunkFacts, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
+    let facts = de.deserialize_map(ChunkVisitor)?;
+    de.end()?;
+    Ok(facts)
+}
+
+struct ChunkVisitor;
+
+impl<'de> Visitor<'de> for ChunkVisitor {
+    type Value = ChunkFacts;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChunkFacts, A::Error> {
+        let mut facts = ChunkFacts::default();
+        let mut key = String::new();
+        while map.next_key_seed(KeyText { into: &mut key })?.is_some() {
+            match key.as_str() {
+                "usage" => facts.usage = Some(map.next_value::<Value>()?),
+                // The last `choices`, like the last `usage`: the one the client's parser keeps.
+                "choices" => facts.text_bytes = map.next_value_seed(TextBytes(Level::Choices))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(facts)
+    }
+}
+
+/// Where [`TextBytes`] is in a chunk: the `choices` array, one choice, its `delta`, or a text.
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Choices,
+    Choice,
+    Delta,
+    Text,
+}
+
+/// Counts the delta text bytes under one value at a [`Level`]; a value of another shape than
+/// the level expects counts 0 (as the old tree-walking count did), never an error.
+#[derive(Clone, Copy)]
+struct TextBytes(Level);
+
+impl<'de> DeserializeSeed<'de> for TextBytes {
+    type Value = u64;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextBytes {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<u64, E> {
+        Ok(if self.0 == Level::Text { v.len() as u64 } else { 0 })
+    }
+
+    fn visit_unit<E>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let mut total = 0;
+        if self.0 == Level::Choices {
+            while let Some(n) = seq.next_element_seed(TextBytes(Level::Choice))? {
+                total += n;
+            }
+        } else {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+        }
+        Ok(total)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut total = 0;
+        let mut key = String::new();
+        while map.next_key_seed(KeyText { into: &mut key })?.is_some() {
+            let inner = match (self.0, key.as_str()) {
+                (Level::Choice, "delta") => Some(Level::Delta),
+                (Level::Delta, "content" | "reasoning_content") => Some(Level::Text),
+                _ => None,
+            };
+            match inner {
+                Some(level) => total += map.next_value_seed(TextBytes(level))?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
 /// `bytes` as text: the check and the writer both read the answer as `str`, so they accept the
 /// same answers (reading bytes, serde_json checks UTF-8 in values it keeps but not in those it
 /// skips).
@@ -232,6 +368,23 @@ mod tests {
             written(&answer, &[("task_id", &id), ("billing", &billing)]),
             json!({"model": "kept", "b": [1, 2], "task_id": "task_9", "billing": {"status": "settled"}})
         );
+    }
+
+    #[test]
+    fn chunk_facts_match_the_tree_walk() {
+        let chunk = br#"{"choices":[{"delta":{"content":"h\u00e9llo","reasoning_content":"ab","role":"x"}},
+            {"delta":{"content":null}},{"delta":"text"},7,{"nodelta":{"content":"zz"}}],
+            "usage":{"prompt_tokens":1},"content":"top-level text is not delta text"}"#;
+        let facts = chunk_facts(chunk).expect("chunk");
+        assert_eq!(facts, ChunkFacts { usage: Some(json!({"prompt_tokens": 1})), text_bytes: 8 });
+        let odd = chunk_facts(br#"{"choices":{"delta":{"content":"x"}},"usage":null}"#).expect("chunk");
+        assert_eq!(odd, ChunkFacts { usage: Some(Value::Null), text_bytes: 0 });
+        assert_eq!(chunk_facts(b"{}").expect("chunk"), ChunkFacts::default());
+        for bad in [&b"[1]"[..], b"\"x\"", b"{\"choices\":[}", b"{} 1"] {
+            assert!(chunk_facts(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        let out = with_model(br#"{"model":"up","choices":[]}"#, "Pub").expect("chunk");
+        assert_eq!(serde_json::from_slice::<Value>(&out).expect("JSON"), json!({"model": "Pub", "choices": []}));
     }
 
     #[test]

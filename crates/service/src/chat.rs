@@ -12,7 +12,7 @@ use domain::{ModelKind, PriceSheet, UsdAmount};
 use serde_json::{Map, Value, json};
 
 use crate::Answer;
-use crate::answer::object_member;
+use crate::answer::{chunk_facts, object_member, with_model};
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
 use crate::stream::{StreamItem, StreamMeter};
 use crate::{Gateway, Principal, ServiceError};
@@ -44,12 +44,7 @@ fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> 
     serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))
 }
 
-/// Usage from an upstream `usage` object; `None` when it is missing or not an object.
-fn usage_of(value: &Value) -> Option<LanguageUsage> {
-    usage_fields(value.get("usage")?)
-}
-
-/// The counts of a `usage` object; `None` when it is not an object or lacks a count.
+/// The counts of an upstream `usage` object; `None` when it is not an object or lacks a count.
 fn usage_fields(usage: &Value) -> Option<LanguageUsage> {
     let usage = Some(usage).filter(|u| u.is_object())?;
     let n = |path: &str| usage.pointer(path).and_then(Value::as_u64).unwrap_or(0);
@@ -142,16 +137,17 @@ struct ChatMeter {
 #[async_trait::async_trait]
 impl StreamMeter for ChatMeter {
     async fn observe(&mut self, event: SseEvent) -> Result<StreamItem, UpstreamError> {
-        let mut chunk: Value =
-            serde_json::from_slice(&event.data).map_err(|e| UpstreamError::Malformed(format!("stream chunk: {e}")))?;
-        if let Some(u) = usage_of(&chunk) {
-            self.usage = Some((u, chunk.get("usage").cloned().unwrap_or(Value::Null)));
+        // The chunk passes through as its bytes: read once for its usage and delta text, then
+        // written once with the public model name.
+        let malformed = |e: serde_json::Error| UpstreamError::Malformed(format!("stream chunk: {e}"));
+        let facts = chunk_facts(&event.data).map_err(malformed)?;
+        if let Some(usage) = facts.usage
+            && let Some(u) = usage_fields(&usage)
+        {
+            self.usage = Some((u, usage));
         }
-        self.delivered_bytes += delta_text_bytes(&chunk);
-        if let Value::Object(o) = &mut chunk {
-            o.insert("model".into(), Value::String(self.public_model.clone()));
-        }
-        Ok(StreamItem::Event { name: None, data: chunk })
+        self.delivered_bytes += facts.text_bytes;
+        Ok(StreamItem::Data(with_model(&event.data, &self.public_model).map_err(malformed)?))
     }
 
     // The adapter ends a chat stream only at `data: [DONE]` (which it does not return as an event);
@@ -181,17 +177,6 @@ impl StreamMeter for ChatMeter {
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", self.public_model)))?;
         Ok(Some((amount.total, json.to_string())))
     }
-}
-
-/// Bytes of generated text in a chunk's deltas.
-fn delta_text_bytes(chunk: &Value) -> u64 {
-    let Some(choices) = chunk.get("choices").and_then(Value::as_array) else { return 0 };
-    choices
-        .iter()
-        .filter_map(|c| c.get("delta"))
-        .flat_map(|d| ["content", "reasoning_content"].map(|k| d.get(k).and_then(Value::as_str).map_or(0, str::len)))
-        .map(|n| n as u64)
-        .sum()
 }
 
 #[cfg(test)]
@@ -246,15 +231,14 @@ mod tests {
     fn usage_and_delta_parsing() {
         let answer = json!({"usage": {"prompt_tokens": 10, "completion_tokens": 5,
             "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 2, "audio_cached_tokens": 1}}});
-        let u = usage_of(&answer).expect("usage");
+        let u = usage_fields(&answer["usage"]).expect("usage");
         assert_eq!(
             (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.audio_tokens, u.audio_cached_tokens),
             (10, 5, 4, 2, 1)
         );
-        assert!(usage_of(&json!({"usage": null})).is_none());
-        assert!(usage_of(&json!({"usage": {"prompt_tokens": 1}})).is_none());
+        assert!(usage_fields(&Value::Null).is_none());
+        assert!(usage_fields(&json!({"prompt_tokens": 1})).is_none());
         let chunk = json!({"choices": [{"delta": {"content": "héllo", "reasoning_content": "ab"}}]});
-        assert_eq!(delta_text_bytes(&chunk), 8);
-        assert_eq!(delta_text_bytes(&json!({"choices": []})), 0);
+        assert_eq!(crate::answer::chunk_facts(chunk.to_string().as_bytes()).expect("chunk").text_bytes, 8);
     }
 }

@@ -34,6 +34,9 @@ pub enum StreamItem {
         /// The event's JSON data.
         data: Value,
     },
+    /// An upstream event to forward as its JSON text, already rewritten to the public model name
+    /// (chat chunks: data-only events, passed through without building a JSON tree).
+    Data(Vec<u8>),
     /// The stream failed; nothing follows.
     Failed(StreamFailure),
     /// The proper end of the stream.
