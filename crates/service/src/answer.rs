@@ -35,11 +35,14 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// The member `name` of an answer built by the gateway (`None` for an upstream answer).
-    pub fn member(&self, name: &str) -> Option<&Value> {
+    /// The answer's member `name` as the client gets it (an upstream answer's `model` is the
+    /// public name); `None` when it has none. Reads an upstream answer's bytes again, building only
+    /// that member.
+    pub fn member(&self, name: &str) -> Option<Value> {
         match self {
-            Answer::Value(v) => v.get(name),
-            Answer::Upstream { .. } => None,
+            Answer::Value(v) => v.get(name).cloned(),
+            Answer::Upstream { model, .. } if name == "model" => Some(Value::String(model.clone())),
+            Answer::Upstream { body, .. } => object_member(body, name).ok().flatten(),
         }
     }
 

@@ -143,7 +143,7 @@ mod tests {
         data[3] = json!({"error": {"code": "OutputImageSensitiveContentDetected", "message": "no"}});
         let done = finish(json!({"model": "up", "data": data, "usage": {"generated_images": 11}}), &pieces(), 3)
             .expect("finished");
-        assert_eq!(*done.answer.member("model").expect("model"), json!("Public"));
+        assert_eq!(done.answer.member("model").expect("model"), json!("Public"));
         assert_eq!(done.answer.member("usage").expect("usage")["input_images"], json!(3));
         assert!(matches!(done.close, Close::Charge { amount, .. } if amount.micros() == 11 * 36_000));
     }

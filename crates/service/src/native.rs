@@ -23,8 +23,9 @@ use domain::ports::{Endpoint, ResponseOwners, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, TaskId, UsdAmount, UserId};
 use serde_json::{Value, json};
 
+use crate::answer::object_member;
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
-use crate::chat::{language_charge, public_answer};
+use crate::chat::language_charge;
 use crate::stream::{StreamItem, StreamMeter};
 use crate::{Answer, Gateway, Principal, ServiceError};
 
@@ -125,11 +126,11 @@ impl Gateway {
         }
         let task = call.task_id().clone();
         let reply = self
-            .run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(&bytes))
+            .run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(bytes))
             .await?;
         if let (Format::Responses, CallReply::Complete { answer, .. }) = (format, &reply)
-            && let Some(id) = answer.member("id").and_then(Value::as_str)
-            && let Err(e) = self.ports.responses.record_response(id, &who.user_id, &task).await
+            && let Some(Value::String(id)) = answer.member("id")
+            && let Err(e) = self.ports.responses.record_response(&id, &who.user_id, &task).await
         {
             tracing::error!(%task, error = %e, "recording a response id failed; it cannot be continued");
         }
@@ -175,17 +176,19 @@ impl NativeMeter {
     }
 
     /// A non-streaming answer: the public model name and the charge for its usage.
-    fn finish(&self, bytes: &[u8]) -> Result<Finished, UpstreamError> {
-        let answer = public_answer(bytes, &self.public_model)?;
-        let usage = answer.get("usage").filter(|u| u.is_object());
-        let parsed = usage
-            .and_then(|u| self.format.usage(u))
+    ///
+    /// The answer passes through as its bytes (`Answer::Upstream`): checked to be one JSON object,
+    /// with only its usage parsed.
+    fn finish(&self, bytes: Vec<u8>) -> Result<Finished, UpstreamError> {
+        let usage = object_member(&bytes, "usage")
+            .map_err(|e| UpstreamError::Malformed(format!("the answer is not a JSON object: {e}")))?
+            .filter(Value::is_object)
             .ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
+        let parsed =
+            self.format.usage(&usage).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
         let amount = language_charge(&self.sheet, &parsed)?;
-        Ok(Finished {
-            close: Close::Charge { amount, usage: usage.map(Value::to_string) },
-            answer: Answer::Value(answer),
-        })
+        let answer = Answer::Upstream { body: bytes, model: self.public_model.clone() };
+        Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()) }, answer })
     }
 
     /// Renames the model of the object at `pointer` (the event itself, or its `message` / `response`).
