@@ -272,20 +272,26 @@ impl TaskStore for Store {
         before: Timestamp,
         limit: u64,
     ) -> Result<Vec<TaskId>, StoreError> {
-        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
-        let ids: Vec<String> = tasks::Entity::find()
-            .select_only()
-            .column(tasks::Column::Id)
-            .filter(tasks::Column::Kind.is_in(kinds.iter().map(|k| k.as_str())))
-            .filter(tasks::Column::Status.is_in(running))
-            .filter(tasks::Column::UpdatedAt.lt(before.millis()))
-            .order_by_asc(tasks::Column::UpdatedAt)
-            .limit(limit)
-            .into_tuple()
-            .all(&self.db)
-            .await
-            .map_err(backend_err)?;
-        Ok(ids.into_iter().map(TaskId).collect())
+        if kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The running statuses are written literally so that both databases read the partial
+        // index of running tasks (`tasks_running_updated`): with bound statuses SQLite scanned
+        // and sorted the whole task table at every sweep. Placeholders are numbered in order of
+        // appearance, as SQLite numbers them.
+        let kind_slots: Vec<String> = (1..=kinds.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT id FROM tasks WHERE kind IN ({}) AND status IN ('submitting', 'queued', 'processing') \
+             AND updated_at < ${} ORDER BY updated_at LIMIT ${}",
+            kind_slots.join(", "),
+            kinds.len() + 1,
+            kinds.len() + 2
+        );
+        let mut values: Vec<sea_orm::Value> = kinds.iter().map(|k| k.as_str().into()).collect();
+        values.push(before.millis().into());
+        values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
+        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        rows.iter().map(|row| row.try_get::<String>("", "id").map(TaskId).map_err(backend_err)).collect()
     }
 
     async fn open_work(&self) -> Result<OpenWork, StoreError> {
