@@ -9,12 +9,10 @@
 use async_trait::async_trait;
 use domain::ports::StoreError;
 use domain::{
-    DeliveryAttempt, MediaObject, MediaRecordError, ModelKind, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob,
-    VideoStore, WebhookDelivery,
+    DeliveryAttempt, MediaObject, MediaRecordError, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob, VideoStore,
+    WebhookDelivery,
 };
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, Statement, Value,
-};
+use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
 
 use crate::entities::tasks;
 use crate::{Backend, Store, backend_err};
@@ -113,16 +111,21 @@ impl Store {
     }
 
     async fn active_tasks(&self, user: &UserId, model: &str) -> Result<(u64, u64), StoreError> {
-        let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
-        let active = || {
-            tasks::Entity::find()
-                .filter(tasks::Column::Kind.eq(ModelKind::Video.as_str()))
-                .filter(tasks::Column::Status.is_in(running.clone()))
+        // Kind and statuses written literally, so that both databases can read the partial
+        // indexes of active video tasks (a bound value cannot prove a partial index's condition:
+        // SQLite scanned the whole task table for the model's count).
+        let sql = "SELECT (SELECT COUNT(*) FROM tasks WHERE user_id = $1 AND kind = 'video' \
+                   AND status IN ('submitting', 'queued', 'processing')) AS of_user, \
+                   (SELECT COUNT(*) FROM tasks WHERE model = $2 AND kind = 'video' \
+                   AND status IN ('submitting', 'queued', 'processing')) AS of_model";
+        let values = vec![user.as_str().into(), model.into()];
+        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let row = row.ok_or_else(|| StoreError::Backend("active video tasks: no row".into()))?;
+        let count = |name: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get("", name).map_err(backend_err)?;
+            Ok(u64::try_from(n).unwrap_or(0))
         };
-        let of_user =
-            active().filter(tasks::Column::UserId.eq(user.as_str())).count(&self.db).await.map_err(backend_err)?;
-        let of_model = active().filter(tasks::Column::Model.eq(model)).count(&self.db).await.map_err(backend_err)?;
-        Ok((of_user, of_model))
+        Ok((count("of_user")?, count("of_model")?))
     }
 }
 
