@@ -60,10 +60,7 @@ impl Answer {
 /// Checks that `bytes` is UTF-8 text holding one JSON object and returns its member `name` (the
 /// last one, as a `Value` would keep), without building the rest of it.
 pub(crate) fn object_member(bytes: &[u8], name: &str) -> Result<Option<Value>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
-    let found = de.deserialize_map(FindMember { name })?;
-    de.end()?;
-    Ok(found)
+    read_object(bytes, FindMember { name })
 }
 
 struct FindMember<'n> {
@@ -110,10 +107,7 @@ pub(crate) struct ChunkFacts {
 /// Reads a chat stream chunk (UTF-8 text holding one JSON object) for [`ChunkFacts`], building
 /// nothing but the `usage` value.
 pub(crate) fn chunk_facts(bytes: &[u8]) -> Result<ChunkFacts, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
-    let facts = de.deserialize_map(ChunkVisitor)?;
-    de.end()?;
-    Ok(facts)
+    read_object(bytes, ChunkVisitor)
 }
 
 struct ChunkVisitor;
@@ -227,6 +221,16 @@ impl<'de> Visitor<'de> for TextBytes {
     }
 }
 
+/// Runs `visitor` over `bytes`, which must be UTF-8 text holding one JSON object and nothing
+/// after it. Every reader of an answer or chunk goes through here, so they all accept the same
+/// inputs.
+fn read_object<'de, V: Visitor<'de>>(bytes: &'de [u8], visitor: V) -> Result<V::Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
+    let value = de.deserialize_map(visitor)?;
+    de.end()?;
+    Ok(value)
+}
+
 /// `bytes` as text: the check and the writer both read the answer as `str`, so they accept the
 /// same answers (reading bytes, serde_json checks UTF-8 in values it keeps but not in those it
 /// skips).
@@ -238,9 +242,7 @@ fn text(bytes: &[u8]) -> Result<&str, serde_json::Error> {
 /// the `extra` members set after the rest; a member named twice is written once, where it last
 /// appears, with its last value.
 fn write_object(bytes: &[u8], model: Option<&str>, extra: &[(&str, &RawValue)]) -> Result<Vec<u8>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text(bytes)?);
-    let members = de.deserialize_map(Members)?;
-    de.end()?;
+    let members = read_object(bytes, Members)?;
     let mut keep = vec![true; members.len()];
     let mut seen = std::collections::HashSet::with_capacity(members.len());
     for (i, (key, _)) in members.iter().enumerate().rev() {

@@ -304,7 +304,7 @@ impl TaskStore for Store {
         let row = self.db.query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("open work: no row".into()))?;
         let open_reservations: i64 = row.try_get("", "open_reservations").map_err(backend_err)?;
-        let open_reservations = u64::try_from(open_reservations).unwrap_or(0);
+        let open_reservations = crate::video::to_u64("open reservations", open_reservations)?;
         let oldest: Option<i64> = row.try_get("", "oldest").map_err(backend_err)?;
         Ok(OpenWork { open_reservations, oldest_active_video: oldest.map(Timestamp) })
     }

@@ -123,7 +123,7 @@ impl Store {
         let row = row.ok_or_else(|| StoreError::Backend("active video tasks: no row".into()))?;
         let count = |name: &str| -> Result<u64, StoreError> {
             let n: i64 = row.try_get("", name).map_err(backend_err)?;
-            Ok(u64::try_from(n).unwrap_or(0))
+            to_u64("active video tasks", n)
         };
         Ok((count("of_user")?, count("of_model")?))
     }
