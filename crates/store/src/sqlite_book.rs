@@ -8,9 +8,9 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use billing::book::{self, BookOp, BookState, Held, Plan};
@@ -19,7 +19,7 @@ use domain::{Task, TaskId, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
-use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
+use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, answer, batch_time, drain, fail};
 
 /// When the checkpointer copies the WAL into the database file, and when it has the WAL start over.
 #[derive(Debug, Clone, Copy)]
@@ -46,11 +46,13 @@ impl Checkpoints {
 pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter, StoreError> {
     let conn = open(path, "PRAGMA wal_autocheckpoint=0;")?;
     conn.set_prepared_statement_cache_capacity(32);
+    let conn = Arc::new(Mutex::new(conn));
     let ckpt_conn = open(path, "")?;
     let (tx, rx) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let flags = Arc::new(Flags::default());
     let writer_flags = Arc::clone(&flags);
+    let direct = Arc::new(DirectCommit { conn: Arc::clone(&conn), flags: Arc::clone(&flags) });
     std::thread::Builder::new()
         .name("ledger-ckpt".into())
         .spawn(move || checkpoint_loop(&ckpt_conn, checkpoints, &flags, &done_rx))
@@ -58,16 +60,57 @@ pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter,
     std::thread::Builder::new()
         .name("ledger-writer".into())
         .spawn(move || {
-            run(conn, rx, &writer_flags);
+            run(&conn, rx, &writer_flags);
             drop(done_tx);
         })
         .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-    Ok(BookWriter::new(tx))
+    Ok(BookWriter::with_direct(tx, direct))
+}
+
+/// How long a statement waits for another connection's write lock (another replica on the same
+/// file, or the read pool's few writes) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The writer's connection, borrowed by a caller that commits its lone operation itself.
+struct DirectCommit {
+    conn: Arc<Mutex<Connection>>,
+    flags: Arc<Flags>,
+}
+
+impl Direct for DirectCommit {
+    /// Never waits: not while the writer thread holds the connection, not for another
+    /// connection's write lock (the busy handler is off for this attempt), and not for a WAL
+    /// catch-up, which the writer thread runs before its next batch.
+    fn try_commit(&self, job: Job) -> Option<Job> {
+        if self.flags.catch_up.load(Ordering::Acquire) {
+            return Some(job);
+        }
+        let Ok(mut conn) = self.conn.try_lock() else { return Some(job) };
+        if conn.busy_timeout(Duration::ZERO).is_err() {
+            return Some(job);
+        }
+        let jobs = [job];
+        let result = commit(&mut conn, &jobs);
+        let restored = conn.busy_timeout(BUSY_TIMEOUT);
+        drop(conn);
+        let [job] = jobs;
+        if let Err(e) = restored {
+            tracing::warn!(error = %e, "cannot restore the writer's busy timeout");
+        }
+        match result {
+            Ok(done) => {
+                answer(vec![job], done);
+                None
+            }
+            // Nothing of it happened; the writer retries it as it would any batch.
+            Err(_) => Some(job),
+        }
+    }
 }
 
 fn open(path: &Path, extra: &str) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| StoreError::Backend(format!("writer: {e}")))?;
-    conn.busy_timeout(Duration::from_secs(30)).map_err(|e| StoreError::Backend(e.to_string()))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| StoreError::Backend(e.to_string()))?;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; \
          PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456; {extra}"
@@ -118,8 +161,10 @@ struct Flags {
     catch_up: AtomicBool,
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, flags: &Flags) {
+fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Job>, flags: &Flags) {
     while let Some(first) = rx.blocking_recv() {
+        // A caller committing directly holds it for one short transaction at most.
+        let mut conn = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if flags.catch_up.swap(false, Ordering::AcqRel) {
             checkpoint(&conn);
         }
@@ -377,6 +422,65 @@ mod tests {
     use billing::book::BookOp;
     use domain::LedgerKind;
     use domain::ports::AccountStore;
+
+    /// A lone operation commits on the caller's thread only when that needs no wait: while
+    /// another connection (another replica) holds the write lock, the attempt gives up at once
+    /// and the operation waits in the queue, without blocking the caller's thread (here the
+    /// runtime's only one), and commits once the lock is released.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_operation_never_blocks_its_thread_on_another_writer() {
+        let dir = std::env::temp_dir().join(format!("gw-direct-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("gw.db");
+        let store = crate::Store::open(&format!("sqlite://{}?mode=rwc", path.display())).await.expect("store");
+        let user = UserId("usr_direct".into());
+        store
+            .create_user(domain::NewUser {
+                id: user.clone(),
+                name: "t".into(),
+                email: "t@example.com".into(),
+                role: "user".into(),
+                balance: UsdAmount::from_micros(1_000),
+                concurrency_limit: 1,
+                media_quota_bytes: 0,
+            })
+            .await
+            .expect("user");
+        let writer = start(&path, Checkpoints::DEFAULT).expect("writer");
+        let credit = |n: i64| BookOp::Credit {
+            user: user.clone(),
+            amount: UsdAmount::from_micros(n),
+            kind: LedgerKind::Adjustment,
+            note: format!("credit {n}"),
+        };
+        // Nothing else is waiting and the file is free: committed directly.
+        writer.submit(credit(1), domain::Timestamp(1)).await.expect("free file");
+
+        let other = Connection::open(&path).expect("other connection");
+        other.execute_batch("BEGIN IMMEDIATE").expect("other replica's write lock");
+        let started = std::time::Instant::now();
+        let queued = tokio::spawn({
+            let writer = writer.clone();
+            let op = credit(2);
+            async move { writer.submit(op, domain::Timestamp(2)).await }
+        });
+        // The spawned submit runs during this sleep; the writer thread then waits for the lock.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!queued.is_finished(), "committed while another connection held the write lock");
+        // The busy timeout is 30 s: a direct attempt that waited for the lock would have held
+        // this thread (and the sleep above) that long.
+        assert!(started.elapsed() < Duration::from_secs(5), "the caller's thread waited for the lock");
+        other.execute_batch("COMMIT").expect("release");
+        queued.await.expect("join").expect("committed after the release");
+
+        let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &user)
+            .await
+            .expect("balance = ledger");
+        assert_eq!(balance, UsdAmount::from_micros(1_003));
+        drop(writer);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Under a writer that never idles, the WAL keeps starting over: its file (which never
     /// shrinks, so its size is the largest the WAL ever was) stays near the restart threshold

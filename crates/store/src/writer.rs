@@ -14,6 +14,9 @@
 use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp, Plan};
 use domain::Timestamp;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
 use tokio::sync::{mpsc, oneshot};
 
 /// Most operations committed together.
@@ -51,22 +54,98 @@ impl BatchError {
 /// What a committed batch produced: the plan, and the ids its ledger entries got.
 pub(crate) type Committed = (Plan, Vec<i64>);
 
+/// A dialect that can commit one operation on the caller's own thread, without the hop to its
+/// writer and back (two thread wake-ups, the larger part of a lone call's wait on SQLite).
+pub(crate) trait Direct: Send + Sync {
+    /// Commits `job` alone and answers it, if the connection is free this instant and the
+    /// commit needs no wait; otherwise (or when its transaction failed, so nothing happened)
+    /// gives it back for the queue, whose writer retries and answers it.
+    fn try_commit(&self, job: Job) -> Option<Job>;
+}
+
 /// The sending side of the queue; writers stop when every handle is dropped.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct BookWriter {
     jobs: mpsc::UnboundedSender<Job>,
+    /// Set for a dialect that can commit on the caller's thread.
+    direct: Option<Arc<dyn Direct>>,
+    /// Operations of this process submitted and not yet answered, and how often recent ones
+    /// found others waiting.
+    waiting: Arc<Crowd>,
+}
+
+impl std::fmt::Debug for BookWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BookWriter").field("direct", &self.direct.is_some()).finish_non_exhaustive()
+    }
 }
 
 impl BookWriter {
+    /// A writer fed only through its queue.
     pub(crate) fn new(jobs: mpsc::UnboundedSender<Job>) -> BookWriter {
-        BookWriter { jobs }
+        BookWriter { jobs, direct: None, waiting: Arc::default() }
+    }
+
+    /// A writer that commits a lone operation on the caller's thread (see [`Direct`]).
+    pub(crate) fn with_direct(jobs: mpsc::UnboundedSender<Job>, direct: Arc<dyn Direct>) -> BookWriter {
+        BookWriter { jobs, direct: Some(direct), waiting: Arc::default() }
     }
 
     /// Queues `op` and waits for the answer, which comes only after its batch committed (or failed).
+    ///
+    /// When nothing else of this process is waiting and little was lately, the operation is
+    /// committed at once on this thread instead, if the dialect can (a batch of one is what the
+    /// writer would have run). Under load every operation queues, so batches form as before: a
+    /// lull between two batches does not make the next arrival commit alone while the others
+    /// queue behind it.
     pub(crate) async fn submit(&self, op: BookOp, now: Timestamp) -> Result<BookAnswer, LedgerError> {
+        let waiting = Waiting::enter(&self.waiting);
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job { op, now, reply }).map_err(|_| stopped())?;
+        let mut job = Some(Job { op, now, reply });
+        if let (Some(direct), true) = (&self.direct, waiting.quiet) {
+            job = job.and_then(|job| direct.try_commit(job));
+        }
+        if let Some(job) = job {
+            self.jobs.send(job).map_err(|_| stopped())?;
+        }
         answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// How many operations wait now, and a moving average of how often arrivals found company.
+#[derive(Debug, Default)]
+struct Crowd {
+    waiting: AtomicUsize,
+    /// The share of recent arrivals that found another operation waiting, in 1/1024ths (an
+    /// exponential average over about the last 16 arrivals).
+    company: AtomicU32,
+}
+
+/// Arrivals may commit directly while fewer than this share (1/1024ths) of recent ones found
+/// company: about one in eight.
+const QUIET: u32 = 128;
+
+/// Counts an operation as waiting until it is answered or its caller gives up.
+struct Waiting<'a> {
+    crowd: &'a Crowd,
+    /// Whether no other operation was waiting when this one came, nor often lately.
+    quiet: bool,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(crowd: &'a Crowd) -> Waiting<'a> {
+        let alone = crowd.waiting.fetch_add(1, Ordering::AcqRel) == 0;
+        // A racy read-modify-write: a lost update only blurs the average.
+        let before = crowd.company.load(Ordering::Relaxed);
+        let company = before - (before >> 4) + if alone { 0 } else { 64 };
+        crowd.company.store(company, Ordering::Relaxed);
+        Waiting { crowd, quiet: alone && company < QUIET }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.crowd.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
