@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use domain::ports::StoreError;
 use domain::{Clock, SystemClock};
+pub use pg_book::WRITER_APPLICATION_NAME;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
 pub use writer::MAX_BATCH;

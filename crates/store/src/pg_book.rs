@@ -3,22 +3,32 @@
 //! planned once per connection, not at every batch), and a fixed number of round trips per batch
 //! whatever its size.
 //!
-//! One batch: `BEGIN`; (only when some operation names a task without its user) read the owners
-//! of those tasks; in one statement, lock every user the batch touches with `SELECT … ORDER BY id
-//! FOR NO KEY UPDATE` (sorted, so replicas never deadlock; all money and task-state writes of a
-//! user happen under that lock, so reservations and tasks need no row locks of their own) and
-//! read the reservations and tasks the batch names; let `billing::book::plan` decide; write every
-//! planned row in one statement of data-modifying CTEs over `unnest` arrays (one conditional
-//! update per user, guarded by the balance read under the lock; reservations and tasks inserted
-//! `ON CONFLICT DO NOTHING`); check the counts; `COMMIT`. A count that differs (a lost race on a
-//! task id with another replica) or a serialization failure rolls back and retries the batch.
+//! A batch is two round trips when no other writer got in its way: (only when some operation
+//! names a task without its user, the owners of those tasks, then) one statement reading the
+//! balances of the users it touches and the reservations and tasks it names; let
+//! `billing::book::plan` decide; then one statement writing every planned row (data-modifying CTEs
+//! over `unnest` arrays: one conditional update per user, guarded by the balance that was read;
+//! reservations and tasks inserted `ON CONFLICT DO NOTHING`, ended and moved only from the state
+//! that was read), run as its own transaction. Every row the plan relied on is guarded, and the
+//! statement fails itself unless every planned row landed, so its effects are all or nothing: a
+//! batch that raced another writer (another replica, or a second writer of this one) changed
+//! nothing and is retried.
+//!
+//! The retries, and every batch for a while after a race (another replica busy on the same hot
+//! account keeps racing), take the locking form instead: `BEGIN`; the same read, but locking every
+//! user the batch touches with `SELECT … ORDER BY id FOR NO KEY UPDATE` (sorted, so replicas never
+//! deadlock; all money and task-state writes of a user happen under that lock, so reservations
+//! and tasks need no row locks of their own); the same write; `COMMIT`. Four round trips, but a
+//! batch that holds the locks cannot lose a race.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::{TaskId, UsdAmount, UserId};
-use sea_orm::sqlx::{self, PgPool, Postgres, Row, Transaction};
+use sea_orm::sqlx::pool::PoolConnection;
+use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
@@ -38,9 +48,19 @@ const LOCK_AND_READ: &str = "WITH u AS (SELECT id, balance_micros FROM users WHE
                              UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
                                WHERE task_id = ANY($2) \
                              UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
+/// [`LOCK_AND_READ`] without the locks, for a batch that writes in a transaction of its own: the
+/// newest committed balances, reservations and tasks when the statement starts.
+const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status FROM users \
+                      WHERE id = ANY($1) \
+                    UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
+                      WHERE task_id = ANY($2) \
+                    UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
 
 /// Every planned row of a batch in one statement; `$55` is the batch's time, `$56` the new
-/// tasks' runners.
+/// tasks' runners, `$57`–`$62` how many rows each part must write. Unless every part wrote them
+/// all the statement fails (a text that is no number, cast to one), so none of it happens: a
+/// guard that found another value (a balance, a reservation or task state another writer changed
+/// since the read) or a task id another writer took makes the whole batch retry.
 const WRITE: &str = "WITH \
 bal AS (UPDATE users AS u SET balance_micros = v.to_balance \
   FROM unnest($1::text[], $2::int8[], $3::int8[]) AS v(id, from_balance, to_balance) \
@@ -73,10 +93,21 @@ movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
   FROM unnest($45::text[], $46::text[], $47::text[], $48::bool[], $49::text[], $50::text[], $51::text[], $52::text[], \
     $53::text[], $54::text[]) AS v(id, from_status, to_status, done, upstream_id, output_url, last_frame_url, usage, \
     error_code, error_message) \
-  WHERE t.id = v.id AND t.status = v.from_status RETURNING 1) \
-SELECT (SELECT count(*) FROM bal), (SELECT count(*) FROM hold), (SELECT count(*) FROM ends), \
-  (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent), (SELECT count(*) FROM newt), \
-  (SELECT count(*) FROM movt)";
+  WHERE t.id = v.id AND t.status = v.from_status RETURNING 1), \
+written AS (SELECT (SELECT count(*) FROM bal) AS b, (SELECT count(*) FROM hold) AS h, \
+  (SELECT count(*) FROM ends) AS e, (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent) AS ids, \
+  (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m) \
+SELECT b, h, e, ids, n, m FROM written \
+WHERE CASE WHEN b = $57::int8 AND h = $58::int8 AND e = $59::int8 AND cardinality(ids) = $60::int8 \
+  AND n = $61::int8 AND m = $62::int8 THEN true \
+  ELSE ('ledger batch: rows written differ from the plan: ' || b || ' ' || h || ' ' || e || ' ' \
+    || cardinality(ids) || ' ' || n || ' ' || m)::int8 = 0 END";
+
+/// The part of the write statement's error when not every planned row landed.
+const DIFFERS: &str = "rows written differ from the plan";
+
+/// How the writers' connections name themselves to the server (`pg_stat_activity`).
+pub const WRITER_APPLICATION_NAME: &str = "gateway ledger writer";
 
 /// The writers' own pool: one connection per writer, never pinged before use. A connection
 /// that broke fails the batch that used it (its operations then run one at a time, as after any
@@ -89,7 +120,9 @@ SELECT (SELECT count(*) FROM bal), (SELECT count(*) FROM hold), (SELECT count(*)
 /// keeps doing so as they grow to millions of rows.
 pub(crate) async fn writer_pool(url: &str, writers: usize) -> Result<PgPool, sqlx::Error> {
     let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-    let options = options.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]);
+    let options = options
+        .options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")])
+        .application_name(WRITER_APPLICATION_NAME);
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(writers.max(1)).unwrap_or(1))
         .min_connections(1)
@@ -121,9 +154,13 @@ async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Job>>) -> Option<Vec<Job>
     Some(jobs)
 }
 
+/// How long a writer's batches take the locking form after one of its batches lost a race.
+const LOCKING_AFTER_A_RACE: Duration = Duration::from_secs(1);
+
 async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
+    let mut writer = Writer { pool, conn: None, locking_until: None };
     while let Some(jobs) = next_batch(&rx).await {
-        match commit_with_retries(&pool, &jobs).await {
+        match writer.commit_with_retries(&jobs).await {
             Ok(done) => answer(jobs, done),
             Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
             Err(e) => {
@@ -133,7 +170,7 @@ async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
                     "ledger batch failed; running its operations one by one"
                 );
                 for job in jobs {
-                    match commit_with_retries(&pool, std::slice::from_ref(&job)).await {
+                    match writer.commit_with_retries(std::slice::from_ref(&job)).await {
                         Ok(done) => answer(vec![job], done),
                         Err(e) => fail(vec![job], e.text()),
                     }
@@ -143,28 +180,77 @@ async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
     }
 }
 
-async fn commit_with_retries(pool: &PgPool, jobs: &[Job]) -> Result<Committed, BatchError> {
-    let mut last = BatchError::Fail("no attempt".into());
-    for _ in 0..ATTEMPTS {
-        match commit(pool, jobs).await {
-            Ok(done) => return Ok(done),
-            Err(e @ BatchError::Retry(_)) => last = e,
-            Err(e) => return Err(e),
-        }
+/// One writer task's state: its connection, and which form its next batch takes.
+struct Writer {
+    pool: PgPool,
+    /// Kept from batch to batch: a pooled connection goes back to its pool through a task of
+    /// its own at every release, and the next batch would wait for that task to run (~100 µs
+    /// under load). Dropped after a batch failed for any reason but a race, so the next attempt
+    /// starts on a fresh connection.
+    conn: Option<PoolConnection<Postgres>>,
+    /// Until when batches take the locking form: set for [`LOCKING_AFTER_A_RACE`] when a batch in
+    /// the two-round-trip form lost a race.
+    locking_until: Option<Instant>,
+}
+
+impl Writer {
+    async fn connection(&mut self) -> Result<&mut PgConnection, BatchError> {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => self.pool.acquire().await.map_err(fail_pg)?,
+        };
+        Ok(&mut **self.conn.insert(conn))
     }
-    Err(last)
+
+    async fn commit_with_retries(&mut self, jobs: &[Job]) -> Result<Committed, BatchError> {
+        let mut last = BatchError::Fail("no attempt".into());
+        for attempt in 0..ATTEMPTS {
+            let locking = attempt > 0 || self.locking_until.is_some_and(|until| Instant::now() < until);
+            let conn = self.connection().await?;
+            let result = if locking { commit_locked(conn, jobs).await } else { commit_unlocked(conn, jobs).await };
+            match result {
+                Ok(done) => return Ok(done),
+                Err(e @ BatchError::Retry(_)) => {
+                    if !locking {
+                        tracing::debug!(
+                            error = e.text(),
+                            "ledger batch raced another writer; taking row locks for a while"
+                        );
+                        self.locking_until = Some(Instant::now() + LOCKING_AFTER_A_RACE);
+                    }
+                    last = e;
+                }
+                Err(e) => {
+                    self.conn = None;
+                    return Err(e);
+                }
+            }
+        }
+        Err(last)
+    }
 }
 
 fn fail_pg(e: sqlx::Error) -> BatchError {
-    let retry =
-        matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505")));
+    let retry = matches!(&e, sqlx::Error::Database(d)
+        if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505"))
+            || (d.code().as_deref() == Some("22P02") && d.message().contains(DIFFERS)));
     if retry { BatchError::Retry(e.to_string()) } else { BatchError::Fail(e.to_string()) }
 }
 
-/// One batch in one transaction; any error rolls it back (the transaction is dropped).
-async fn commit(pool: &PgPool, jobs: &[Job]) -> Result<Committed, BatchError> {
-    let mut tx = pool.begin().await.map_err(fail_pg)?;
-    let state = read(&mut tx, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+/// One batch in two statements, each its own transaction: the read, then the write, which
+/// happens whole or not at all ([`WRITE`]).
+async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let state = read(conn, READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+    let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    let ids = if plan.is_empty() { Vec::new() } else { write(conn, &plan).await? };
+    Ok((plan, ids))
+}
+
+/// One batch in one transaction holding its users' row locks; any error rolls it back (the
+/// transaction is dropped).
+async fn commit_locked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
+    let mut tx = conn.begin().await.map_err(fail_pg)?;
+    let state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
     let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     let ids = if plan.is_empty() { Vec::new() } else { write(&mut tx, &plan).await? };
     tx.commit().await.map_err(fail_pg)?;
@@ -175,17 +261,19 @@ fn bad_row(what: &str, e: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::Protocol(format!("stored {what}: {e}"))
 }
 
-/// Locks the users the batch touches and reads their balances, the reservations and the tasks
-/// it names ([`LOCK_AND_READ`]); first the owners of tasks named without their user, if any.
+/// Reads the balances of the users the batch touches, the reservations and the tasks it names
+/// with `statement` ([`READ`], or [`LOCK_AND_READ`], which also locks the users); first the
+/// owners of tasks named without their user, if any.
 async fn read<'a>(
-    tx: &mut Transaction<'static, Postgres>,
+    conn: &mut PgConnection,
+    statement: &'static str,
     ops: impl IntoIterator<Item = &'a BookOp>,
 ) -> Result<BookState, sqlx::Error> {
     let keys = book::keys(ops);
     let mut users: BTreeSet<UserId> = keys.users;
     if !keys.owners_unknown.is_empty() {
         let unknown: Vec<&str> = keys.owners_unknown.iter().map(TaskId::as_str).collect();
-        let rows = sqlx::query(OWNERS).bind(&unknown).fetch_all(&mut **tx).await?;
+        let rows = sqlx::query(OWNERS).bind(&unknown).fetch_all(&mut *conn).await?;
         for row in rows {
             users.insert(UserId(row.try_get(0)?));
         }
@@ -193,7 +281,7 @@ async fn read<'a>(
     let mut state = BookState::default();
     let ids: Vec<&str> = users.iter().map(UserId::as_str).collect();
     let tasks: Vec<&str> = keys.tasks.iter().map(TaskId::as_str).collect();
-    for row in sqlx::query(LOCK_AND_READ).bind(&ids).bind(&tasks).fetch_all(&mut **tx).await? {
+    for row in sqlx::query(statement).bind(&ids).bind(&tasks).fetch_all(&mut *conn).await? {
         let (kind, id, user): (String, String, String) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
         let amount = UsdAmount::from_micros(row.try_get(3)?);
         let status: String = row.try_get(4)?;
@@ -214,32 +302,10 @@ async fn read<'a>(
     Ok(state)
 }
 
-/// Writes the plan in one statement and checks that every row landed; returns the entry ids.
-async fn write(tx: &mut Transaction<'static, Postgres>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
+/// Writes the plan in one statement, which fails unless every row landed (so a count that differs
+/// is never seen here: the statement, or the transaction, changed nothing); returns the entry ids.
+async fn write(conn: &mut PgConnection, plan: &Plan) -> Result<Vec<i64>, BatchError> {
     let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan);
-    let row = query.fetch_one(&mut **tx).await.map_err(fail_pg)?;
-    let counts: [i64; 5] = [
-        row.try_get(0).map_err(fail_pg)?,
-        row.try_get(1).map_err(fail_pg)?,
-        row.try_get(2).map_err(fail_pg)?,
-        row.try_get(4).map_err(fail_pg)?,
-        row.try_get(5).map_err(fail_pg)?,
-    ];
-    let ids: Vec<i64> = row.try_get(3).map_err(fail_pg)?;
-    let expected = [
-        plan.balances.len(),
-        plan.new_holds.len(),
-        plan.ended_holds.len(),
-        plan.new_tasks.len(),
-        plan.task_writes.len(),
-    ];
-    let landed = counts.iter().zip(expected).all(|(&got, want)| usize::try_from(got).is_ok_and(|g| g == want));
-    if !landed || ids.len() != plan.entries.len() {
-        return Err(BatchError::Retry(format!(
-            "rows written {counts:?} + {} entries, planned {expected:?} + {}",
-            ids.len(),
-            plan.entries.len()
-        )));
-    }
-    Ok(ids)
+    let row = query.fetch_one(&mut *conn).await.map_err(fail_pg)?;
+    row.try_get(3).map_err(fail_pg)
 }

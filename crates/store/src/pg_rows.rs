@@ -1,4 +1,5 @@
-//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`).
+//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), and the
+//! row counts it must write (`$57`–`$62`).
 
 use billing::book::Plan;
 use domain::{TaskId, UsdAmount};
@@ -12,9 +13,22 @@ type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
     let query = bind_money(query, plan);
     let query = bind_new_tasks(query, plan);
-    bind_moves(query, plan)
+    let query = bind_moves(query, plan)
         .bind(plan.now().millis())
-        .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>())
+        .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>());
+    bind_counts(query, plan)
+}
+
+/// `$57`–`$62`: how many rows each part of the statement must write.
+fn bind_counts<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    query
+        .bind(count(plan.balances.len()))
+        .bind(count(plan.new_holds.len()))
+        .bind(count(plan.ended_holds.len()))
+        .bind(count(plan.entries.len()))
+        .bind(count(plan.new_tasks.len()))
+        .bind(count(plan.task_writes.len()))
 }
 
 fn micros(a: UsdAmount) -> i64 {

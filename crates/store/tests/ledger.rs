@@ -129,3 +129,44 @@ async fn in_memory_sqlite_is_refused() {
     let err = Store::connect("sqlite::memory:").await.map(drop);
     assert!(matches!(err, Err(domain::ports::StoreError::Invalid(_))), "{err:?}");
 }
+
+/// The PostgreSQL writer keeps its connection from batch to batch. When the server ends that
+/// connection (a restart, an operator's `pg_terminate_backend`), the batch that finds out fails
+/// like any batch on a broken connection, and the writer's next batch runs on a fresh one.
+/// Runs in a database of its own: ending its connections must not touch other tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_writer_reconnects_after_its_connection_is_ended() {
+    use sea_orm::ConnectionTrait;
+    let Some(base) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else { return };
+    let name = format!("gw_reconnect_{}", uuid::Uuid::new_v4().simple());
+    let admin = sea_orm::Database::connect(base.as_str()).await.expect("admin connection");
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create database");
+    let (server, query) = base.split_once('?').map_or((base.as_str(), ""), |(s, q)| (s, q));
+    let server = server.rsplit_once('/').map_or(server, |(s, _)| s);
+    let url = if query.is_empty() { format!("{server}/{name}") } else { format!("{server}/{name}?{query}") };
+
+    let store = Store::open(&url).await.expect("store");
+    let alice = user_with(&store, usd(1_000)).await;
+    store.credit(&alice, usd(1), LedgerKind::Topup, "before").await.expect("first batch");
+    admin
+        .execute_unprepared(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' \
+             AND application_name = '{}'",
+            store::WRITER_APPLICATION_NAME
+        ))
+        .await
+        .expect("end the writer's connection");
+
+    // The batch that meets the ended connection may fail; the writer then reconnects.
+    let mut failed = 0;
+    while store.credit(&alice, usd(1), LedgerKind::Topup, "after").await.is_err() {
+        failed += 1;
+        assert!(failed < 3, "the writer did not reconnect");
+    }
+    for _ in 0..10 {
+        store.credit(&alice, usd(1), LedgerKind::Topup, "after").await.expect("later batches");
+    }
+    assert_eq!(common::balance_is_ledger_sum(&store, &alice).await, usd(1_012));
+    drop(store);
+    let _ = admin.execute_unprepared(&format!("DROP DATABASE {name} WITH (FORCE)")).await;
+}
