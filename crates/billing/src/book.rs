@@ -81,7 +81,8 @@ pub struct Held {
 }
 
 /// What a batch reads before it is planned: the balances of the users it touches (read under
-/// their row locks; a user missing here does not exist), and the reservations and tasks of the
+/// their row locks, or guarded by the batch's write: see the dialects; a user missing here does
+/// not exist), and the reservations and tasks of the
 /// tasks it names (each missing one does not exist).
 #[derive(Debug, Clone, Default)]
 pub struct BookState {
@@ -136,7 +137,7 @@ pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
 pub struct BalanceWrite {
     /// The user.
     pub user: UserId,
-    /// The balance read under the lock (the update's guard).
+    /// The balance that was read (the update's guard).
     pub from: UsdAmount,
     /// The balance after every movement of the batch.
     pub to: UsdAmount,
@@ -519,7 +520,8 @@ impl Book {
     }
 
     /// The state `change` takes `task` to, if it exists, belongs to `owner` (when given) and its
-    /// owner's row is locked by this batch, and the expected state and the table allow it.
+    /// owner's balance was read by this batch (so its write guards that owner), and the expected
+    /// state and the table allow it.
     fn check_move(
         &self,
         task: &TaskId,

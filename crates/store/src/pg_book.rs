@@ -7,9 +7,10 @@
 //! names a task without its user, the owners of those tasks, then) one statement reading the
 //! balances of the users it touches and the reservations and tasks it names; let
 //! `billing::book::plan` decide; then one statement writing every planned row (data-modifying CTEs
-//! over `unnest` arrays: one conditional update per user, guarded by the balance that was read;
-//! reservations and tasks inserted `ON CONFLICT DO NOTHING`, ended and moved only from the state
-//! that was read), run as its own transaction. Every row the plan relied on is guarded, and the
+//! over `unnest` arrays: one conditional update per user, guarded by the balance that was read,
+//! also for users whose balance the batch leaves as it was; reservations and tasks inserted `ON
+//! CONFLICT DO NOTHING`, ended and moved only from the state that was read), run as its own
+//! transaction. Every row the plan relied on is guarded, and the
 //! statement fails itself unless every planned row landed, so its effects are all or nothing: a
 //! batch that raced another writer (another replica, or a second writer of this one) changed
 //! nothing and is retried.
@@ -18,14 +19,15 @@
 //! account keeps racing), take the locking form instead: `BEGIN`; the same read, but locking every
 //! user the batch touches with `SELECT … ORDER BY id FOR NO KEY UPDATE` (sorted, so replicas never
 //! deadlock; all money and task-state writes of a user happen under that lock, so reservations
-//! and tasks need no row locks of their own); the same write; `COMMIT`. Four round trips, but a
-//! batch that holds the locks cannot lose a race.
+//! and tasks need no row locks of their own); the same write; `COMMIT`. Four round trips, but the
+//! balances cannot change under it; only a new task id taken by another writer at the same time
+//! can still make it retry (after three attempts the batch's operations run one at a time).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use billing::book::{self, BookOp, BookState, Held, Plan};
+use billing::book::{self, BalanceWrite, BookOp, BookState, Held, Plan};
 use domain::{TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row};
@@ -162,7 +164,7 @@ async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
     while let Some(jobs) = next_batch(&rx).await {
         match writer.commit_with_retries(&jobs).await {
             Ok(done) => answer(jobs, done),
-            Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
+            Err(e) if jobs.len() == 1 || !e.replayable() => fail(jobs, e.text()),
             Err(e) => {
                 tracing::warn!(
                     error = e.text(),
@@ -185,8 +187,8 @@ struct Writer {
     pool: PgPool,
     /// Kept from batch to batch: a pooled connection goes back to its pool through a task of
     /// its own at every release, and the next batch would wait for that task to run (~100 µs
-    /// under load). Dropped after a batch failed for any reason but a race, so the next attempt
-    /// starts on a fresh connection.
+    /// under load). Given back after a batch failed for any reason but a race; the pool replaces
+    /// it if it broke.
     conn: Option<PoolConnection<Postgres>>,
     /// Until when batches take the locking form: set for [`LOCKING_AFTER_A_RACE`] when a batch in
     /// the two-round-trip form lost a race.
@@ -237,12 +239,33 @@ fn fail_pg(e: sqlx::Error) -> BatchError {
     if retry { BatchError::Retry(e.to_string()) } else { BatchError::Fail(e.to_string()) }
 }
 
+/// [`fail_pg`] for the statement that commits: an error the server reported means it rolled back,
+/// any other (the connection broke, an answer that cannot be read) leaves the outcome unknown.
+fn fail_pg_committing(e: sqlx::Error) -> BatchError {
+    if matches!(e, sqlx::Error::Database(_)) { fail_pg(e) } else { BatchError::Unknown(e.to_string()) }
+}
+
 /// One batch in two statements, each its own transaction: the read, then the write, which
 /// happens whole or not at all ([`WRITE`]).
+///
+/// The plan relies on every balance it read, also those it leaves as they were (a settlement that
+/// charges exactly its hold still reports the balance after it; a task may end only while its
+/// owner holds nothing for it): each of those users gets a guard that writes the balance it read
+/// back unchanged, so a change by another writer since the read fails the statement too.
 async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
     let state = read(conn, READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+    let read: Vec<(UserId, UsdAmount)> = state.balances.iter().map(|(u, b)| (u.clone(), *b)).collect();
     let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
-    let ids = if plan.is_empty() { Vec::new() } else { write(conn, &plan).await? };
+    if plan.is_empty() {
+        // Every operation was refused on what was read; nothing is written.
+        return Ok((plan, Vec::new()));
+    }
+    let unchanged: Vec<BalanceWrite> = read
+        .into_iter()
+        .filter(|(user, _)| !plan.balances.iter().any(|b| &b.user == user))
+        .map(|(user, balance)| BalanceWrite { user, from: balance, to: balance })
+        .collect();
+    let ids = write(conn, &plan, &unchanged).await.map_err(fail_pg_committing)?;
     Ok((plan, ids))
 }
 
@@ -252,8 +275,10 @@ async fn commit_locked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committe
     let mut tx = conn.begin().await.map_err(fail_pg)?;
     let state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
     let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
-    let ids = if plan.is_empty() { Vec::new() } else { write(&mut tx, &plan).await? };
-    tx.commit().await.map_err(fail_pg)?;
+    // The users' row locks keep every balance as read until the commit: no guard of its own
+    // needed for the unchanged ones.
+    let ids = if plan.is_empty() { Vec::new() } else { write(&mut tx, &plan, &[]).await.map_err(fail_pg)? };
+    tx.commit().await.map_err(fail_pg_committing)?;
     Ok((plan, ids))
 }
 
@@ -304,8 +329,8 @@ async fn read<'a>(
 
 /// Writes the plan in one statement, which fails unless every row landed (so a count that differs
 /// is never seen here: the statement, or the transaction, changed nothing); returns the entry ids.
-async fn write(conn: &mut PgConnection, plan: &Plan) -> Result<Vec<i64>, BatchError> {
-    let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan);
-    let row = query.fetch_one(&mut *conn).await.map_err(fail_pg)?;
-    row.try_get(3).map_err(fail_pg)
+/// `unchanged`: balances to guard besides the plan's own writes (see [`commit_unlocked`]).
+async fn write(conn: &mut PgConnection, plan: &Plan, unchanged: &[BalanceWrite]) -> Result<Vec<i64>, sqlx::Error> {
+    let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan, unchanged);
+    query.fetch_one(&mut *conn).await?.try_get(3)
 }

@@ -1,7 +1,7 @@
 //! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), and the
 //! row counts it must write (`$57`–`$62`).
 
-use billing::book::Plan;
+use billing::book::{BalanceWrite, Plan};
 use domain::{TaskId, UsdAmount};
 use sea_orm::sqlx::Postgres;
 use sea_orm::sqlx::postgres::PgArguments;
@@ -9,21 +9,22 @@ use sea_orm::sqlx::query::Query;
 
 type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
-/// Binds every array of the write statement, in parameter order.
-pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
-    let query = bind_money(query, plan);
+/// Binds every array of the write statement, in parameter order; `unchanged` balances are
+/// guarded (written back as they were) along with the plan's own balance writes.
+pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[BalanceWrite]) -> PgQuery<'q> {
+    let query = bind_money(query, plan, unchanged);
     let query = bind_new_tasks(query, plan);
     let query = bind_moves(query, plan)
         .bind(plan.now().millis())
         .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>());
-    bind_counts(query, plan)
+    bind_counts(query, plan, unchanged.len())
 }
 
 /// `$57`–`$62`: how many rows each part of the statement must write.
-fn bind_counts<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+fn bind_counts<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: usize) -> PgQuery<'q> {
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     query
-        .bind(count(plan.balances.len()))
+        .bind(count(plan.balances.len() + unchanged))
         .bind(count(plan.new_holds.len()))
         .bind(count(plan.ended_holds.len()))
         .bind(count(plan.entries.len()))
@@ -35,9 +36,11 @@ fn micros(a: UsdAmount) -> i64 {
     a.micros()
 }
 
-/// `$1`–`$19`: balances, new and ended reservations, ledger entries.
-fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
-    let b = &plan.balances;
+/// `$1`–`$19`: balances (sorted by user, so two writers update shared users in one order), new
+/// and ended reservations, ledger entries.
+fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[BalanceWrite]) -> PgQuery<'q> {
+    let mut b: Vec<&BalanceWrite> = plan.balances.iter().chain(unchanged).collect();
+    b.sort_by(|x, y| x.user.cmp(&y.user));
     let h = &plan.new_holds;
     let e = &plan.ended_holds;
     let l = &plan.entries;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +44,12 @@ impl Checkpoints {
 /// checkpoints instead, as often as `checkpoints` says while commits happen; a passive checkpoint
 /// never blocks the writer, and the WAL is reused from its start once it has been copied.
 pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter, StoreError> {
+    start_counting(path, checkpoints).map(|(writer, _)| writer)
+}
+
+/// [`start`], also returning how many operations were committed directly on their callers'
+/// threads (see [`DirectCommit`]).
+fn start_counting(path: &Path, checkpoints: Checkpoints) -> Result<(BookWriter, Arc<AtomicU64>), StoreError> {
     let conn = open(path, "PRAGMA wal_autocheckpoint=0;")?;
     conn.set_prepared_statement_cache_capacity(32);
     let conn = Arc::new(Mutex::new(conn));
@@ -52,7 +58,12 @@ pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter,
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let flags = Arc::new(Flags::default());
     let writer_flags = Arc::clone(&flags);
-    let direct = Arc::new(DirectCommit { conn: Arc::clone(&conn), flags: Arc::clone(&flags) });
+    let committed = Arc::new(AtomicU64::new(0));
+    let direct = Arc::new(DirectCommit {
+        conn: Arc::clone(&conn),
+        flags: Arc::clone(&flags),
+        committed: Arc::clone(&committed),
+    });
     std::thread::Builder::new()
         .name("ledger-ckpt".into())
         .spawn(move || checkpoint_loop(&ckpt_conn, checkpoints, &flags, &done_rx))
@@ -64,7 +75,7 @@ pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter,
             drop(done_tx);
         })
         .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-    Ok(BookWriter::with_direct(tx, direct))
+    Ok((BookWriter::with_direct(tx, direct), committed))
 }
 
 /// How long a statement waits for another connection's write lock (another replica on the same
@@ -75,6 +86,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 struct DirectCommit {
     conn: Arc<Mutex<Connection>>,
     flags: Arc<Flags>,
+    /// Operations committed directly so far.
+    committed: Arc<AtomicU64>,
 }
 
 impl Direct for DirectCommit {
@@ -99,6 +112,7 @@ impl Direct for DirectCommit {
         }
         match result {
             Ok(done) => {
+                self.committed.fetch_add(1, Ordering::Relaxed);
                 answer(vec![job], done);
                 None
             }
@@ -164,7 +178,16 @@ struct Flags {
 fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Job>, flags: &Flags) {
     while let Some(first) = rx.blocking_recv() {
         // A caller committing directly holds it for one short transaction at most.
-        let mut conn = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut conn = conn.lock().unwrap_or_else(|poisoned| {
+            // A direct commit panicked, maybe with the busy handler still off: restore it, and
+            // let direct commits go on.
+            conn.clear_poison();
+            let conn = poisoned.into_inner();
+            if let Err(e) = conn.busy_timeout(BUSY_TIMEOUT) {
+                tracing::warn!(error = %e, "cannot restore the writer's busy timeout");
+            }
+            conn
+        });
         if flags.catch_up.swap(false, Ordering::AcqRel) {
             checkpoint(&conn);
         }
@@ -172,7 +195,7 @@ fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Job>, flags: &F
         drain(&mut rx, &mut jobs);
         match commit_with_retries(&mut conn, &jobs) {
             Ok(done) => answer(jobs, done),
-            Err(e) if jobs.len() == 1 => fail(jobs, e.text()),
+            Err(e) if jobs.len() == 1 || !e.replayable() => fail(jobs, e.text()),
             Err(e) => {
                 tracing::warn!(
                     error = e.text(),
@@ -446,7 +469,7 @@ mod tests {
             })
             .await
             .expect("user");
-        let writer = start(&path, Checkpoints::DEFAULT).expect("writer");
+        let (writer, direct) = start_counting(&path, Checkpoints::DEFAULT).expect("writer");
         let credit = |n: i64| BookOp::Credit {
             user: user.clone(),
             amount: UsdAmount::from_micros(n),
@@ -455,6 +478,7 @@ mod tests {
         };
         // Nothing else is waiting and the file is free: committed directly.
         writer.submit(credit(1), domain::Timestamp(1)).await.expect("free file");
+        assert_eq!(direct.load(Ordering::Relaxed), 1, "a lone operation on a free file commits directly");
 
         let other = Connection::open(&path).expect("other connection");
         other.execute_batch("BEGIN IMMEDIATE").expect("other replica's write lock");
@@ -472,6 +496,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5), "the caller's thread waited for the lock");
         other.execute_batch("COMMIT").expect("release");
         queued.await.expect("join").expect("committed after the release");
+        assert_eq!(direct.load(Ordering::Relaxed), 1, "the second one went through the writer thread");
 
         let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &user)
             .await

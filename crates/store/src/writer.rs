@@ -41,13 +41,23 @@ pub(crate) enum BatchError {
     Retry(String),
     /// Any other failure.
     Fail(String),
+    /// The connection failed after the commit was sent (PostgreSQL: the `COMMIT`, or a write
+    /// statement that is its own transaction): the batch may have committed. Neither retried nor
+    /// run again one operation at a time, which could apply a committed credit twice; its
+    /// callers get an error.
+    Unknown(String),
 }
 
 impl BatchError {
     pub(crate) fn text(&self) -> &str {
         match self {
-            BatchError::Retry(t) | BatchError::Fail(t) => t,
+            BatchError::Retry(t) | BatchError::Fail(t) | BatchError::Unknown(t) => t,
         }
+    }
+
+    /// Whether the batch's operations may run again one at a time: known to have changed nothing.
+    pub(crate) fn replayable(&self) -> bool {
+        !matches!(self, BatchError::Unknown(_))
     }
 }
 

@@ -115,6 +115,54 @@ async fn two_pools_on_one_database_cannot_overdraw() {
     }
 }
 
+/// Settlements that charge exactly their hold leave the balance as it was, yet each reports the
+/// balance after it and appends an entry with it: while another pool (another replica) credits
+/// the same account, that balance must still be the one at the settlement's commit, so the
+/// ledger's running balance never skips a credit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_settlements_racing_another_pools_credits_keep_the_running_balance() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for db in TestDb::all("exact").await {
+        let a = db.open().await;
+        let b = Store::open(&db.url).await.expect("second store");
+        let user = user_with(&a, usd(10_000_000)).await;
+        let tasks: Vec<_> = (0..600).map(|_| new_task()).collect();
+        for t in &tasks {
+            a.reserve(&user, t, usd(100)).await.expect("hold");
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let mut crediters = Vec::new();
+        for _ in 0..4 {
+            let (b, user, stop) = (b.clone(), user.clone(), stop.clone());
+            crediters.push(tokio::spawn(async move {
+                let mut n = 0_i64;
+                // Bounded: stops with the settlements, or after 5,000 credits.
+                while !stop.load(Ordering::Relaxed) && n < 5_000 {
+                    b.credit(&user, usd(1), LedgerKind::Topup, "meanwhile").await.expect("credit");
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut settles = Vec::new();
+        for t in tasks {
+            let a = a.clone();
+            settles.push(tokio::spawn(async move { a.settle(&t, usd(100)).await }));
+        }
+        for s in settles {
+            s.await.expect("join").expect("exact settlement");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut credits = 0;
+        for c in crediters {
+            credits += c.await.expect("join");
+        }
+        // 10 USD − 600 × 100 µ held and charged + the credits; every entry's running balance checked.
+        assert_eq!(common::balance_is_ledger_sum(&a, &user).await, usd(10_000_000 - 60_000 + credits));
+        db.cleanup().await;
+    }
+}
+
 #[tokio::test]
 async fn migrations_are_idempotent() {
     for db in TestDb::all("migrate").await {
@@ -145,6 +193,18 @@ async fn the_postgres_writer_reconnects_after_its_connection_is_ended() {
     let server = server.rsplit_once('/').map_or(server, |(s, _)| s);
     let url = if query.is_empty() { format!("{server}/{name}") } else { format!("{server}/{name}?{query}") };
 
+    // Run on a task of its own so that the database is dropped even when the check fails.
+    let body = tokio::spawn(ended_writer_connection(url, name.clone()));
+    let outcome = body.await;
+    let _ = admin.execute_unprepared(&format!("DROP DATABASE {name} WITH (FORCE)")).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn ended_writer_connection(url: String, name: String) {
+    use sea_orm::ConnectionTrait;
+    let admin = sea_orm::Database::connect(url.as_str()).await.expect("second connection");
     let store = Store::open(&url).await.expect("store");
     let alice = user_with(&store, usd(1_000)).await;
     store.credit(&alice, usd(1), LedgerKind::Topup, "before").await.expect("first batch");
@@ -168,5 +228,5 @@ async fn the_postgres_writer_reconnects_after_its_connection_is_ended() {
     }
     assert_eq!(common::balance_is_ledger_sum(&store, &alice).await, usd(1_012));
     drop(store);
-    let _ = admin.execute_unprepared(&format!("DROP DATABASE {name} WITH (FORCE)")).await;
+    admin.close().await.ok();
 }
