@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use billing::book::{self, BalanceWrite, BookOp, BookState, Held, Plan};
 use domain::{TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
-use sea_orm::sqlx::{self, Connection, PgConnection, PgPool, Postgres, Row};
+use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
@@ -45,7 +45,7 @@ const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
 /// 'reserved'`, `status = <from>`, `ON CONFLICT DO NOTHING`), and a guard that finds another
 /// value makes the batch retry with a fresh read.
 const LOCK_AND_READ: &str = "WITH u AS (SELECT id, balance_micros FROM users WHERE id = ANY($1) \
-                               ORDER BY id FOR NO KEY UPDATE) \
+                               ORDER BY id COLLATE \"C\" FOR NO KEY UPDATE) \
                              SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status FROM u \
                              UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
                                WHERE task_id = ANY($2) \
@@ -242,7 +242,11 @@ fn fail_pg(e: sqlx::Error) -> BatchError {
 /// [`fail_pg`] for the statement that commits: an error the server reported means it rolled back,
 /// any other (the connection broke, an answer that cannot be read) leaves the outcome unknown.
 fn fail_pg_committing(e: sqlx::Error) -> BatchError {
-    if matches!(e, sqlx::Error::Database(_)) { fail_pg(e) } else { BatchError::Unknown(e.to_string()) }
+    if matches!(e, sqlx::Error::Database(_)) {
+        fail_pg(e)
+    } else {
+        BatchError::Unknown(format!("the batch may have committed; its answer was lost: {e}"))
+    }
 }
 
 /// One batch in two statements, each its own transaction: the read, then the write, which
@@ -265,6 +269,9 @@ async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Commit
         .filter(|(user, _)| !plan.balances.iter().any(|b| &b.user == user))
         .map(|(user, balance)| BalanceWrite { user, from: balance, to: balance })
         .collect();
+    // Prepared first (a cache lookup after the first time): a failure there wrote nothing, and
+    // must not be taken for a commit whose answer was lost.
+    conn.prepare(sqlx::SqlSafeStr::into_sql_str(WRITE)).await.map_err(fail_pg)?;
     let ids = write(conn, &plan, &unchanged).await.map_err(fail_pg_committing)?;
     Ok((plan, ids))
 }

@@ -564,7 +564,8 @@ mod tests {
         }
         // 9,600 entries of ~300 bytes: without restarts the WAL grows past 30 MB (measured: 35);
         // with them it stays at 2-3 MB (64 frames plus what the writer adds between two rounds).
-        assert!(wal < 10 * 1024 * 1024, "the WAL grew to {wal} bytes");
+        // The bound leaves room for a checkpointer starved of CPU on a loaded machine.
+        assert!(wal < 20 * 1024 * 1024, "the WAL grew to {wal} bytes");
         drop(writer);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
