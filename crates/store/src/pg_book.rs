@@ -99,7 +99,7 @@ movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
 written AS (SELECT (SELECT count(*) FROM bal) AS b, (SELECT count(*) FROM hold) AS h, \
   (SELECT count(*) FROM ends) AS e, (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent) AS ids, \
   (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m) \
-SELECT b, h, e, ids, n, m FROM written \
+SELECT ids FROM written \
 WHERE CASE WHEN b = $57::int8 AND h = $58::int8 AND e = $59::int8 AND cardinality(ids) = $60::int8 \
   AND n = $61::int8 AND m = $62::int8 THEN true \
   ELSE ('ledger batch: rows written differ from the plan: ' || b || ' ' || h || ' ' || e || ' ' \
@@ -339,5 +339,5 @@ async fn read<'a>(
 /// `unchanged`: balances to guard besides the plan's own writes (see [`commit_unlocked`]).
 async fn write(conn: &mut PgConnection, plan: &Plan, unchanged: &[BalanceWrite]) -> Result<Vec<i64>, sqlx::Error> {
     let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan, unchanged);
-    query.fetch_one(&mut *conn).await?.try_get(3)
+    query.fetch_one(&mut *conn).await?.try_get(0)
 }

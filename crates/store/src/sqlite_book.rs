@@ -446,29 +446,41 @@ mod tests {
     use domain::LedgerKind;
     use domain::ports::AccountStore;
 
+    /// A fresh temporary directory, its database file, and a migrated store on it.
+    async fn fresh_file(prefix: &str) -> (std::path::PathBuf, std::path::PathBuf, crate::Store) {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("gw.db");
+        let store = crate::Store::open(&format!("sqlite://{}?mode=rwc", path.display())).await.expect("store");
+        (dir, path, store)
+    }
+
+    /// A user with `micros` of balance.
+    async fn new_user(store: &crate::Store, id: &str, micros: i64) -> UserId {
+        let user = UserId(id.to_owned());
+        store
+            .create_user(domain::NewUser {
+                id: user.clone(),
+                name: "t".into(),
+                email: format!("{id}@example.com"),
+                role: "user".into(),
+                balance: UsdAmount::from_micros(micros),
+                concurrency_limit: 1,
+                media_quota_bytes: 0,
+            })
+            .await
+            .expect("user");
+        user
+    }
+
     /// A lone operation commits on the caller's thread only when that needs no wait: while
     /// another connection (another replica) holds the write lock, the attempt gives up at once
     /// and the operation waits in the queue, without blocking the caller's thread (here the
     /// runtime's only one), and commits once the lock is released.
     #[tokio::test(flavor = "current_thread")]
     async fn a_lone_operation_never_blocks_its_thread_on_another_writer() {
-        let dir = std::env::temp_dir().join(format!("gw-direct-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("gw.db");
-        let store = crate::Store::open(&format!("sqlite://{}?mode=rwc", path.display())).await.expect("store");
-        let user = UserId("usr_direct".into());
-        store
-            .create_user(domain::NewUser {
-                id: user.clone(),
-                name: "t".into(),
-                email: "t@example.com".into(),
-                role: "user".into(),
-                balance: UsdAmount::from_micros(1_000),
-                concurrency_limit: 1,
-                media_quota_bytes: 0,
-            })
-            .await
-            .expect("user");
+        let (dir, path, store) = fresh_file("gw-direct").await;
+        let user = new_user(&store, "usr_direct", 1_000).await;
         let (writer, direct) = start_counting(&path, Checkpoints::DEFAULT).expect("writer");
         let credit = |n: i64| BookOp::Credit {
             user: user.clone(),
@@ -512,26 +524,10 @@ mod tests {
     /// instead of growing with every batch.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_wal_starts_over_under_steady_writes() {
-        let dir = std::env::temp_dir().join(format!("gw-ckpt-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("gw.db");
-        let store = crate::Store::open(&format!("sqlite://{}?mode=rwc", path.display())).await.expect("store");
+        let (dir, path, store) = fresh_file("gw-ckpt").await;
         let mut users = Vec::new();
         for i in 0..64 {
-            let id = UserId(format!("usr_ckpt_{i}"));
-            store
-                .create_user(domain::NewUser {
-                    id: id.clone(),
-                    name: "t".into(),
-                    email: format!("t{i}@example.com"),
-                    role: "user".into(),
-                    balance: UsdAmount::from_micros(1_000_000),
-                    concurrency_limit: 1,
-                    media_quota_bytes: 0,
-                })
-                .await
-                .expect("user");
-            users.push(id);
+            users.push(new_user(&store, &format!("usr_ckpt_{i}"), 1_000_000).await);
         }
         let policy = Checkpoints { every: Duration::from_millis(2), restart_after_frames: 64 };
         let writer = start(&path, policy).expect("writer");

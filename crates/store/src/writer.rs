@@ -111,11 +111,12 @@ impl BookWriter {
     pub(crate) async fn submit(&self, op: BookOp, now: Timestamp) -> Result<BookAnswer, LedgerError> {
         let waiting = Waiting::enter(&self.waiting);
         let (reply, answer) = oneshot::channel();
-        let mut job = Some(Job { op, now, reply });
-        if let (Some(direct), true) = (&self.direct, waiting.quiet) {
-            job = job.and_then(|job| direct.try_commit(job));
-        }
-        if let Some(job) = job {
+        let job = Job { op, now, reply };
+        let queued = match &self.direct {
+            Some(direct) if waiting.quiet => direct.try_commit(job),
+            _ => Some(job),
+        };
+        if let Some(job) = queued {
             self.jobs.send(job).map_err(|_| stopped())?;
         }
         answer.await.map_err(|_| stopped())?
