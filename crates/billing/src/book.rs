@@ -132,7 +132,8 @@ pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
     keys
 }
 
-/// A user's balance before and after the batch: one conditional update per user.
+/// A user's balance before and after the batch, and what the batch's settlements charged: one
+/// conditional update per user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BalanceWrite {
     /// The user.
@@ -141,6 +142,9 @@ pub struct BalanceWrite {
     pub from: UsdAmount,
     /// The balance after every movement of the batch.
     pub to: UsdAmount,
+    /// What the batch's settlements charged the user, added to the running total the account
+    /// overview shows (`spent`); refunds add nothing.
+    pub spent: UsdAmount,
 }
 
 /// A reservation to insert (possibly already ended within the same batch).
@@ -240,7 +244,7 @@ enum Decided {
 pub struct Plan {
     decided: Vec<Result<Decided, LedgerError>>,
     now: Timestamp,
-    /// One per user whose balance changed, sorted by user.
+    /// One per user whose balance changed or who was charged, sorted by user.
     pub balances: Vec<BalanceWrite>,
     /// Reservations to insert, sorted by task.
     pub new_holds: Vec<NewHold>,
@@ -348,6 +352,7 @@ struct Book {
     now: Timestamp,
     read: HashMap<UserId, UsdAmount>,
     balances: HashMap<UserId, UsdAmount>,
+    spent: HashMap<UserId, UsdAmount>,
     holds: HashMap<TaskId, HoldSeen>,
     tasks: HashMap<TaskId, TaskSeen>,
     new_tasks: BTreeMap<TaskId, Task>,
@@ -374,6 +379,7 @@ impl Book {
             now,
             read: state.balances.clone(),
             balances: state.balances,
+            spent: HashMap::new(),
             holds,
             tasks,
             new_tasks: BTreeMap::new(),
@@ -468,6 +474,9 @@ impl Book {
         let actual = charge.unwrap_or(UsdAmount::ZERO);
         let back = settle_delta(reserved, actual)?;
         self.balance(&user)?.checked_add(back).map_err(|_| LedgerError::Overflow)?;
+        let spent = self.spent.get(&user).copied().unwrap_or(UsdAmount::ZERO);
+        let spent =
+            if charge.is_some() { spent.checked_add(actual).map_err(|_| LedgerError::Overflow)? } else { spent };
         let target = match then {
             Some(change) => Some(self.check_move(task, change, Some(&user))?),
             None => None,
@@ -478,6 +487,7 @@ impl Book {
         let status = if charge.is_some() { BillingStatus::Settled } else { BillingStatus::Refunded };
         let kind = if charge.is_some() { LedgerKind::Settle } else { LedgerKind::Refund };
         let after = self.book(&user, Some(task), kind, back, end_note(status, reserved, actual))?;
+        self.spent.insert(user.clone(), spent);
         if let Some(hold) = self.holds.get_mut(task) {
             hold.held.status = status;
             hold.actual = Some(actual);
@@ -563,7 +573,8 @@ impl Book {
             .iter()
             .filter_map(|(user, &to)| {
                 let from = *self.read.get(user)?;
-                (from != to).then(|| BalanceWrite { user: user.clone(), from, to })
+                let spent = self.spent.get(user).copied().unwrap_or(UsdAmount::ZERO);
+                (from != to || spent != UsdAmount::ZERO).then(|| BalanceWrite { user: user.clone(), from, to, spent })
             })
             .collect();
         balances.sort_by(|a, b| a.user.cmp(&b.user));
@@ -655,7 +666,7 @@ mod tests {
         let plan = plan(&ops, read, Timestamp(7));
         assert_eq!(
             plan.balances,
-            vec![BalanceWrite { user: UserId("u".into()), from: usd(100), to: usd(40) }],
+            vec![BalanceWrite { user: UserId("u".into()), from: usd(100), to: usd(40), spent: usd(10) }],
             "one write for u; none for v, whose hold was refused"
         );
         let answers = plan.clone().answers(&[1, 2, 3, 4]);

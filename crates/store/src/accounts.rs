@@ -62,6 +62,7 @@ impl AccountStore for Store {
             created_at: Set(now),
             webhook_secret: NotSet,
             media_used_bytes: NotSet,
+            spent_micros: NotSet,
         };
         let row = row.insert(&txn).await.map_err(|e| {
             if is_unique_violation(&e) {

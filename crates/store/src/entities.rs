@@ -31,6 +31,8 @@ pub mod users {
         pub webhook_secret: Option<String>,
         /// Bytes of media stored for the user, counted against `media_quota_bytes` (migration 0004).
         pub media_used_bytes: i64,
+        /// What the user's settled calls were charged in all, kept by the write path (migration 0009).
+        pub spent_micros: i64,
     }
     no_relations!();
 }

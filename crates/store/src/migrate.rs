@@ -47,6 +47,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0008_fewer_indexes.sql"),
         include_str!("../../../migrations/postgres/0008_fewer_indexes.sql"),
     ),
+    (
+        9,
+        include_str!("../../../migrations/sqlite/0009_spent_total.sql"),
+        include_str!("../../../migrations/postgres/0009_spent_total.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.

@@ -59,13 +59,14 @@ const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount
                     UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
 
 /// Every planned row of a batch in one statement; `$55` is the batch's time, `$56` the new
-/// tasks' runners, `$57`–`$62` how many rows each part must write. Unless every part wrote them
+/// tasks' runners, `$57`–`$62` how many rows each part must write, `$63` what each user of `$1`
+/// was charged (added to the running total, so the balance guard alone decides). Unless every part wrote them
 /// all the statement fails (a text that is no number, cast to one), so none of it happens: a
 /// guard that found another value (a balance, a reservation or task state another writer changed
 /// since the read) or a task id another writer took makes the whole batch retry.
 const WRITE: &str = "WITH \
-bal AS (UPDATE users AS u SET balance_micros = v.to_balance \
-  FROM unnest($1::text[], $2::int8[], $3::int8[]) AS v(id, from_balance, to_balance) \
+bal AS (UPDATE users AS u SET balance_micros = v.to_balance, spent_micros = u.spent_micros + v.spent \
+  FROM unnest($1::text[], $2::int8[], $3::int8[], $63::int8[]) AS v(id, from_balance, to_balance, spent) \
   WHERE u.id = v.id AND u.balance_micros = v.from_balance RETURNING 1), \
 hold AS (INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, created_at, updated_at) \
   SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after, $55::int8, $55::int8 \
@@ -267,7 +268,7 @@ async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Commit
     let unchanged: Vec<BalanceWrite> = read
         .into_iter()
         .filter(|(user, _)| !plan.balances.iter().any(|b| &b.user == user))
-        .map(|(user, balance)| BalanceWrite { user, from: balance, to: balance })
+        .map(|(user, balance)| BalanceWrite { user, from: balance, to: balance, spent: UsdAmount::ZERO })
         .collect();
     // Prepared first (a cache lookup after the first time): a failure there wrote nothing, and
     // must not be taken for a commit whose answer was lost.

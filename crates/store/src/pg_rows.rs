@@ -1,5 +1,5 @@
-//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), and the
-//! row counts it must write (`$57`–`$62`).
+//! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), the
+//! row counts it must write (`$57`–`$62`), and the charges added to each user's running total (`$63`).
 
 use billing::book::{BalanceWrite, Plan};
 use domain::{TaskId, UsdAmount};
@@ -17,7 +17,16 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[Balance
     let query = bind_moves(query, plan)
         .bind(plan.now().millis())
         .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>());
-    bind_counts(query, plan, unchanged.len())
+    let query = bind_counts(query, plan, unchanged.len());
+    query.bind(balances(plan, unchanged).iter().map(|r| micros(r.spent)).collect::<Vec<_>>())
+}
+
+/// The balances the statement writes: the plan's and the `unchanged` ones it guards, sorted by user
+/// (so two writers update shared users in one order).
+fn balances<'a>(plan: &'a Plan, unchanged: &'a [BalanceWrite]) -> Vec<&'a BalanceWrite> {
+    let mut b: Vec<&BalanceWrite> = plan.balances.iter().chain(unchanged).collect();
+    b.sort_by(|x, y| x.user.cmp(&y.user));
+    b
 }
 
 /// `$57`–`$62`: how many rows each part of the statement must write.
@@ -36,11 +45,9 @@ fn micros(a: UsdAmount) -> i64 {
     a.micros()
 }
 
-/// `$1`–`$19`: balances (sorted by user, so two writers update shared users in one order), new
-/// and ended reservations, ledger entries.
+/// `$1`–`$19`: balances ([`balances`]), new and ended reservations, ledger entries.
 fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[BalanceWrite]) -> PgQuery<'q> {
-    let mut b: Vec<&BalanceWrite> = plan.balances.iter().chain(unchanged).collect();
-    b.sort_by(|x, y| x.user.cmp(&y.user));
+    let b = balances(plan, unchanged);
     let h = &plan.new_holds;
     let e = &plan.ended_holds;
     let l = &plan.entries;

@@ -300,10 +300,13 @@ fn one_row(changed: usize, what: &str) -> Result<(), BatchError> {
 fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
     let now = plan.now().millis();
     let mut stmt = txn
-        .prepare_cached("UPDATE users SET balance_micros = ?1 WHERE id = ?2 AND balance_micros = ?3")
+        .prepare_cached(
+            "UPDATE users SET balance_micros = ?1, spent_micros = spent_micros + ?4 WHERE id = ?2 AND balance_micros = ?3",
+        )
         .map_err(fail_sql)?;
     for b in &plan.balances {
-        one_row(stmt.execute(params![b.to.micros(), b.user.as_str(), b.from.micros()]).map_err(fail_sql)?, "balance")?;
+        let row = params![b.to.micros(), b.user.as_str(), b.from.micros(), b.spent.micros()];
+        one_row(stmt.execute(row).map_err(fail_sql)?, "balance")?;
     }
     let mut stmt = txn
         .prepare_cached(

@@ -16,7 +16,7 @@ use sea_orm::{
     PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 
-use crate::entities::{reservations, tasks};
+use crate::entities::{reservations, tasks, users};
 use crate::{Store, backend_err, is_unique_violation};
 
 fn invalid(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -228,16 +228,15 @@ impl TaskStore for Store {
                 stats.active += n;
             }
         }
-        let spent: Option<Option<i64>> = reservations::Entity::find()
+        // The running total the write path keeps with the balance (migration 0009).
+        let spent: Option<i64> = users::Entity::find_by_id(user.as_str())
             .select_only()
-            .column_as(Expr::cust("CAST(SUM(actual_micros) AS BIGINT)"), "spent")
-            .filter(reservations::Column::UserId.eq(user.as_str()))
-            .filter(reservations::Column::Status.eq(BillingStatus::Settled.as_str()))
+            .column(users::Column::SpentMicros)
             .into_tuple()
             .one(&self.db)
             .await
             .map_err(backend_err)?;
-        stats.spent = UsdAmount::from_micros(spent.flatten().unwrap_or(0));
+        stats.spent = UsdAmount::from_micros(spent.unwrap_or(0));
         Ok(stats)
     }
 

@@ -230,3 +230,59 @@ async fn ended_writer_connection(url: String, name: String) {
     drop(store);
     admin.close().await.ok();
 }
+
+/// The overview's `spent` is a running total the write path keeps with the balance: it counts what
+/// settlements charged (also a settlement that charged exactly its hold, which leaves the balance
+/// as it was, and one that charged nothing), never a refund; concurrent settlements all count. A
+/// database from before the total (migration 0009) starts it from its settled reservations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spent_is_a_running_total_of_settled_charges() {
+    use domain::ports::TaskStore;
+    use sea_orm::ConnectionTrait;
+    for db in TestDb::all("spent").await {
+        let store = db.open().await;
+        let alice = user_with(&store, usd(100_000)).await;
+        let bob = user_with(&store, usd(100_000)).await;
+        let spent = |store: Store, user: UserId| async move { store.task_stats(&user).await.expect("stats").spent };
+        assert_eq!(spent(store.clone(), alice.clone()).await, UsdAmount::ZERO);
+        let (partial, exact, refunded, free) = (new_task(), new_task(), new_task(), new_task());
+        for (task, hold) in [(&partial, 1_000), (&exact, 500), (&refunded, 300), (&free, 200)] {
+            store.open_call(common::call_task(&alice, task), usd(hold)).await.expect("open");
+        }
+        store.settle(&partial, usd(400)).await.expect("partial");
+        store.settle(&exact, usd(500)).await.expect("exact");
+        store.refund(&refunded).await.expect("refund");
+        store.settle(&free, UsdAmount::ZERO).await.expect("free");
+        assert_eq!(spent(store.clone(), alice.clone()).await, usd(900), "{}", common::name(&store));
+        // 40 calls of Bob's settled at once, in whatever batches they fall into.
+        let mut handles = Vec::new();
+        for n in 0..40_i64 {
+            let (store, bob) = (store.clone(), bob.clone());
+            handles.push(tokio::spawn(async move {
+                let task = new_task();
+                store.open_call(common::call_task(&bob, &task), usd(100)).await.expect("open");
+                store.settle(&task, usd(n)).await.expect("settle");
+            }));
+        }
+        for h in handles {
+            h.await.expect("task");
+        }
+        assert_eq!(spent(store.clone(), bob.clone()).await, usd((0..40).sum()), "{}", common::name(&store));
+        assert_eq!(spent(store.clone(), alice.clone()).await, usd(900), "another user's calls do not count");
+        common::balance_is_ledger_sum(&store, &alice).await;
+        common::balance_is_ledger_sum(&store, &bob).await;
+
+        // Back to the schema before the running total, then forward again.
+        store.close().await.expect("close");
+        let raw = sea_orm::Database::connect(db.url.as_str()).await.expect("raw connection");
+        for sql in ["ALTER TABLE users DROP COLUMN spent_micros", "DELETE FROM schema_migrations WHERE version = 9"] {
+            raw.execute_unprepared(sql).await.expect(sql);
+        }
+        raw.close().await.expect("close raw");
+        let store = db.open().await;
+        assert_eq!(spent(store.clone(), alice.clone()).await, usd(900), "backfilled");
+        assert_eq!(spent(store.clone(), bob.clone()).await, usd((0..40).sum()), "backfilled");
+        store.close().await.expect("close");
+        db.cleanup().await;
+    }
+}
