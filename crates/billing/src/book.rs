@@ -2,9 +2,9 @@
 //! the state they touch, decides every operation's outcome, and returns the rows to write.
 //!
 //! Every ledger implementation is a thin shell around it: the in-memory ledger plans one
-//! operation at a time under its mutex; the store's writers lock the users a batch touches, read
-//! their balances, reservations and tasks, plan, write the rows in a few statements and commit
-//! once. The rules:
+//! operation at a time under its mutex; the store's writers read the balances, reservations and
+//! tasks a batch touches (or, on PostgreSQL, take what its operations assume: [`assumed`], checked
+//! by the write), plan, write the rows in a few statements and commit once. The rules:
 //!
 //! - no overdraft: a hold is refused when the balance (after the batch's earlier movements) is
 //!   below it; only a settlement above its hold, or a negative adjustment, goes below zero;
@@ -147,6 +147,50 @@ pub struct BalanceWrite {
     pub spent: UsdAmount,
 }
 
+/// What the plan's decisions for one user assumed of that user's balance. A dialect that writes
+/// without locking the users' rows may apply the batch's change (`to − from` of
+/// [`BalanceRead`]) to whatever balance it finds at write time, not only to the one it read, as
+/// long as that balance satisfies this; the balances after each movement then shift by the
+/// difference ([`Plan::rebase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relies {
+    /// Nothing: no decision looked at the amount (credits, settlements, refunds, task changes).
+    Nothing,
+    /// At least this balance: every hold the batch granted the user still fits in it.
+    AtLeast(UsdAmount),
+    /// Exactly the balance read: a hold was refused for want of balance (a larger balance might
+    /// have granted it), or a task ended while it had no reservation (a hold placed on it
+    /// meanwhile would change the balance, so an unchanged balance vouches for its absence).
+    Exactly,
+}
+
+impl Relies {
+    /// Both assumptions at once.
+    fn and(self, other: Relies) -> Relies {
+        match (self, other) {
+            (Relies::Exactly, _) | (_, Relies::Exactly) => Relies::Exactly,
+            (Relies::AtLeast(a), Relies::AtLeast(b)) => Relies::AtLeast(a.max(b)),
+            (Relies::AtLeast(a), Relies::Nothing) | (Relies::Nothing, Relies::AtLeast(a)) => Relies::AtLeast(a),
+            (Relies::Nothing, Relies::Nothing) => Relies::Nothing,
+        }
+    }
+}
+
+/// A balance the batch read: every user it touches, whether or not the balance changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceRead {
+    /// The user.
+    pub user: UserId,
+    /// The balance that was read.
+    pub from: UsdAmount,
+    /// The balance after every movement of the batch, counted from `from`.
+    pub to: UsdAmount,
+    /// What the batch's settlements charged the user ([`BalanceWrite::spent`]).
+    pub spent: UsdAmount,
+    /// What the batch's decisions assumed of the balance.
+    pub relies: Relies,
+}
+
 /// A reservation to insert (possibly already ended within the same batch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewHold {
@@ -169,6 +213,10 @@ pub struct NewHold {
 pub struct EndedHold {
     /// The task.
     pub task: TaskId,
+    /// Whose balance was held (guard: the stored reservation's).
+    pub user: UserId,
+    /// The amount held (guard: the stored reservation's).
+    pub amount: UsdAmount,
     /// `Settled` or `Refunded`.
     pub status: BillingStatus,
     /// The charge (zero when refunded).
@@ -208,6 +256,8 @@ pub struct NewTask {
 pub struct TaskWrite {
     /// The task.
     pub task: TaskId,
+    /// Its owner (guard: the stored task's).
+    pub owner: UserId,
     /// Its state when read.
     pub from: TaskStatus,
     /// Its state after the batch.
@@ -246,6 +296,8 @@ pub struct Plan {
     now: Timestamp,
     /// One per user whose balance changed or who was charged, sorted by user.
     pub balances: Vec<BalanceWrite>,
+    /// One per user the batch read (changed or not), sorted by user.
+    pub reads: Vec<BalanceRead>,
     /// Reservations to insert, sorted by task.
     pub new_holds: Vec<NewHold>,
     /// Reservations that end, sorted by task.
@@ -264,6 +316,11 @@ impl Plan {
         self.now
     }
 
+    /// True when some operation was refused.
+    pub fn refuses_any(&self) -> bool {
+        self.decided.iter().any(Result::is_err)
+    }
+
     /// True when the batch writes nothing (every operation was refused).
     pub fn is_empty(&self) -> bool {
         self.balances.is_empty()
@@ -272,6 +329,38 @@ impl Plan {
             && self.entries.is_empty()
             && self.new_tasks.is_empty()
             && self.task_writes.is_empty()
+    }
+
+    /// Shifts every balance after a movement of `user` by `by`: the batch's change was applied to
+    /// a balance `by` away from the one it read (see [`Relies`]); the write already stored the
+    /// shifted amounts, and this makes the answers say the same.
+    pub fn rebase(&mut self, user: &UserId, by: UsdAmount) -> Result<(), LedgerError> {
+        let shift = |a: &mut UsdAmount| -> Result<(), LedgerError> {
+            *a = a.checked_add(by).map_err(|_| LedgerError::Overflow)?;
+            Ok(())
+        };
+        for d in self.decided.iter_mut().flatten() {
+            match d {
+                Decided::Held(r) if r.user_id == *user => shift(&mut r.balance_after)?,
+                Decided::Ended(s) if s.user_id == *user => shift(&mut s.balance_after)?,
+                _ => {}
+            }
+        }
+        for e in self.entries.iter_mut().filter(|e| e.user == *user) {
+            shift(&mut e.balance_after)?;
+        }
+        for h in self.new_holds.iter_mut().filter(|h| h.user == *user) {
+            shift(&mut h.balance_after)?;
+        }
+        for r in self.reads.iter_mut().filter(|r| r.user == *user) {
+            shift(&mut r.from)?;
+            shift(&mut r.to)?;
+        }
+        for b in self.balances.iter_mut().filter(|b| b.user == *user) {
+            shift(&mut b.from)?;
+            shift(&mut b.to)?;
+        }
+        Ok(())
     }
 
     /// Every operation's answer, in arrival order, given the ids the database assigned to
@@ -318,6 +407,51 @@ fn end_note(status: BillingStatus, reserved: UsdAmount, actual: UsdAmount) -> St
     }
 }
 
+/// The balance [`assumed`] gives every user: far above any real one, so that every hold fits.
+/// The plan's running balances are counted from it, and a write that finds the real balance
+/// shifts them all by the difference ([`Plan::rebase`]); what the holds need is the same whatever
+/// the start ([`Relies::AtLeast`] of `ASSUMED − lowest point`).
+pub const ASSUMED_BALANCE: UsdAmount = UsdAmount::from_micros(1 << 50);
+
+/// The state `ops` would find if each went as its caller expects, for a writer that writes without
+/// reading first: every user exists (with [`ASSUMED_BALANCE`]); no reservation or task exists yet
+/// for a hold; an end's reservation is open, of the user and amount the caller holds, and its task
+/// (if it moves) is in the state the change names, or `processing` (where a call's task runs) when
+/// the change names none. `None` when some operation gives too little to assume (an end without
+/// its user and amount, a task change without its hold, two operations on one task).
+///
+/// Every assumption must be checked by the write (the balance by its bounds; the reservation by
+/// its state, user and amount; the task by its state; new rows by their ids), and a write that finds
+/// one false must change nothing: the batch then takes the reading path, which decides on what is
+/// stored. A plan on this state that refuses anything must not be written either.
+pub fn assumed<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> Option<BookState> {
+    let mut state = BookState::default();
+    let mut named = BTreeSet::new();
+    for op in ops {
+        match op {
+            BookOp::Hold { user, task, .. } => {
+                state.balances.insert(user.clone(), ASSUMED_BALANCE);
+                named.insert(task).then_some(())?;
+            }
+            BookOp::End { task, expect: Some((user, amount)), then, .. } => {
+                state.balances.insert(user.clone(), ASSUMED_BALANCE);
+                named.insert(task).then_some(())?;
+                let held = Held { user: user.clone(), amount: *amount, status: BillingStatus::Reserved };
+                state.holds.insert(task.clone(), held);
+                if let Some(change) = then {
+                    let from = change.from.unwrap_or(TaskStatus::Processing);
+                    state.tasks.insert(task.clone(), (user.clone(), from));
+                }
+            }
+            BookOp::Credit { user, .. } => {
+                state.balances.insert(user.clone(), ASSUMED_BALANCE);
+            }
+            BookOp::End { expect: None, .. } | BookOp::Move { .. } => return None,
+        }
+    }
+    Some(state)
+}
+
 /// Plans `ops` (in arrival order) against `state`, stamping every row with `now`.
 pub fn plan<'a>(ops: impl IntoIterator<Item = &'a BookOp>, state: BookState, now: Timestamp) -> Plan {
     let mut book = Book::new(state, now);
@@ -353,6 +487,7 @@ struct Book {
     read: HashMap<UserId, UsdAmount>,
     balances: HashMap<UserId, UsdAmount>,
     spent: HashMap<UserId, UsdAmount>,
+    relies: HashMap<UserId, Relies>,
     holds: HashMap<TaskId, HoldSeen>,
     tasks: HashMap<TaskId, TaskSeen>,
     new_tasks: BTreeMap<TaskId, Task>,
@@ -380,6 +515,7 @@ impl Book {
             read: state.balances.clone(),
             balances: state.balances,
             spent: HashMap::new(),
+            relies: HashMap::new(),
             holds,
             tasks,
             new_tasks: BTreeMap::new(),
@@ -394,6 +530,12 @@ impl Book {
             BookOp::Credit { user, amount, kind, note } => self.credit(user, *amount, *kind, note),
             BookOp::Move { task, change } => self.move_task(task, change),
         }
+    }
+
+    /// Records that a decision assumed `what` of `user`'s balance.
+    fn rely(&mut self, user: &UserId, what: Relies) {
+        let entry = self.relies.entry(user.clone()).or_insert(Relies::Nothing);
+        *entry = entry.and(what);
     }
 
     fn balance(&self, user: &UserId) -> Result<UsdAmount, LedgerError> {
@@ -440,10 +582,14 @@ impl Book {
             return Err(LedgerError::DuplicateReservation(task.clone()));
         }
         if available < amount {
+            self.rely(user, Relies::Exactly);
             return Err(LedgerError::InsufficientBalance { needed: amount, available });
         }
         let hold = amount.checked_neg().map_err(|_| LedgerError::Overflow)?;
         let after = self.book(user, Some(task), LedgerKind::Reserve, hold, hold_note(amount))?;
+        // The hold still fits in any starting balance at least `read − after` (`after` ≥ 0).
+        let least = self.read.get(user).and_then(|read| read.checked_sub(after).ok());
+        self.rely(user, least.map_or(Relies::Exactly, Relies::AtLeast));
         let held = Held { user: user.clone(), amount, status: BillingStatus::Reserved };
         self.holds
             .insert(task.clone(), HoldSeen { held, actual: None, balance_after: after, new: true, changed: true });
@@ -522,8 +668,18 @@ impl Book {
 
     fn move_task(&mut self, task: &TaskId, change: &TaskTransition) -> Result<Decided, LedgerError> {
         let target = self.check_move(task, change, None)?;
-        if target.is_terminal() && self.holds.get(task).is_some_and(|h| h.held.status == BillingStatus::Reserved) {
-            return Err(LedgerError::ReservationOpen(task.clone()));
+        if target.is_terminal() {
+            match self.holds.get(task) {
+                Some(h) if h.held.status == BillingStatus::Reserved => {
+                    return Err(LedgerError::ReservationOpen(task.clone()));
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(owner) = self.tasks.get(task).map(|seen| seen.owner.clone()) {
+                        self.rely(&owner, Relies::Exactly);
+                    }
+                }
+            }
         }
         self.record_move(task, target, &change.update);
         Ok(Decided::Moved(target))
@@ -578,6 +734,18 @@ impl Book {
             })
             .collect();
         balances.sort_by(|a, b| a.user.cmp(&b.user));
+        let mut reads: Vec<BalanceRead> = self
+            .read
+            .iter()
+            .map(|(user, &from)| BalanceRead {
+                user: user.clone(),
+                from,
+                to: self.balances.get(user).copied().unwrap_or(from),
+                spent: self.spent.get(user).copied().unwrap_or(UsdAmount::ZERO),
+                relies: self.relies.get(user).copied().unwrap_or(Relies::Nothing),
+            })
+            .collect();
+        reads.sort_by(|a, b| a.user.cmp(&b.user));
         let (mut new_holds, mut ended_holds) = (Vec::new(), Vec::new());
         for (task, h) in self.holds.into_iter().filter(|(_, h)| h.changed) {
             if h.new {
@@ -591,7 +759,14 @@ impl Book {
                 });
             } else {
                 let actual = h.actual.unwrap_or(UsdAmount::ZERO);
-                ended_holds.push(EndedHold { task, status: h.held.status, actual, balance_after: h.balance_after });
+                ended_holds.push(EndedHold {
+                    task,
+                    user: h.held.user,
+                    amount: h.held.amount,
+                    status: h.held.status,
+                    actual,
+                    balance_after: h.balance_after,
+                });
             }
         }
         new_holds.sort_by(|a, b| a.task.cmp(&b.task));
@@ -610,11 +785,27 @@ impl Book {
             .into_iter()
             .filter_map(|(task, seen)| {
                 let from = seen.read?;
-                (from != seen.status).then_some(TaskWrite { task, from, to: seen.status, update: seen.update })
+                (from != seen.status).then_some(TaskWrite {
+                    task,
+                    owner: seen.owner,
+                    from,
+                    to: seen.status,
+                    update: seen.update,
+                })
             })
             .collect();
         task_writes.sort_by(|a, b| a.task.cmp(&b.task));
-        Plan { decided, now: self.now, balances, new_holds, ended_holds, entries: self.entries, new_tasks, task_writes }
+        Plan {
+            decided,
+            now: self.now,
+            balances,
+            reads,
+            new_holds,
+            ended_holds,
+            entries: self.entries,
+            new_tasks,
+            task_writes,
+        }
     }
 }
 
@@ -678,6 +869,53 @@ mod tests {
         let t1 = plan.new_holds.iter().find(|h| h.task.as_str() == "t1").map(|h| (h.status, h.actual, h.balance_after));
         assert_eq!(t1, Some((BillingStatus::Settled, Some(usd(10)), usd(40))));
         assert_eq!(plan.new_holds.len(), 2);
+    }
+
+    #[test]
+    fn a_plan_says_what_it_assumed_of_each_balance() {
+        let ops =
+            [hold("u", "t1", 40), hold("u", "t2", 50), end("t1", Some(10)), hold("w", "t3", 5), hold("w", "t4", 6)];
+        let mut read = state(&[("u", 100), ("v", 7), ("w", 10)]);
+        read.holds.insert(
+            TaskId("t0".into()),
+            Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved },
+        );
+        let plan = plan(&ops, read, Timestamp(7));
+        let relies: Vec<(&str, i64, i64, Relies)> =
+            plan.reads.iter().map(|r| (r.user.as_str(), r.from.micros(), r.to.micros(), r.relies)).collect();
+        assert_eq!(
+            relies,
+            vec![
+                // u's lowest point was 10 after the second hold: any start ≥ 90 still grants both.
+                ("u", 100, 40, Relies::AtLeast(usd(90))),
+                ("v", 7, 7, Relies::Nothing),
+                // t4 was refused for want of balance: only the balance read justifies that.
+                ("w", 10, 5, Relies::Exactly),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rebased_plan_answers_with_the_balances_written() {
+        let ops = [hold("u", "t1", 40), end("t1", Some(10)), hold("v", "t2", 1)];
+        let mut plan = plan(&ops, state(&[("u", 100), ("v", 5)]), Timestamp(7));
+        plan.rebase(&UserId("u".into()), usd(1_000)).expect("no overflow");
+        assert_eq!(plan.entries.iter().map(|e| e.balance_after.micros()).collect::<Vec<_>>(), vec![1_060, 1_090, 4]);
+        let answers = plan.answers(&[1, 2, 3]);
+        assert!(matches!(&answers[0], Ok(BookAnswer::Held(r)) if r.balance_after == usd(1_060)));
+        assert!(matches!(&answers[1], Ok(BookAnswer::Ended(s)) if s.balance_after == usd(1_090)));
+        assert!(matches!(&answers[2], Ok(BookAnswer::Held(r)) if r.balance_after == usd(4)));
+    }
+
+    #[test]
+    fn ending_a_task_without_a_hold_relies_on_the_exact_balance() {
+        let t = TaskId("t".into());
+        let mut read = state(&[("u", 50)]);
+        read.tasks.insert(t.clone(), (UserId("u".into()), TaskStatus::Queued));
+        let ops = [BookOp::Move { task: t, change: TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel) }];
+        let plan = plan(&ops, read, Timestamp(7));
+        assert_eq!(plan.task_writes.len(), 1);
+        assert_eq!(plan.reads.iter().map(|r| r.relies).collect::<Vec<_>>(), vec![Relies::Exactly]);
     }
 
     #[test]

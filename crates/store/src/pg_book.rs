@@ -3,31 +3,38 @@
 //! planned once per connection, not at every batch), and a fixed number of round trips per batch
 //! whatever its size.
 //!
-//! A batch is two round trips when no other writer got in its way: (only when some operation
-//! names a task without its user, the owners of those tasks, then) one statement reading the
-//! balances of the users it touches and the reservations and tasks it names; let
-//! `billing::book::plan` decide; then one statement writing every planned row (data-modifying CTEs
-//! over `unnest` arrays: one conditional update per user, guarded by the balance that was read,
-//! also for users whose balance the batch leaves as it was; reservations and tasks inserted `ON
-//! CONFLICT DO NOTHING`, ended and moved only from the state that was read), run as its own
-//! transaction. Every row the plan relied on is guarded, and the
-//! statement fails itself unless every planned row landed, so its effects are all or nothing: a
-//! batch that raced another writer (another replica, or a second writer of this one) changed
-//! nothing and is retried.
+//! Every batch ends in one statement writing every planned row (data-modifying CTEs over
+//! `unnest` arrays, run as its own transaction), which fails itself unless every part wrote
+//! exactly the planned rows, so its effects are all or nothing. Balances are written relative to
+//! what the statement finds (`balance + change`), within the bounds the plan's decisions need
+//! (`billing::book::Relies`: at least what the granted holds need; exactly the balance read after
+//! a refusal for want of balance); every balance after a movement is shifted by the difference
+//! found, in the rows and in the answers. So another writer moving the same balance in between
+//! (another replica on a hot account) does not make the batch retry; only a decision it would
+//! change does. Reservations end only from `reserved` (and of the user and amount planned),
+//! tasks move only from the state planned, new ids are inserted `ON CONFLICT DO NOTHING`.
 //!
-//! The retries, and every batch for a while after a race (another replica busy on the same hot
-//! account keeps racing), take the locking form instead: `BEGIN`; the same read, but locking every
-//! user the batch touches with `SELECT … ORDER BY id FOR NO KEY UPDATE` (sorted, so replicas never
-//! deadlock; all money and task-state writes of a user happen under that lock, so reservations
-//! and tasks need no row locks of their own); the same write; `COMMIT`. Four round trips, but the
-//! balances cannot change under it; only a new task id taken by another writer at the same time
-//! can still make it retry (after three attempts the batch's operations run one at a time).
+//! A batch whose operations say enough (holds, ends that name their user and amount, credits:
+//! `billing::book::assumed`) is one round trip: planned on what they assume, written, and every
+//! assumption checked by the statement. When one is false (a hold the balance cannot cover, a
+//! reservation already ended, a user that does not exist), the statement changed nothing, and the
+//! batch takes two: (only when some operation names a task without its user, the owners of those
+//! tasks, then) one statement reading the balances, reservations and tasks it touches; plan on
+//! them; the same write. A batch that raced another writer there changed nothing and is retried.
+//!
+//! The retries, and every batch for a while after a race, take the locking form instead:
+//! `BEGIN`; the same read, but locking every user the batch touches with `SELECT … ORDER BY id
+//! FOR NO KEY UPDATE` (sorted, so replicas never deadlock); the same write; `COMMIT`. Four round
+//! trips, but the balances cannot change under it; only a new task id taken by another writer at
+//! the same time can still make it retry (after three attempts the batch's operations run one at
+//! a time).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use billing::book::{self, BalanceWrite, BookOp, BookState, Held, Plan};
+use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::{TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
@@ -58,27 +65,35 @@ const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount
                       WHERE task_id = ANY($2) \
                     UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
 
-/// Every planned row of a batch in one statement; `$55` is the batch's time, `$56` the new
-/// tasks' runners, `$57`–`$62` how many rows each part must write, `$63` what each user of `$1`
-/// was charged (added to the running total, so the balance guard alone decides). Unless every part wrote them
-/// all the statement fails (a text that is no number, cast to one), so none of it happens: a
-/// guard that found another value (a balance, a reservation or task state another writer changed
-/// since the read) or a task id another writer took makes the whole batch retry.
+/// Every planned row of a batch in one statement (parameters: `pg_rows`). `bal` adds each user's
+/// change to the balance it finds, if within the plan's bounds, and returns the shift (found −
+/// planned); the reservations and entries it writes carry their planned balances plus that shift
+/// (joined through `bal`, so they are written only after their user's row is locked: ledger ids
+/// follow the order in which writers got that lock). Unless every part wrote the planned rows the
+/// statement fails (a text that is no number, cast to one), so none of it happens: a bound, an
+/// assumption, a reservation or task state another writer changed, or a task id another writer
+/// took makes the whole batch retry. It answers the new entries' ids and every user's shift.
 const WRITE: &str = "WITH \
-bal AS (UPDATE users AS u SET balance_micros = v.to_balance, spent_micros = u.spent_micros + v.spent \
-  FROM unnest($1::text[], $2::int8[], $3::int8[], $63::int8[]) AS v(id, from_balance, to_balance, spent) \
-  WHERE u.id = v.id AND u.balance_micros = v.from_balance RETURNING 1), \
+bal AS (UPDATE users AS u SET balance_micros = u.balance_micros + (v.to_balance - v.from_balance), \
+    spent_micros = u.spent_micros + v.spent \
+  FROM unnest($1::text[], $2::int8[], $3::int8[], $63::int8[], $64::int8[], $65::int8[]) AS v(id, from_balance, to_balance, spent, lo, hi) \
+  WHERE u.id = v.id AND u.balance_micros BETWEEN v.lo AND v.hi RETURNING u.id, u.balance_micros - v.to_balance AS shift), \
 hold AS (INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, created_at, updated_at) \
-  SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after, $55::int8, $55::int8 \
-  FROM unnest($4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[]) AS v(task_id, user_id, amount, status, actual, after) \
+  SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after + bal.shift, $55::int8, $55::int8 \
+  FROM unnest($4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[]) AS v(task_id, user_id, amount, status, actual, after), bal \
+  WHERE bal.id = v.user_id \
   ON CONFLICT (task_id) DO NOTHING RETURNING 1), \
-ends AS (UPDATE reservations AS r SET status = v.status, actual_micros = v.actual, balance_after_micros = v.after, updated_at = $55::int8 \
-  FROM unnest($10::text[], $11::text[], $12::int8[], $13::int8[]) AS v(task_id, status, actual, after) \
-  WHERE r.task_id = v.task_id AND r.status = 'reserved' RETURNING 1), \
+ends AS (UPDATE reservations AS r SET status = v.status, actual_micros = v.actual, balance_after_micros = v.after + bal.shift, \
+    updated_at = $55::int8 \
+  FROM unnest($10::text[], $11::text[], $12::int8[], $13::int8[], $66::text[], $67::int8[]) \
+    AS v(task_id, status, actual, after, user_id, amount), bal \
+  WHERE r.task_id = v.task_id AND r.status = 'reserved' AND r.user_id = v.user_id AND r.amount_micros = v.amount \
+    AND bal.id = v.user_id RETURNING 1), \
 ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balance_after_micros, description, created_at) \
-  SELECT v.user_id, v.task_id, v.kind, v.amount, v.after, v.note, $55::int8 \
+  SELECT v.user_id, v.task_id, v.kind, v.amount, v.after + bal.shift, v.note, $55::int8 \
   FROM unnest($14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[]) WITH ORDINALITY \
-    AS v(user_id, task_id, kind, amount, after, note, n) \
+    AS v(user_id, task_id, kind, amount, after, note, n), bal \
+  WHERE bal.id = v.user_id \
   ORDER BY v.n RETURNING id), \
 newt AS (INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
     duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, error_code, \
@@ -94,13 +109,15 @@ movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
     last_frame_url = COALESCE(v.last_frame_url, t.last_frame_url), usage = COALESCE(v.usage, t.usage), \
     error_code = COALESCE(v.error_code, t.error_code), error_message = COALESCE(v.error_message, t.error_message) \
   FROM unnest($45::text[], $46::text[], $47::text[], $48::bool[], $49::text[], $50::text[], $51::text[], $52::text[], \
-    $53::text[], $54::text[]) AS v(id, from_status, to_status, done, upstream_id, output_url, last_frame_url, usage, \
-    error_code, error_message) \
-  WHERE t.id = v.id AND t.status = v.from_status RETURNING 1), \
+    $53::text[], $54::text[], $68::text[]) AS v(id, from_status, to_status, done, upstream_id, output_url, last_frame_url, \
+    usage, error_code, error_message, owner) \
+  WHERE t.id = v.id AND t.status = v.from_status AND t.user_id = v.owner RETURNING 1), \
 written AS (SELECT (SELECT count(*) FROM bal) AS b, (SELECT count(*) FROM hold) AS h, \
   (SELECT count(*) FROM ends) AS e, (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent) AS ids, \
-  (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m) \
-SELECT ids FROM written \
+  (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m, \
+  (SELECT COALESCE(array_agg(id ORDER BY id) FILTER (WHERE shift <> 0), '{}'::text[]) FROM bal) AS shifted, \
+  (SELECT COALESCE(array_agg(shift ORDER BY id) FILTER (WHERE shift <> 0), '{}'::int8[]) FROM bal) AS shifts) \
+SELECT ids, shifted, shifts FROM written \
 WHERE CASE WHEN b = $57::int8 AND h = $58::int8 AND e = $59::int8 AND cardinality(ids) = $60::int8 \
   AND n = $61::int8 AND m = $62::int8 THEN true \
   ELSE ('ledger batch: rows written differ from the plan: ' || b || ' ' || h || ' ' || e || ' ' \
@@ -140,12 +157,19 @@ pub(crate) async fn writer_pool(url: &str, writers: usize) -> Result<PgPool, sql
 /// for its commit the next writer already takes what queued meanwhile; batches of one user queue
 /// on that user's row lock (as batches of two replicas do). See [`crate::PG_WRITERS`].
 pub(crate) fn start(pool: PgPool, writers: usize) -> BookWriter {
+    start_counting(pool, writers).0
+}
+
+/// [`start`], also returning how many batches committed in one round trip on what their
+/// operations assumed ([`commit_assumed`]).
+fn start_counting(pool: PgPool, writers: usize) -> (BookWriter, Arc<AtomicU64>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let rx = Arc::new(Mutex::new(rx));
+    let assumed = Arc::new(AtomicU64::new(0));
     for _ in 0..writers.max(1) {
-        tokio::spawn(run(pool.clone(), Arc::clone(&rx)));
+        tokio::spawn(run(pool.clone(), Arc::clone(&rx), Arc::clone(&assumed)));
     }
-    BookWriter::new(tx)
+    (BookWriter::new(tx), assumed)
 }
 
 /// The next batch: waits for one job, then takes whatever else is queued (never waits for more).
@@ -160,8 +184,8 @@ async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Job>>) -> Option<Vec<Job>
 /// How long a writer's batches take the locking form after one of its batches lost a race.
 const LOCKING_AFTER_A_RACE: Duration = Duration::from_secs(1);
 
-async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>) {
-    let mut writer = Writer { pool, conn: None, locking_until: None };
+async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, assumed: Arc<AtomicU64>) {
+    let mut writer = Writer { pool, conn: None, locking_until: None, assumed };
     while let Some(jobs) = next_batch(&rx).await {
         match writer.commit_with_retries(&jobs).await {
             Ok(done) => answer(jobs, done),
@@ -194,6 +218,8 @@ struct Writer {
     /// Until when batches take the locking form: set for [`LOCKING_AFTER_A_RACE`] when a batch in
     /// the two-round-trip form lost a race.
     locking_until: Option<Instant>,
+    /// Batches committed on their operations' assumptions, without a read.
+    assumed: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -207,6 +233,20 @@ impl Writer {
 
     async fn commit_with_retries(&mut self, jobs: &[Job]) -> Result<Committed, BatchError> {
         let mut last = BatchError::Fail("no attempt".into());
+        if self.locking_until.is_none_or(|until| Instant::now() >= until) {
+            let conn = self.connection().await?;
+            match commit_assumed(conn, jobs).await {
+                Ok(Some(done)) => {
+                    self.assumed.fetch_add(1, Ordering::Relaxed);
+                    return Ok(done);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.conn = None;
+                    return Err(e);
+                }
+            }
+        }
         for attempt in 0..ATTEMPTS {
             let locking = attempt > 0 || self.locking_until.is_some_and(|until| Instant::now() < until);
             let conn = self.connection().await?;
@@ -233,9 +273,12 @@ impl Writer {
     }
 }
 
+/// Retried: a serialization failure or deadlock, a new id another writer took, a statement whose
+/// rows differ from the plan, and a balance out of range (a relative write found a balance the
+/// plan did not foresee; the locking form plans on the stored one, and refuses what overflows).
 fn fail_pg(e: sqlx::Error) -> BatchError {
     let retry = matches!(&e, sqlx::Error::Database(d)
-        if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505"))
+        if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505" | "22003"))
             || (d.code().as_deref() == Some("22P02") && d.message().contains(DIFFERS)));
     if retry { BatchError::Retry(e.to_string()) } else { BatchError::Fail(e.to_string()) }
 }
@@ -251,30 +294,57 @@ fn fail_pg_committing(e: sqlx::Error) -> BatchError {
 }
 
 /// One batch in two statements, each its own transaction: the read, then the write, which
-/// happens whole or not at all ([`WRITE`]).
-///
-/// The plan relies on every balance it read, also those it leaves as they were (a settlement that
-/// charges exactly its hold still reports the balance after it; a task may end only while its
-/// owner holds nothing for it): each of those users gets a guard that writes the balance it read
-/// back unchanged, so a change by another writer since the read fails the statement too.
+/// happens whole or not at all ([`WRITE`]) and within the bounds of what the plan relied on.
 async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
     let state = read(conn, READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
-    let read: Vec<(UserId, UsdAmount)> = state.balances.iter().map(|(u, b)| (u.clone(), *b)).collect();
-    let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     if plan.is_empty() {
         // Every operation was refused on what was read; nothing is written.
         return Ok((plan, Vec::new()));
     }
-    let unchanged: Vec<BalanceWrite> = read
-        .into_iter()
-        .filter(|(user, _)| !plan.balances.iter().any(|b| &b.user == user))
-        .map(|(user, balance)| BalanceWrite { user, from: balance, to: balance, spent: UsdAmount::ZERO })
-        .collect();
     // Prepared first (a cache lookup after the first time): a failure there wrote nothing, and
     // must not be taken for a commit whose answer was lost.
     conn.prepare(sqlx::SqlSafeStr::into_sql_str(WRITE)).await.map_err(fail_pg)?;
-    let ids = write(conn, &plan, &unchanged).await.map_err(fail_pg_committing)?;
-    Ok((plan, ids))
+    let written = write(conn, &plan).await.map_err(fail_pg_committing)?;
+    rebase(&mut plan, &written)?;
+    Ok((plan, written.ids))
+}
+
+/// One batch in one round trip, when its operations say enough to plan it without reading
+/// ([`book::assumed`]): the write statement checks every assumption, and changes nothing when one
+/// is false (a balance too low for a hold, a reservation already ended or of another amount, a task
+/// in another state, an id taken, a user that does not exist). `None`: the batch must take the
+/// reading path, which decides on what is stored (and refuses what it must).
+async fn commit_assumed(conn: &mut PgConnection, jobs: &[Job]) -> Result<Option<Committed>, BatchError> {
+    let Some(state) = book::assumed(jobs.iter().map(|j| &j.op)) else { return Ok(None) };
+    let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    if plan.is_empty() || plan.refuses_any() {
+        // A refusal decided on assumed balances and states is no answer: read what is stored.
+        return Ok(None);
+    }
+    conn.prepare(sqlx::SqlSafeStr::into_sql_str(WRITE)).await.map_err(fail_pg)?;
+    match write(conn, &plan).await.map_err(fail_pg_committing) {
+        Ok(written) => {
+            rebase(&mut plan, &written)?;
+            Ok(Some((plan, written.ids)))
+        }
+        Err(BatchError::Retry(e)) => {
+            tracing::trace!(error = e, "ledger batch: an assumption was false; reading instead");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes the plan's answers say the balances the write stored where it found a balance other
+/// than the one read (another writer moved it meanwhile, within what the plan allowed).
+fn rebase(plan: &mut Plan, written: &Written) -> Result<(), BatchError> {
+    for (user, shift) in written.shifted.iter().zip(&written.shifts) {
+        // The batch committed: an error here can only be a bug, and must not replay it.
+        plan.rebase(&UserId(user.clone()), UsdAmount::from_micros(*shift))
+            .map_err(|e| BatchError::Unknown(format!("the batch committed, its answers are wrong: {e}")))?;
+    }
+    Ok(())
 }
 
 /// One batch in one transaction holding its users' row locks; any error rolls it back (the
@@ -282,12 +352,15 @@ async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Commit
 async fn commit_locked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
     let mut tx = conn.begin().await.map_err(fail_pg)?;
     let state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
-    let plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
-    // The users' row locks keep every balance as read until the commit: no guard of its own
-    // needed for the unchanged ones.
-    let ids = if plan.is_empty() { Vec::new() } else { write(&mut tx, &plan, &[]).await.map_err(fail_pg)? };
+    let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
+    // The users' row locks keep every balance as read until the commit, so the write finds them as
+    // read and shifts nothing; the answers are rebased all the same, so that they never depend on
+    // which users were locked.
+    let written = if plan.is_empty() { None } else { Some(write(&mut tx, &plan).await.map_err(fail_pg)?) };
     tx.commit().await.map_err(fail_pg_committing)?;
-    Ok((plan, ids))
+    let Some(written) = written else { return Ok((plan, Vec::new())) };
+    rebase(&mut plan, &written)?;
+    Ok((plan, written.ids))
 }
 
 fn bad_row(what: &str, e: impl std::fmt::Display) -> sqlx::Error {
@@ -335,10 +408,176 @@ async fn read<'a>(
     Ok(state)
 }
 
+/// What the write statement answers.
+struct Written {
+    /// The ids of the plan's ledger entries, in order.
+    ids: Vec<i64>,
+    /// The users whose balance the write found other than read…
+    shifted: Vec<String>,
+    /// …and by how much (the found balance minus the one read).
+    shifts: Vec<i64>,
+}
+
 /// Writes the plan in one statement, which fails unless every row landed (so a count that differs
-/// is never seen here: the statement, or the transaction, changed nothing); returns the entry ids.
-/// `unchanged`: balances to guard besides the plan's own writes (see [`commit_unlocked`]).
-async fn write(conn: &mut PgConnection, plan: &Plan, unchanged: &[BalanceWrite]) -> Result<Vec<i64>, sqlx::Error> {
-    let query = crate::pg_rows::bind_all(sqlx::query(WRITE), plan, unchanged);
-    query.fetch_one(&mut *conn).await?.try_get(0)
+/// is never seen here: the statement, or the transaction, changed nothing).
+async fn write(conn: &mut PgConnection, plan: &Plan) -> Result<Written, sqlx::Error> {
+    let row = crate::pg_rows::bind_all(sqlx::query(WRITE), plan).fetch_one(&mut *conn).await?;
+    Ok(Written { ids: row.try_get(0)?, shifted: row.try_get(1)?, shifts: row.try_get(2)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use billing::LedgerError;
+    use domain::ports::AccountStore;
+    use domain::{LedgerKind, Timestamp};
+    use sea_orm::ConnectionTrait;
+
+    fn usd(micros: i64) -> UsdAmount {
+        UsdAmount::from_micros(micros)
+    }
+
+    /// A running chat call's task of `user`.
+    fn bob_task(user: &UserId, id: &TaskId) -> domain::Task {
+        domain::Task {
+            id: id.clone(),
+            user_id: user.clone(),
+            model: "m".into(),
+            kind: domain::ModelKind::Language,
+            status: domain::TaskStatus::Processing,
+            prompt: None,
+            provider: "p".into(),
+            input_mode: None,
+            media_type: None,
+            media_url: None,
+            duration: None,
+            resolution: None,
+            ratio: None,
+            generate_audio: None,
+            billing: domain::TaskBilling {
+                status: domain::BillingStatus::Reserved,
+                pricing_version_id: None,
+                estimated: UsdAmount::ZERO,
+                actual: None,
+                balance_after: None,
+                usage_json: None,
+            },
+            output_url: None,
+            last_frame_url: None,
+            error_code: None,
+            error_message: None,
+            webhook_url: None,
+            created_at: Timestamp(1),
+            updated_at: Timestamp(1),
+            completed_at: None,
+            runner: None,
+        }
+    }
+
+    /// A batch whose operations say enough commits in one round trip on what they assume; when an
+    /// assumption is false (a balance too low, a user or reservation that is not as expected) the
+    /// write changes nothing, and the batch reads what is stored and is answered as before.
+    /// Needs `TEST_DATABASE_URL`; runs in a schema of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_commit_on_their_assumptions_and_read_when_one_is_false() {
+        let Some(base) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else { return };
+        let schema = format!("gw_assumed_{}", uuid::Uuid::new_v4().simple());
+        let admin = sea_orm::Database::connect(base.as_str()).await.expect("admin");
+        admin.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("schema");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+        let store = crate::Store::open(&url).await.expect("store");
+        let alice = UserId("usr_assumed".into());
+        let new_user = domain::NewUser {
+            id: alice.clone(),
+            name: "a".into(),
+            email: "a@example.com".into(),
+            role: "user".into(),
+            balance: usd(1_000),
+            concurrency_limit: 1,
+            media_quota_bytes: 0,
+        };
+        store.create_user(new_user.clone()).await.expect("user");
+        let (writer, assumed) = start_counting(writer_pool(&url, 1).await.expect("pool"), 1);
+        let hold = |task: &str, amount: i64| BookOp::Hold {
+            user: alice.clone(),
+            task: TaskId(task.into()),
+            amount: usd(amount),
+            record: None,
+        };
+        let end = |task: &str, held: i64, charge: i64| BookOp::End {
+            task: TaskId(task.into()),
+            expect: Some((alice.clone(), usd(held))),
+            charge: Some(usd(charge)),
+            then: None,
+        };
+        let count = || assumed.load(Ordering::Relaxed);
+
+        // Assumed: the balance fits the hold. The answer reports the balance found (1,000), not
+        // the assumed one.
+        let held = writer.submit(hold("t1", 400), Timestamp(1)).await;
+        assert!(matches!(&held, Ok(book::BookAnswer::Held(r)) if r.balance_after == usd(600)), "{held:?}");
+        assert_eq!(count(), 1);
+        // Too much: the write finds 600 and changes nothing; the read refuses with what is there.
+        let refused = writer.submit(hold("t2", 700), Timestamp(2)).await;
+        assert_eq!(refused, Err(LedgerError::InsufficientBalance { needed: usd(700), available: usd(600) }));
+        // An end of another amount than held, then the right one, then the same one again.
+        let wrong = writer.submit(end("t1", 300, 100), Timestamp(3)).await;
+        assert!(matches!(wrong, Err(LedgerError::InvalidAmount(_))), "{wrong:?}");
+        let ended = writer.submit(end("t1", 400, 100), Timestamp(4)).await;
+        assert!(matches!(&ended, Ok(book::BookAnswer::Ended(s)) if s.balance_after == usd(900)), "{ended:?}");
+        let again = writer.submit(end("t1", 400, 100), Timestamp(5)).await;
+        assert!(matches!(again, Err(LedgerError::AlreadyFinished { .. })), "{again:?}");
+        // A user that does not exist.
+        let ghost =
+            BookOp::Hold { user: UserId("usr_ghost".into()), task: TaskId("t3".into()), amount: usd(1), record: None };
+        let unknown = writer.submit(ghost, Timestamp(6)).await;
+        assert!(matches!(unknown, Err(LedgerError::UnknownUser(_))), "{unknown:?}");
+        assert_eq!(count(), 2, "only the hold of t1 and its end committed on assumptions");
+        // A credit, while another writer (the store's own) moved the balance since: the entry
+        // reports the running balance it found.
+        billing::Ledger::credit(&store, &alice, usd(5), LedgerKind::Topup, "").await.expect("other writer");
+        let credit =
+            BookOp::Credit { user: alice.clone(), amount: usd(50), kind: LedgerKind::Adjustment, note: String::new() };
+        let credited = writer.submit(credit, Timestamp(7)).await;
+        assert!(matches!(&credited, Ok(book::BookAnswer::Credited(e)) if e.balance_after == usd(955)), "{credited:?}");
+        assert_eq!(count(), 3);
+
+        // A credit the stored balance cannot take (the assumed one could): refused, nothing moved.
+        let huge = BookOp::Credit {
+            user: alice.clone(),
+            amount: usd(i64::MAX - 900),
+            kind: LedgerKind::Adjustment,
+            note: String::new(),
+        };
+        assert_eq!(writer.submit(huge, Timestamp(8)).await, Err(LedgerError::Overflow));
+        // A task of another user's, held by Alice: ending it with a task change is refused, and
+        // neither the hold nor the task moves.
+        let bob = UserId("usr_assumed_bob".into());
+        let new_bob = domain::NewUser { id: bob.clone(), email: "b@example.com".into(), ..new_user };
+        store.create_user(new_bob).await.expect("bob");
+        let theirs = TaskId("t_bob".into());
+        domain::ports::TaskStore::insert_task(&store, bob_task(&bob, &theirs)).await.expect("bob's task");
+        writer.submit(hold("t_bob", 10), Timestamp(9)).await.expect("alice holds for bob's task");
+        let close = BookOp::End {
+            task: theirs.clone(),
+            expect: Some((alice.clone(), usd(10))),
+            charge: Some(usd(5)),
+            then: Some(domain::TaskTransition::new(domain::TaskStatus::Processing, domain::TaskEvent::Succeeded)),
+        };
+        let conflict = writer.submit(close, Timestamp(10)).await;
+        assert!(matches!(conflict, Err(LedgerError::TaskConflict { .. })), "{conflict:?}");
+        assert_eq!(store.task_status(&theirs).await, Ok(Some(domain::TaskStatus::Processing)));
+        assert_eq!(store.reservation_status(&theirs).await, Ok(Some(domain::BillingStatus::Reserved)));
+
+        let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &alice)
+            .await
+            .expect("balance = ledger");
+        assert_eq!(balance, usd(945));
+        let stats = domain::ports::TaskStore::task_stats(&store, &alice).await.expect("stats");
+        assert_eq!(stats.spent, usd(100));
+        drop(writer);
+        store.close().await.expect("close");
+        admin.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop schema");
+    }
 }

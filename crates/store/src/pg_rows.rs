@@ -1,7 +1,10 @@
 //! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), the
-//! row counts it must write (`$57`–`$62`), and the charges added to each user's running total (`$63`).
+//! row counts it must write (`$57`–`$62`), the charges added to each user's running total
+//! (`$63`), the bounds within which each balance may be found (`$64`–`$65`), and the user and
+//! amount each ending reservation must have (`$66`–`$67`), and the owner of each task that moves
+//! (`$68`).
 
-use billing::book::{BalanceWrite, Plan};
+use billing::book::{Plan, Relies};
 use domain::{TaskId, UsdAmount};
 use sea_orm::sqlx::Postgres;
 use sea_orm::sqlx::postgres::PgArguments;
@@ -9,31 +12,28 @@ use sea_orm::sqlx::query::Query;
 
 type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
-/// Binds every array of the write statement, in parameter order; `unchanged` balances are
-/// guarded (written back as they were) along with the plan's own balance writes.
-pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[BalanceWrite]) -> PgQuery<'q> {
-    let query = bind_money(query, plan, unchanged);
+/// Binds every array of the write statement, in parameter order.
+pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let query = bind_money(query, plan);
     let query = bind_new_tasks(query, plan);
     let query = bind_moves(query, plan)
         .bind(plan.now().millis())
         .bind(plan.new_tasks.iter().map(|n| n.task.runner.as_deref()).collect::<Vec<_>>());
-    let query = bind_counts(query, plan, unchanged.len());
-    query.bind(balances(plan, unchanged).iter().map(|r| micros(r.spent)).collect::<Vec<_>>())
-}
-
-/// The balances the statement writes: the plan's and the `unchanged` ones it guards, sorted by user
-/// (so two writers update shared users in one order).
-fn balances<'a>(plan: &'a Plan, unchanged: &'a [BalanceWrite]) -> Vec<&'a BalanceWrite> {
-    let mut b: Vec<&BalanceWrite> = plan.balances.iter().chain(unchanged).collect();
-    b.sort_by(|x, y| x.user.cmp(&y.user));
-    b
+    let query = bind_counts(query, plan);
+    let query = query.bind(plan.reads.iter().map(|r| micros(r.spent)).collect::<Vec<_>>());
+    let query = bind_bounds(query, plan);
+    let e = &plan.ended_holds;
+    query
+        .bind(e.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| micros(r.amount)).collect::<Vec<_>>())
+        .bind(plan.task_writes.iter().map(|m| m.owner.as_str()).collect::<Vec<_>>())
 }
 
 /// `$57`–`$62`: how many rows each part of the statement must write.
-fn bind_counts<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: usize) -> PgQuery<'q> {
+fn bind_counts<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     query
-        .bind(count(plan.balances.len() + unchanged))
+        .bind(count(plan.reads.len()))
         .bind(count(plan.new_holds.len()))
         .bind(count(plan.ended_holds.len()))
         .bind(count(plan.entries.len()))
@@ -45,9 +45,25 @@ fn micros(a: UsdAmount) -> i64 {
     a.micros()
 }
 
-/// `$1`–`$19`: balances ([`balances`]), new and ended reservations, ledger entries.
-fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan, unchanged: &[BalanceWrite]) -> PgQuery<'q> {
-    let b = balances(plan, unchanged);
+/// `$64`–`$65`: the lowest and the highest balance (inclusive) each user of `$1` may have when the
+/// statement writes it, for the batch's decisions to hold ([`Relies`]).
+fn bind_bounds<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let bounds: Vec<(i64, i64)> = plan
+        .reads
+        .iter()
+        .map(|r| match r.relies {
+            Relies::Nothing => (i64::MIN, i64::MAX),
+            Relies::AtLeast(least) => (least.micros(), i64::MAX),
+            Relies::Exactly => (r.from.micros(), r.from.micros()),
+        })
+        .collect();
+    query.bind(bounds.iter().map(|b| b.0).collect::<Vec<_>>()).bind(bounds.iter().map(|b| b.1).collect::<Vec<_>>())
+}
+
+/// `$1`–`$19`: every balance the batch read (sorted by user, so two writers update shared users in
+/// one order), new and ended reservations, ledger entries.
+fn bind_money<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let b = &plan.reads;
     let h = &plan.new_holds;
     let e = &plan.ended_holds;
     let l = &plan.entries;
