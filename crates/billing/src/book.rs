@@ -352,6 +352,9 @@ impl Plan {
         for h in self.new_holds.iter_mut().filter(|h| h.user == *user) {
             shift(&mut h.balance_after)?;
         }
+        for h in self.ended_holds.iter_mut().filter(|h| h.user == *user) {
+            shift(&mut h.balance_after)?;
+        }
         for r in self.reads.iter_mut().filter(|r| r.user == *user) {
             shift(&mut r.from)?;
             shift(&mut r.to)?;

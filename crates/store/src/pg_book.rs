@@ -18,15 +18,18 @@
 //! `billing::book::assumed`) is one round trip: planned on what they assume, written, and every
 //! assumption checked by the statement. When one is false (a hold the balance cannot cover, a
 //! reservation already ended, a user that does not exist), the statement changed nothing, and the
-//! batch takes two: (only when some operation names a task without its user, the owners of those
-//! tasks, then) one statement reading the balances, reservations and tasks it touches; plan on
-//! them; the same write. A batch that raced another writer there changed nothing and is retried.
+//! batch takes the reading path, as does a batch that says too little or whose assumed plan
+//! refused something: (only when some operation names a task without its user, the owners of
+//! those tasks, then) one statement reading the balances, reservations and tasks it touches; plan
+//! on them; the same write (two round trips, three after a false assumption). A batch that raced
+//! another writer there changed nothing and is retried.
 //!
 //! The retries, and every batch for a while after a race, take the locking form instead:
 //! `BEGIN`; the same read, but locking every user the batch touches with `SELECT … ORDER BY id
 //! FOR NO KEY UPDATE` (sorted, so replicas never deadlock); the same write; `COMMIT`. Four round
-//! trips, but the balances cannot change under it; only a new task id taken by another writer at
-//! the same time can still make it retry (after three attempts the batch's operations run one at
+//! trips, but the balances cannot change under it; a new task id taken by another writer at the
+//! same time, a reservation or task another batch changed after the read's snapshot, or a number
+//! out of range can still make it retry (after three attempts the batch's operations run one at
 //! a time).
 
 use std::collections::BTreeSet;
@@ -72,7 +75,8 @@ const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount
 /// follow the order in which writers got that lock). Unless every part wrote the planned rows the
 /// statement fails (a text that is no number, cast to one), so none of it happens: a bound, an
 /// assumption, a reservation or task state another writer changed, or a task id another writer
-/// took makes the whole batch retry. It answers the new entries' ids and every user's shift.
+/// took makes the whole batch retry. It answers the new entries' ids, and the shift of every user
+/// whose balance was found other than planned.
 const WRITE: &str = "WITH \
 bal AS (UPDATE users AS u SET balance_micros = u.balance_micros + (v.to_balance - v.from_balance), \
     spent_micros = u.spent_micros + v.spent \
@@ -274,8 +278,9 @@ impl Writer {
 }
 
 /// Retried: a serialization failure or deadlock, a new id another writer took, a statement whose
-/// rows differ from the plan, and a balance out of range (a relative write found a balance the
-/// plan did not foresee; the locking form plans on the stored one, and refuses what overflows).
+/// rows differ from the plan, and a number out of range (a relative write found a balance the
+/// plan did not foresee; the reading path plans on the stored one and refuses what overflows; an
+/// overflow of a running `spent` total, which no plan checks, still fails after the retries).
 fn fail_pg(e: sqlx::Error) -> BatchError {
     let retry = matches!(&e, sqlx::Error::Database(d)
         if matches!(d.code().as_deref(), Some("40001" | "40P01" | "23505" | "22003"))
@@ -543,14 +548,20 @@ mod tests {
         assert!(matches!(&credited, Ok(book::BookAnswer::Credited(e)) if e.balance_after == usd(955)), "{credited:?}");
         assert_eq!(count(), 3);
 
-        // A credit the stored balance cannot take (the assumed one could): refused, nothing moved.
-        let huge = BookOp::Credit {
-            user: alice.clone(),
-            amount: usd(i64::MAX - 900),
-            kind: LedgerKind::Adjustment,
-            note: String::new(),
+        // A credit the stored balance cannot take (the assumed one could): the write finds it out
+        // of range and changes nothing; the read refuses it.
+        let carol = UserId("usr_assumed_carol".into());
+        let new_carol = domain::NewUser {
+            id: carol.clone(),
+            email: "c@example.com".into(),
+            balance: usd(i64::MAX - 100),
+            ..new_user.clone()
         };
+        store.create_user(new_carol).await.expect("carol");
+        let huge =
+            BookOp::Credit { user: carol.clone(), amount: usd(200), kind: LedgerKind::Topup, note: String::new() };
         assert_eq!(writer.submit(huge, Timestamp(8)).await, Err(LedgerError::Overflow));
+        assert_eq!(count(), 3);
         // A task of another user's, held by Alice: ending it with a task change is refused, and
         // neither the hold nor the task moves.
         let bob = UserId("usr_assumed_bob".into());
