@@ -303,8 +303,8 @@ pub async fn racing_ends<S: Subject>(s: &S) -> Result<(), String> {
     Ok(())
 }
 
-/// A running call's task as `open_call` stores it.
-fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskStatus) -> Task {
+/// A running call's task as `open_call` stores it, for the ledger's tests.
+pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskStatus) -> Task {
     Task {
         id: id.clone(),
         user_id: user.clone(),

@@ -442,43 +442,6 @@ mod tests {
         UsdAmount::from_micros(micros)
     }
 
-    /// A running chat call's task of `user`.
-    fn bob_task(user: &UserId, id: &TaskId) -> domain::Task {
-        domain::Task {
-            id: id.clone(),
-            user_id: user.clone(),
-            model: "m".into(),
-            kind: domain::ModelKind::Language,
-            status: domain::TaskStatus::Processing,
-            prompt: None,
-            provider: "p".into(),
-            input_mode: None,
-            media_type: None,
-            media_url: None,
-            duration: None,
-            resolution: None,
-            ratio: None,
-            generate_audio: None,
-            billing: domain::TaskBilling {
-                status: domain::BillingStatus::Reserved,
-                pricing_version_id: None,
-                estimated: UsdAmount::ZERO,
-                actual: None,
-                balance_after: None,
-                usage_json: None,
-            },
-            output_url: None,
-            last_frame_url: None,
-            error_code: None,
-            error_message: None,
-            webhook_url: None,
-            created_at: Timestamp(1),
-            updated_at: Timestamp(1),
-            completed_at: None,
-            runner: None,
-        }
-    }
-
     /// A batch whose operations say enough commits in one round trip on what they assume; when an
     /// assumption is false (a balance too low, a user or reservation that is not as expected) the
     /// write changes nothing, and the batch reads what is stored and is answered as before.
@@ -568,7 +531,8 @@ mod tests {
         let new_bob = domain::NewUser { id: bob.clone(), email: "b@example.com".into(), ..new_user };
         store.create_user(new_bob).await.expect("bob");
         let theirs = TaskId("t_bob".into());
-        domain::ports::TaskStore::insert_task(&store, bob_task(&bob, &theirs)).await.expect("bob's task");
+        let task = billing::conformance::running_task(&bob, &theirs, usd(10), domain::TaskStatus::Processing);
+        domain::ports::TaskStore::insert_task(&store, task).await.expect("bob's task");
         writer.submit(hold("t_bob", 10), Timestamp(9)).await.expect("alice holds for bob's task");
         let close = BookOp::End {
             task: theirs.clone(),
