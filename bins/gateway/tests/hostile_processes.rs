@@ -1,0 +1,8 @@
+//! The hostile-client suite: process tests that run the real `gateway serve` against what a hostile or
+//! careless client (or tenant) can do, and prove each bound with a figure (peak RSS, seconds to cut,
+//! seconds until another tenant's call succeeds), printed with `--nocapture`.
+//!
+//! Each part lives in `hostile/`; tests that involve the database run on SQLite and, when
+//! `TEST_DATABASE_URL` is set, on PostgreSQL too.
+
+mod common;
