@@ -87,6 +87,20 @@ pub struct Config {
     pub media_link_secret: Secret,
     /// Bytes of large request bodies buffered at once, across all requests.
     pub body_budget_bytes: u64,
+    /// Bytes of large request bodies one user may have buffered at once.
+    pub body_budget_user_bytes: u64,
+    /// A request body must keep up with this many bytes per second after the grace period (0: no pace).
+    pub body_min_rate_bytes: u64,
+    /// The time every request body gets before its pace is checked.
+    pub body_grace_ms: u64,
+    /// A request's header block must arrive within this time of its first byte.
+    pub header_read_timeout_ms: u64,
+    /// A connection with nothing in flight and nothing received for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// HTTP/2 keep-alive: a PING after this much silence, the connection closed if unanswered as long.
+    pub http2_keepalive_ms: u64,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: u64,
     /// Opening balance of the first-run demo user, in USD.
     pub demo_balance: String,
     /// Log filter, such as `info` or `info,store=debug`.
@@ -125,6 +139,13 @@ impl Default for Config {
             assets_region: "cn-beijing".into(),
             media_link_secret: Secret::default(),
             body_budget_bytes: 1024 * 1024 * 1024,
+            body_budget_user_bytes: 640 * 1024 * 1024,
+            body_min_rate_bytes: 32 * 1024,
+            body_grace_ms: 10_000,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 75_000,
+            http2_keepalive_ms: 20_000,
+            max_connections: 8192,
             demo_balance: "100".into(),
             log: "info".into(),
             log_format: "text".into(),
@@ -166,12 +187,36 @@ const ENV_KEYS: &[&str] = &[
     "assets_region",
     "media_link_secret",
     "body_budget_bytes",
+    "body_budget_user_bytes",
+    "body_min_rate_bytes",
+    "body_grace_ms",
+    "header_read_timeout_ms",
+    "idle_timeout_ms",
+    "http2_keepalive_ms",
+    "max_connections",
     "demo_balance",
     "log",
     "log_format",
 ];
 
 impl Config {
+    /// The connection and request-body limits of the HTTP edge.
+    pub fn limits(&self) -> api::Limits {
+        api::Limits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            http2_keepalive: Duration::from_millis(self.http2_keepalive_ms),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            body_min_rate: self.body_min_rate_bytes,
+            body_grace: Duration::from_millis(self.body_grace_ms),
+        }
+    }
+
+    /// The budget large request bodies share.
+    pub fn body_budget(&self) -> api::BodyBudget {
+        api::BodyBudget::new(self.body_budget_bytes).with_user_share(self.body_budget_user_bytes)
+    }
+
     /// Loads `path` (or `gateway.toml` when present and no path is given), then applies `env`.
     pub fn load(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
         let default_path = Path::new("gateway.toml");
@@ -207,6 +252,16 @@ impl Config {
             return Err(ConfigError("database_url must start with sqlite: or postgres://".into()));
         }
         self.deadline()?;
+        for (name, value) in [
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("http2_keepalive_ms", self.http2_keepalive_ms),
+            ("max_connections", self.max_connections),
+        ] {
+            if value == 0 {
+                return Err(ConfigError(format!("{name} must be at least 1")));
+            }
+        }
         domain::UsdAmount::parse_decimal(&self.demo_balance).map_err(|e| ConfigError(format!("demo_balance: {e}")))?;
         if !["text", "json"].contains(&self.log_format.as_str()) {
             return Err(ConfigError(format!("log_format: {:?} is neither text nor json", self.log_format)));
@@ -287,6 +342,13 @@ impl serde::Serialize for Config {
         m.serialize_entry("cap_lease_ms", &self.cap_lease_ms)?;
         m.serialize_entry("replica_lease_ms", &self.replica_lease_ms)?;
         m.serialize_entry("body_budget_bytes", &self.body_budget_bytes)?;
+        m.serialize_entry("body_budget_user_bytes", &self.body_budget_user_bytes)?;
+        m.serialize_entry("body_min_rate_bytes", &self.body_min_rate_bytes)?;
+        m.serialize_entry("body_grace_ms", &self.body_grace_ms)?;
+        m.serialize_entry("header_read_timeout_ms", &self.header_read_timeout_ms)?;
+        m.serialize_entry("idle_timeout_ms", &self.idle_timeout_ms)?;
+        m.serialize_entry("http2_keepalive_ms", &self.http2_keepalive_ms)?;
+        m.serialize_entry("max_connections", &self.max_connections)?;
         m.end()
     }
 }

@@ -67,7 +67,7 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
             "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
-    let state = api::AppState::new(gateway.clone()).with_body_budget(api::BodyBudget::new(config.body_budget_bytes));
+    let state = api::AppState::new(gateway.clone()).with_body_budget(config.body_budget()).with_limits(config.limits());
     let served = api::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string());
     // The server has drained its connections. Calls whose clients left, streams, refunds and
     // idempotency completions still run on tasks of their own: let them end their holds.

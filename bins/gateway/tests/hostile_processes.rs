@@ -6,3 +6,5 @@
 //! `TEST_DATABASE_URL` is set, on PostgreSQL too.
 
 mod common;
+#[path = "hostile/connections.rs"]
+mod connections;

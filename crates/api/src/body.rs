@@ -1,14 +1,19 @@
 //! Request bodies: JSON content-type check (415), size limit (413) enforced while reading, never by
-//! buffering an oversized body first, and a shared memory budget for large bodies in flight (503).
+//! buffering an oversized body first, a pace every body must keep (408), and a shared memory budget
+//! for large bodies in flight with a most per user (503).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, header};
-use http_body_util::BodyExt;
+use http::{HeaderMap, StatusCode, header};
 use hyper::body::Body;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::error::ApiError;
 
@@ -28,29 +33,52 @@ pub const SMALL_BODY_BYTES: u64 = 1024 * 1024;
 /// The default [`BodyBudget`]: 1 GiB of large request bodies buffered at once, across all requests.
 pub const DEFAULT_BODY_BUDGET_BYTES: u64 = 1024 * 1024 * 1024;
 
+/// The default share of the [`BodyBudget`] one user may hold at once: 640 MiB, room for the largest
+/// body any route takes (an image request, 600 MiB) and no more.
+pub const DEFAULT_USER_BODY_BYTES: u64 = 640 * 1024 * 1024;
+
 /// How long a large request waits for room in the budget before it is refused with 503 `server_busy`.
 pub const BUDGET_WAIT: Duration = Duration::from_secs(10);
 
 /// The budget counts in units of this many bytes (a semaphore permit each).
 const UNIT: u64 = 64 * 1024;
 
-/// Bounds the memory that large request bodies take together: a body above [`SMALL_BODY_BYTES`] holds
-/// its size in the budget while it is read and processed (its declared length up front, or, without
-/// one, as it grows). A request that finds no room within [`BUDGET_WAIT`] answers 503 `server_busy`,
-/// so a burst of big uploads waits or is turned away instead of exhausting the process.
+/// Bounds the memory that large request bodies take together, and each user's part of it: a body
+/// above [`SMALL_BODY_BYTES`] holds the bytes it has received in the budget (a megabyte at a time, as
+/// they arrive) while it is read and processed. A body that finds no room, in the budget or in its
+/// user's share, within [`BUDGET_WAIT`] answers 503 `server_busy`, so a burst of big uploads waits or
+/// is turned away instead of exhausting the process, and one user's uploads cannot take every
+/// other user's room. A slow body holds only what it has sent, and is cut by its [`Pace`].
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     units: Arc<Semaphore>,
     total_units: u32,
+    user_units: u32,
+    users: Arc<Mutex<HashMap<String, u32>>>,
+    freed: Arc<Notify>,
     wait: Duration,
 }
 
 impl BodyBudget {
-    /// A budget of `bytes` (at least one largest body's worth is sensible).
+    /// A budget of `bytes` (at least one largest body's worth is sensible), of which one user may hold
+    /// [`DEFAULT_USER_BODY_BYTES`].
     pub fn new(bytes: u64) -> BodyBudget {
-        let total_units = u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX).max(1);
+        let total_units = units_of(bytes).max(1);
         let permits = usize::try_from(total_units).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
-        BodyBudget { units: Arc::new(Semaphore::new(permits)), total_units, wait: BUDGET_WAIT }
+        BodyBudget {
+            units: Arc::new(Semaphore::new(permits)),
+            total_units,
+            user_units: units_of(DEFAULT_USER_BODY_BYTES).min(total_units),
+            users: Arc::new(Mutex::new(HashMap::new())),
+            freed: Arc::new(Notify::new()),
+            wait: BUDGET_WAIT,
+        }
+    }
+
+    /// The same budget with another most one user may hold at once.
+    pub fn with_user_share(mut self, bytes: u64) -> BodyBudget {
+        self.user_units = units_of(bytes).clamp(1, self.total_units);
+        self
     }
 
     /// The same budget with another wait before 503 (tests use a short one).
@@ -59,23 +87,55 @@ impl BodyBudget {
         self
     }
 
-    /// Takes room for `bytes` more, waiting up to the budget's wait.
-    async fn take(&self, bytes: u64, held: &mut Option<OwnedSemaphorePermit>) -> Result<(), ApiError> {
-        let units = u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX).min(self.total_units);
-        let wait = Arc::clone(&self.units).acquire_many_owned(units);
-        match tokio::time::timeout(self.wait, wait).await {
-            Ok(Ok(permit)) => {
-                match held {
-                    Some(h) => h.merge(permit),
-                    None => *held = Some(permit),
+    /// Bytes of the budget held now, by all users (for tests and diagnostics).
+    pub fn held_bytes(&self) -> u64 {
+        let free = u64::try_from(self.units.available_permits()).unwrap_or(u64::MAX);
+        u64::from(self.total_units).saturating_sub(free).saturating_mul(UNIT)
+    }
+
+    /// Takes room for `bytes` more for `user` (first in the user's share, then in the whole budget),
+    /// waiting up to the budget's wait.
+    async fn take(&self, user: &str, bytes: u64, held: &mut Option<Room>) -> Result<(), ApiError> {
+        let units = units_of(bytes).min(self.total_units);
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            let freed = self.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut users = self.users.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mine = users.entry(user.to_owned()).or_insert(0);
+                if mine.saturating_add(units) <= self.user_units {
+                    *mine += units;
+                    break;
                 }
-                Ok(())
+                if *mine == 0 {
+                    users.remove(user);
+                }
             }
-            Ok(Err(_)) | Err(_) => Err(ApiError::from(service::ServiceError::Busy {
-                message: "too many large requests are being processed; retry shortly".into(),
-                retry_after_secs: self.wait.as_secs().max(1),
-            })),
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(busy(
+                    "this account has too many large request bodies in flight; retry once one has finished",
+                    self.wait,
+                ));
+            }
         }
+        // The user's share is counted; now the whole budget.
+        let share = Share { budget: self.clone(), user: user.to_owned(), units };
+        let permit = match tokio::time::timeout_at(deadline, Arc::clone(&self.units).acquire_many_owned(units)).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => {
+                return Err(busy("too many large requests are being processed; retry shortly", self.wait));
+            }
+        };
+        match held {
+            Some(room) => {
+                room.permit.merge(permit);
+                room.share.units += share.take();
+            }
+            None => *held = Some(Room { permit, share }),
+        }
+        Ok(())
     }
 }
 
@@ -85,11 +145,177 @@ impl Default for BodyBudget {
     }
 }
 
+fn units_of(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(UNIT)).unwrap_or(u32::MAX)
+}
+
+fn busy(message: &str, wait: Duration) -> ApiError {
+    ApiError::from(service::ServiceError::Busy { message: message.into(), retry_after_secs: wait.as_secs().max(1) })
+}
+
+/// Units of one user's share, given back when dropped.
+#[derive(Debug)]
+struct Share {
+    budget: BodyBudget,
+    user: String,
+    units: u32,
+}
+
+impl Share {
+    /// Hands the units over to another share of the same user (this one then gives nothing back).
+    fn take(mut self) -> u32 {
+        std::mem::take(&mut self.units)
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if self.units == 0 {
+            return;
+        }
+        {
+            let mut users = self.budget.users.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(mine) = users.get_mut(&self.user) {
+                *mine = mine.saturating_sub(self.units);
+                if *mine == 0 {
+                    users.remove(&self.user);
+                }
+            }
+        }
+        self.budget.freed.notify_waiters();
+    }
+}
+
+/// Room a body holds in the [`BodyBudget`]: budget units and its user's share of them (dropped in
+/// that order, so the units are back before waiters on the share are woken).
+#[derive(Debug)]
+struct Room {
+    permit: OwnedSemaphorePermit,
+    share: Share,
+}
+
+/// The pace a request body must keep: after a grace period, on average at least `min_rate` bytes per
+/// second (time spent waiting for room in the budget does not count). A body that falls behind is
+/// cut with 408 `request_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    min_rate: u64,
+    grace: Duration,
+}
+
+impl Pace {
+    /// A pace of `min_rate` bytes per second after `grace`; a rate of 0 sets no deadline.
+    pub fn new(min_rate: u64, grace: Duration) -> Pace {
+        Pace { min_rate, grace }
+    }
+
+    /// When a body that started at `start`, has received `received` bytes and waited `waited` for room
+    /// must have received more.
+    fn deadline(&self, start: Instant, waited: Duration, received: u64) -> Option<Instant> {
+        if self.min_rate == 0 {
+            return None;
+        }
+        let earned = Duration::from_millis(received.saturating_mul(1000) / self.min_rate);
+        start.checked_add(self.grace)?.checked_add(waited)?.checked_add(earned)
+    }
+
+    /// The 408 of a body that fell behind this pace.
+    pub(crate) fn timeout(&self) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body arrived too slowly: after the first {} s it must keep up with {} bytes per second",
+                self.grace.as_secs(),
+                self.min_rate
+            ),
+        )
+    }
+}
+
+/// Why reading a request body stopped.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The body fell behind its [`Pace`].
+    Slow,
+    /// The connection failed.
+    Read(String),
+}
+
+/// A request body read chunk by chunk under a [`Pace`]: each chunk must arrive by the pace's deadline.
+pub(crate) struct Paced<B> {
+    body: B,
+    pace: Pace,
+    start: Instant,
+    waited: Duration,
+    received: u64,
+    /// Armed only once the body makes the reader wait (a body that arrives with its headers sets none).
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Paced<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    /// `body`, from now on held to `pace`.
+    pub(crate) fn new(body: B, pace: Pace) -> Paced<B> {
+        Paced { body, pace, start: Instant::now(), waited: Duration::ZERO, received: 0, sleep: None }
+    }
+
+    /// Time the reader spent not reading (waiting for room in the budget): the body is not blamed.
+    pub(crate) fn excuse(&mut self, waited: Duration) {
+        self.waited += waited;
+    }
+
+    /// The next chunk of data (trailers skipped), `None` at the end.
+    pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        loop {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        self.received = self.received.saturating_add(data.len() as u64);
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    Err(_) => continue, // trailers
+                },
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(BodyError::Read(e.to_string())))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => break,
+            }
+        }
+        let Some(deadline) = self.pace.deadline(self.start, self.waited, self.received) else {
+            return Poll::Pending;
+        };
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Slow))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The next chunk of data, `None` at the end.
+    pub(crate) async fn data(&mut self) -> Option<Result<Bytes, BodyError>> {
+        std::future::poll_fn(|cx| self.poll_data(cx)).await
+    }
+
+    /// The error a reader answers for `e`.
+    pub(crate) fn error(&self, e: BodyError) -> ApiError {
+        match e {
+            BodyError::Slow => self.pace.timeout(),
+            BodyError::Read(e) => ApiError::invalid(format!("the request body could not be read: {e}")),
+        }
+    }
+}
+
 /// A request body read into memory, holding its share of the [`BodyBudget`] until dropped.
 #[derive(Debug)]
 pub struct BufferedBody {
     bytes: Bytes,
-    _room: Option<OwnedSemaphorePermit>,
+    _room: Option<Room>,
 }
 
 impl std::ops::Deref for BufferedBody {
@@ -100,20 +326,23 @@ impl std::ops::Deref for BufferedBody {
     }
 }
 
-/// Reads a JSON request body of at most `limit` bytes.
+/// Reads `user`'s JSON request body of at most `limit` bytes at `pace`.
 ///
 /// A non-JSON content type is 415. A declared `Content-Length` above the limit is 413 before
 /// any byte is read; an undeclared (chunked) body is cut off with 413 as soon as it passes the limit.
-/// Bodies above [`SMALL_BODY_BYTES`] take room in `budget` first (503 `server_busy` when there is none).
+/// Bodies above [`SMALL_BODY_BYTES`] take room in `budget` as they grow (503 `server_busy` when there
+/// is none); a body that falls behind `pace` is 408, and its room is given back at once.
 pub async fn read_json<B>(
     headers: &HeaderMap,
     body: B,
     limit: u64,
     budget: &BodyBudget,
+    user: &str,
+    pace: Pace,
 ) -> Result<BufferedBody, ApiError>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: std::error::Error + Send + Sync + 'static,
+    B::Error: std::fmt::Display,
 {
     if !is_json(headers) {
         return Err(ApiError::unsupported_content_type());
@@ -125,24 +354,25 @@ where
     }
     let mut room = None;
     let mut reserved = 0;
-    if let Some(n) = declared.filter(|&n| n > SMALL_BODY_BYTES) {
-        budget.take(n, &mut room).await?;
-        reserved = n;
-    }
-    let mut body = body;
-    let mut buffer = BytesMut::with_capacity(usize::try_from(declared.unwrap_or(0).min(limit)).unwrap_or(0));
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
-        let Ok(data) = frame.into_data() else { continue };
+    let mut body = Paced::new(body, pace);
+    let mut buffer = BytesMut::new();
+    while let Some(data) = body.data().await {
+        let data = data.map_err(|e| body.error(e))?;
         let len = buffer.len() as u64 + data.len() as u64;
         if len > limit {
             return Err(ApiError::too_large(limit));
         }
         if len > SMALL_BODY_BYTES && len > reserved {
-            // Undeclared (or under-declared) large body: take room as it grows, a megabyte at a time.
+            // A large body takes room as it grows, a megabyte at a time.
             let more = (len - reserved).max(SMALL_BODY_BYTES);
-            budget.take(more, &mut room).await?;
+            let asked = Instant::now();
+            budget.take(user, more, &mut room).await?;
+            body.excuse(asked.elapsed());
             reserved += more;
+        }
+        if buffer.capacity() == 0 {
+            // Sized once the first bytes are in: a client that sends nothing costs nothing.
+            buffer.reserve(usize::try_from(declared.unwrap_or(0).clamp(len, limit)).unwrap_or(0));
         }
         buffer.extend_from_slice(&data);
     }
@@ -165,8 +395,16 @@ mod tests {
         h
     }
 
+    const PACE: Pace = Pace { min_rate: 1000, grace: Duration::from_secs(5) };
+
+    /// Runs `f` on a runtime whose clock only moves when every task waits (so deadlines pass at once).
     fn run<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     #[test]
@@ -177,7 +415,8 @@ mod tests {
             assert!(!is_json(&headers(bad, None)), "{bad}");
         }
         let budget = BodyBudget::default();
-        let err = run(read_json(&headers("text/plain", None), Full::new(Bytes::from_static(b"{}")), 10, &budget));
+        let err =
+            run(read_json(&headers("text/plain", None), Full::new(Bytes::from_static(b"{}")), 10, &budget, "u", PACE));
         assert_eq!(err.map(|b| b.len()).map_err(|e| e.status.as_u16()), Err(415));
     }
 
@@ -185,13 +424,16 @@ mod tests {
     fn size_limit_edges() {
         let b = BodyBudget::default();
         let body = |n: usize| Full::new(Bytes::from(vec![b' '; n]));
-        assert_eq!(run(read_json(&headers("application/json", Some(10)), body(10), 10, &b)).map(|b| b.len()), Ok(10));
-        let err = run(read_json(&headers("application/json", Some(11)), body(11), 10, &b));
+        assert_eq!(
+            run(read_json(&headers("application/json", Some(10)), body(10), 10, &b, "u", PACE)).map(|b| b.len()),
+            Ok(10)
+        );
+        let err = run(read_json(&headers("application/json", Some(11)), body(11), 10, &b, "u", PACE));
         assert_eq!(err.map(|b| b.len()).map_err(|e| e.code), Err("request_too_large"));
         // No Content-Length: the limit is enforced while streaming.
-        let err = run(read_json(&headers("application/json", None), Chunks(vec![b"abc"; 5]), 10, &b));
+        let err = run(read_json(&headers("application/json", None), Chunks(vec![b"abc"; 5]), 10, &b, "u", PACE));
         assert_eq!(err.map(|b| b.len()).map_err(|e| e.code), Err("request_too_large"));
-        let ok = run(read_json(&headers("application/json", None), Chunks(vec![b"abc"; 3]), 10, &b));
+        let ok = run(read_json(&headers("application/json", None), Chunks(vec![b"abc"; 3]), 10, &b, "u", PACE));
         assert_eq!(ok.map(|b| b.len()), Ok(9));
     }
 
@@ -203,19 +445,86 @@ mod tests {
         let limit = 10 * mib;
         run(async {
             let json = |n| headers("application/json", Some(n));
-            let first = read_json(&json(2 * mib), big(2 * mib), limit, &budget).await.expect("room for the first");
+            let first =
+                read_json(&json(2 * mib), big(2 * mib), limit, &budget, "u", PACE).await.expect("room for the first");
             // Small bodies never wait for the budget.
-            assert!(read_json(&json(SMALL_BODY_BYTES), big(SMALL_BODY_BYTES), limit, &budget).await.is_ok());
-            let busy = read_json(&json(2 * mib), big(2 * mib), limit, &budget).await;
+            assert!(read_json(&json(SMALL_BODY_BYTES), big(SMALL_BODY_BYTES), limit, &budget, "u", PACE).await.is_ok());
+            let busy = read_json(&json(2 * mib), big(2 * mib), limit, &budget, "u", PACE).await;
             let busy = busy.expect_err("no room while the first body is held");
             assert_eq!((busy.status.as_u16(), busy.code, busy.retry_after), (503, "server_busy", Some(1)));
             // An undeclared body takes room as it grows, and is refused the same way.
-            let chunked = read_json(&headers("application/json", None), big(2 * mib), limit, &budget).await;
+            let chunked = read_json(&headers("application/json", None), big(2 * mib), limit, &budget, "u", PACE).await;
             assert_eq!(chunked.map_err(|e| e.code).map(|b| b.len()), Err("server_busy"));
             drop(first);
-            let second = read_json(&json(2 * mib), big(2 * mib), limit, &budget).await;
+            let second = read_json(&json(2 * mib), big(2 * mib), limit, &budget, "u", PACE).await;
             assert_eq!(second.map(|b| b.len() as u64), Ok(2 * mib), "room is back once the first is dropped");
         });
+    }
+
+    #[test]
+    fn one_user_cannot_take_the_whole_budget() {
+        let mib = 1024 * 1024;
+        let budget = BodyBudget::new(8 * mib).with_user_share(3 * mib).with_wait(Duration::from_millis(50));
+        let big = |n: u64| Full::new(Bytes::from(vec![b' '; usize::try_from(n).unwrap_or(0)]));
+        let json = |n| headers("application/json", Some(n));
+        run(async {
+            let a = read_json(&json(2 * mib), big(2 * mib), 10 * mib, &budget, "a", PACE).await.expect("a's first");
+            let again = read_json(&json(2 * mib), big(2 * mib), 10 * mib, &budget, "a", PACE).await;
+            let again = again.expect_err("a is at its share");
+            assert_eq!((again.status.as_u16(), again.code), (503, "server_busy"));
+            assert!(again.message.contains("this account"), "{}", again.message);
+            // Another user still has room, and a's share comes back with a's body.
+            let b = read_json(&json(3 * mib), big(3 * mib), 10 * mib, &budget, "b", PACE).await.expect("b has room");
+            assert_eq!(budget.held_bytes(), 5 * mib);
+            drop(a);
+            let a2 = read_json(&json(3 * mib), big(3 * mib), 10 * mib, &budget, "a", PACE).await;
+            assert!(a2.is_ok(), "a's share is back");
+            drop((a2, b));
+            assert_eq!(budget.held_bytes(), 0, "everything given back");
+            assert!(budget.users.lock().expect("lock").is_empty(), "no user entry left behind");
+        });
+    }
+
+    #[test]
+    fn a_body_that_falls_behind_its_pace_is_cut_and_gives_its_room_back() {
+        let mib = 1024 * 1024;
+        let budget = BodyBudget::new(8 * mib);
+        run(async {
+            // 2 MiB arrive at once, then nothing: the body is 408 once 5 s + 2 MiB / 1000 B/s have passed.
+            let started = tokio::time::Instant::now();
+            let body = Stalling(Some(Bytes::from(vec![b' '; 2 * 1024 * 1024])));
+            let cut = read_json(&headers("application/json", Some(3 * mib)), body, 10 * mib, &budget, "t", PACE).await;
+            let cut = cut.expect_err("a stalled body is cut");
+            assert_eq!((cut.status.as_u16(), cut.code), (408, "request_timeout"));
+            let took = started.elapsed();
+            let due = Duration::from_secs(5) + Duration::from_millis(2 * 1024 * 1024);
+            assert!(took >= due && took < due + Duration::from_millis(10), "cut after {took:?}, due {due:?}");
+            assert_eq!(budget.held_bytes(), 0, "the room is given back");
+            // A body that sends nothing at all is cut after the grace period.
+            let started = tokio::time::Instant::now();
+            let cut =
+                read_json(&headers("application/json", Some(10)), Stalling(None), 10 * mib, &budget, "t", PACE).await;
+            assert_eq!(cut.map(|b| b.len()).map_err(|e| e.status.as_u16()), Err(408));
+            assert_eq!(started.elapsed(), Duration::from_secs(5));
+        });
+    }
+
+    /// A body that yields its one chunk (if any), then never anything more.
+    struct Stalling(Option<Bytes>);
+
+    impl Body for Stalling {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            match self.0.take() {
+                Some(data) => std::task::Poll::Ready(Some(Ok(Frame::data(data)))),
+                None => std::task::Poll::Pending,
+            }
+        }
     }
 
     /// A body that arrives in chunks and declares no length.

@@ -210,7 +210,9 @@ struct Svc<'a> {
 async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
     let who = state.gateway().authenticate(route.presented_key(&parts.headers), route.scope()).await?;
     route.check_headers(&parts.headers)?;
-    let bytes = read_json(&parts.headers, body, route.body_limit(), state.body_budget()).await?;
+    let bytes =
+        read_json(&parts.headers, body, route.body_limit(), state.body_budget(), who.user_id.as_str(), state.pace())
+            .await?;
     let key = idempotency_key(&parts.headers)?;
     let gateway = state.gateway().clone();
     let user = who.user_id.as_str().to_owned();

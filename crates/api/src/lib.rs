@@ -14,8 +14,8 @@ mod sse;
 mod tasks;
 pub mod wire;
 
-pub use body::{BodyBudget, BufferedBody};
+pub use body::{BodyBudget, BufferedBody, Pace};
 pub use error::ApiError;
 pub use response::{Body, Response};
 pub use routes::Route;
-pub use server::{AppState, serve};
+pub use server::{AppState, Limits, serve};

@@ -2,19 +2,24 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use service::Gateway;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
 
-use crate::body::BodyBudget;
+use crate::body::{BodyBudget, Pace};
 use crate::handlers::handle;
 use crate::response::Response;
 use crate::routes::{UNMATCHED_ROUTE, route};
@@ -22,17 +27,58 @@ use crate::routes::{UNMATCHED_ROUTE, route};
 /// How long shutdown waits for in-flight requests before closing connections.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a connection closed for idleness may take to say goodbye (an HTTP/2 GOAWAY) before it
+/// is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// What a connection and a request body may cost the server: the deadlines and the cap that keep a
+/// slow or idle client from holding connections, tasks and memory. The defaults suit a public
+/// deployment (`docs/ARCHITECTURE.md`, "Operations defaults", gives the reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A request's header block must arrive within this time of its first byte (HTTP/1.1; a new
+    /// connection's first request counts from the accept).
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and no byte received is closed after this time.
+    pub idle_timeout: Duration,
+    /// HTTP/2: a PING is sent after this much silence, and the connection closed when its answer
+    /// takes as long again.
+    pub http2_keepalive: Duration,
+    /// Connections served at once; past it, new connections wait in the kernel's accept queue (and
+    /// the kernel refuses them once that queue is full) until one closes.
+    pub max_connections: usize,
+    /// A request body must keep up with this many bytes per second on average, after the grace
+    /// period (else 408 `request_timeout`).
+    pub body_min_rate: u64,
+    /// The time every request body gets before [`Limits::body_min_rate`] applies.
+    pub body_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+            http2_keepalive: Duration::from_secs(20),
+            max_connections: 8192,
+            body_min_rate: 32 * 1024,
+            body_grace: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Everything a request handler needs, cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     inner: Arc<Gateway>,
     budget: BodyBudget,
+    limits: Limits,
 }
 
 impl AppState {
-    /// State serving `gateway`, with the default budget for large request bodies.
+    /// State serving `gateway`, with the default budget for large request bodies and default limits.
     pub fn new(gateway: Gateway) -> AppState {
-        AppState { inner: Arc::new(gateway), budget: BodyBudget::default() }
+        AppState { inner: Arc::new(gateway), budget: BodyBudget::default(), limits: Limits::default() }
     }
 
     /// The same state with another budget for large request bodies.
@@ -41,9 +87,25 @@ impl AppState {
         self
     }
 
+    /// The same state with other connection and body limits.
+    pub fn with_limits(mut self, limits: Limits) -> AppState {
+        self.limits = limits;
+        self
+    }
+
     /// The budget large request bodies share.
     pub fn body_budget(&self) -> &BodyBudget {
         &self.budget
+    }
+
+    /// The connection and body limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The pace a request body must keep.
+    pub(crate) fn pace(&self) -> Pace {
+        Pace::new(self.limits.body_min_rate, self.limits.body_grace)
     }
 
     /// The use cases.
@@ -54,11 +116,32 @@ impl AppState {
 
 /// Serves HTTP/1.1 and HTTP/2 on `listener` until `shutdown` completes, then stops accepting,
 /// lets in-flight requests finish (up to 30 s) and returns.
+///
+/// Each connection is watched ([`Activity`]): one that has no request in flight is closed when it
+/// has been silent for [`Limits::idle_timeout`], or when a request's header block has not arrived
+/// within [`Limits::header_read_timeout`] of its first byte (which also covers a client that never
+/// finishes the first bytes hyper needs to tell HTTP/1.1 from HTTP/2).
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
+    let limits = *state.limits();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.http2_keepalive))
+        .keep_alive_timeout(limits.http2_keepalive);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let (stop, stopped) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // Past the cap, the next connection waits in the kernel's accept queue for a slot.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -72,25 +155,282 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let service = service_fn(move |req| {
-            let state = state.clone();
-            async move { Ok::<_, Infallible>(respond(&state, req).await) }
-        });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn.into_owned());
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
+        let service = {
+            let (state, activity) = (state.clone(), Arc::clone(&activity));
+            service_fn(move |req| {
+                let state = state.clone();
+                let busy = Busy::begin(&activity);
+                async move {
+                    let response = respond(&state, req).await;
+                    Ok::<_, Infallible>(response.map(|body| BusyBody { body, _busy: busy }.boxed()))
+                }
+            })
+        };
+        let builder = Arc::clone(&builder);
+        let mut stopped = stopped.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection closed with error");
+            let _slot = slot;
+            let conn = builder.serve_connection_with_upgrades(io, service);
+            let mut conn = std::pin::pin!(conn);
+            let mut watchdog = Watchdog::new(activity, limits);
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    // The connection first: the watchdog then sees what it has just read.
+                    biased;
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(%peer, error = %e, "connection closed with error");
+                        }
+                        break;
+                    }
+                    _ = stopped.changed(), if !stopping => {
+                        stopping = true;
+                        conn.as_mut().graceful_shutdown();
+                        watchdog.close_by(tokio::time::Instant::now() + DRAIN_TIMEOUT);
+                    }
+                    wake = &mut watchdog => match wake {
+                        Wake::Stalled if watchdog.activity.http2.load(Ordering::Relaxed) => {
+                            // Nothing in flight: a GOAWAY, and a moment for the client to read it.
+                            tracing::debug!(%peer, "closing an idle HTTP/2 connection");
+                            conn.as_mut().graceful_shutdown();
+                            watchdog.close_by(tokio::time::Instant::now() + CLOSE_GRACE);
+                        }
+                        Wake::Stalled => {
+                            // HTTP/1.1 with nothing in flight (at most half a header): just close.
+                            tracing::debug!(%peer, "closing an idle or stalled connection");
+                            break;
+                        }
+                        Wake::TimeUp => break, // it had its time to finish
+                    },
+                }
             }
         });
     }
     tracing::info!("shutting down: draining connections");
+    let _ = stop.send(true);
+    let all = u32::try_from(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("drain timeout; closing remaining connections"),
+        _ = slots.acquire_many(all) => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(DRAIN_TIMEOUT + CLOSE_GRACE) => tracing::warn!("drain timeout; closing remaining connections"),
     }
     Ok(())
+}
+
+/// What the watchdog of one connection knows: requests in flight, when the connection last fell idle,
+/// and when the first byte after that arrived. Updated with relaxed atomics on the request path.
+struct Activity {
+    /// When the connection was accepted; the times below are milliseconds since then.
+    opened: tokio::time::Instant,
+    /// Requests whose response has not been sent completely (HTTP/2 streams count one each).
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection opened).
+    idle_since: AtomicU64,
+    /// When the first byte after `idle_since` arrived, plus one; 0 while none has.
+    first_byte: AtomicU64,
+    /// Whether the client speaks HTTP/2 (whose PINGs are not the start of a request).
+    http2: AtomicBool,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            opened: tokio::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            first_byte: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, millis: u64) -> tokio::time::Instant {
+        self.opened + Duration::from_millis(millis)
+    }
+
+    /// Bytes arrived: the first after a quiet spell starts the header clock.
+    fn read(&self, first: &[u8]) {
+        if self.in_flight.load(Ordering::Relaxed) == 0 && self.first_byte.load(Ordering::Relaxed) == 0 {
+            if self.idle_since.load(Ordering::Relaxed) == 0 && first.starts_with(b"PRI ") {
+                self.http2.store(true, Ordering::Relaxed);
+            }
+            self.first_byte.store(self.now().saturating_add(1), Ordering::Relaxed);
+        }
+    }
+
+    /// When the connection will have been idle, or stalled in a header, too long; `None` while a
+    /// request is in flight.
+    fn deadline(&self, limits: &Limits) -> Option<tokio::time::Instant> {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let first = self.first_byte.load(Ordering::Relaxed);
+        let idle = self.at(self.idle_since.load(Ordering::Relaxed)) + limits.idle_timeout;
+        Some(if first > 0 && !self.http2.load(Ordering::Relaxed) {
+            idle.min(self.at(first - 1) + limits.header_read_timeout)
+        } else {
+            idle
+        })
+    }
+}
+
+/// Why a [`Watchdog`] woke its connection.
+enum Wake {
+    /// Idle or stalled in a header for too long: close it.
+    Stalled,
+    /// A closing connection's time to finish is up: drop it.
+    TimeUp,
+}
+
+/// A timer that completes when its connection has been idle, or stalled in a header, too long (and,
+/// once the connection is closing, when its time to finish is up). It re-arms itself from the
+/// connection's [`Activity`] each time it is polled, which is after every poll of the connection.
+struct Watchdog {
+    activity: Arc<Activity>,
+    limits: Limits,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    armed: tokio::time::Instant,
+    closing: Option<tokio::time::Instant>,
+}
+
+impl Watchdog {
+    fn new(activity: Arc<Activity>, limits: Limits) -> Watchdog {
+        let armed = tokio::time::Instant::now() + limits.header_read_timeout.min(limits.idle_timeout);
+        Watchdog { activity, limits, sleep: Box::pin(tokio::time::sleep_until(armed)), armed, closing: None }
+    }
+
+    /// From now on, complete (with [`Wake::TimeUp`]) at `at`.
+    fn close_by(&mut self, at: tokio::time::Instant) {
+        self.closing = Some(at);
+    }
+
+    fn arm(&mut self, at: tokio::time::Instant) {
+        if at != self.armed {
+            self.sleep.as_mut().reset(at);
+            self.armed = at;
+        }
+    }
+}
+
+impl Future for Watchdog {
+    type Output = Wake;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Wake> {
+        let this = self.get_mut();
+        if let Some(at) = this.closing {
+            this.arm(at);
+            return this.sleep.as_mut().poll(cx).map(|()| Wake::TimeUp);
+        }
+        loop {
+            if let Some(at) = this.activity.deadline(&this.limits) {
+                this.arm(at);
+            }
+            if this.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match this.activity.deadline(&this.limits) {
+                Some(at) if at <= tokio::time::Instant::now() => return Poll::Ready(Wake::Stalled),
+                Some(at) => this.arm(at),
+                // Busy: look again in a while (an ending request re-arms it sooner).
+                None => this.arm(tokio::time::Instant::now() + this.limits.idle_timeout),
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection, from the moment hyper hands it over until its response body
+/// has been sent or dropped.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn begin(activity: &Arc<Activity>) -> Busy {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.first_byte.store(0, Ordering::Relaxed);
+        Busy(Arc::clone(activity))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        activity.idle_since.store(activity.now(), Ordering::Relaxed);
+        activity.first_byte.store(0, Ordering::Relaxed);
+        activity.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is finished or dropped.
+struct BusyBody {
+    body: crate::response::Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyBody {
+    type Data = bytes::Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The client's socket, telling the connection's [`Activity`] when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// What the access log line of a billable call adds, set on its response by the handler.

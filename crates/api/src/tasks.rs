@@ -3,6 +3,7 @@
 //! `DELETE /api/v1/tasks/{id}`, and `GET /media/{key}` through a signed link (what the upstream fetches).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -15,7 +16,7 @@ use service::{Claim, ClaimedKey, Gateway, Principal, ServiceError, StoredUpload}
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::body::{BodyBudget, is_json, read_json};
+use crate::body::{BodyBudget, BodyError, Pace, Paced, is_json, read_json};
 use crate::error::ApiError;
 use crate::handlers::{bearer, idempotency_key, replay};
 use crate::response::Response;
@@ -36,9 +37,10 @@ pub(crate) async fn create(state: &AppState, parts: Parts, body: Incoming) -> Re
     let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::VideoCreate).await?;
     let key = idempotency_key(&parts.headers)?;
     let budget = state.body_budget().clone();
+    let pace = state.pace();
     let background = gateway.background().clone();
     background
-        .spawn(async move { create_task(&gateway, &who, &parts.headers, body, key, &budget).await })
+        .spawn(async move { create_task(&gateway, &who, &parts.headers, body, key, &budget, pace).await })
         .await
         .unwrap_or_else(|e| Err(ServiceError::Internal(format!("task creation failed: {e}")).into()))
 }
@@ -50,16 +52,17 @@ async fn create_task(
     body: Incoming,
     key: Option<String>,
     budget: &BodyBudget,
+    pace: Pace,
 ) -> Result<Response, ApiError> {
     let task_id = gateway.new_video_task_id();
     let mut uploads = Vec::new();
     let read = if is_json(headers) {
-        read_json(headers, body, TASK_REQUEST_LIMIT, budget).await.map(|b| {
+        read_json(headers, body, TASK_REQUEST_LIMIT, budget, who.user_id.as_str(), pace).await.map(|b| {
             let digest = hex(&Sha256::digest(&*b));
             (b.to_vec(), digest)
         })
     } else if let Some(boundary) = multipart_boundary(headers) {
-        read_multipart(gateway, who, &task_id, body, boundary, &mut uploads).await
+        read_multipart(gateway, who, &task_id, headers, body, boundary, &mut uploads, pace).await
     } else {
         Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -136,25 +139,48 @@ fn malformed(e: &multer::Error) -> ApiError {
     ApiError::invalid(format!("the multipart body is malformed: {e}"))
 }
 
+/// The most a multipart body may hold in multer's buffer beyond the field data it has handed out:
+/// the preamble before the first boundary, part headers and boundaries. A body with no boundary, or a
+/// part header without an end, is refused once it passes this.
+pub const MULTIPART_OVERHEAD_LIMIT: u64 = 1024 * 1024;
+
 /// Reads a multipart body: the `request` field (JSON, at most [`TASK_REQUEST_LIMIT`]) and the `media`
 /// files, each stored as it streams (into `uploads`, which the caller discards on failure). Returns the
 /// request and the SHA-256 of the whole body.
+///
+/// Bounded in memory and time: the whole body by the widest per-kind file limits times the most files
+/// of each kind plus the request field (413), what is neither field data nor handed out yet by
+/// [`MULTIPART_OVERHEAD_LIMIT`] (400), each file by its kind's limit and by the user's media quota as
+/// it streams (413 at the first byte over), and the body by its `pace` (408).
+#[allow(clippy::too_many_arguments)]
 async fn read_multipart(
     gateway: &Gateway,
     who: &Principal,
     task_id: &domain::TaskId,
+    headers: &HeaderMap,
     body: Incoming,
     boundary: String,
     uploads: &mut Vec<StoredUpload>,
+    pace: Pace,
 ) -> Result<(Vec<u8>, String), ApiError> {
-    let hasher = Arc::new(Mutex::new(Sha256::new()));
-    let mut multipart = multer::Multipart::new(HashingBody { body, hasher: Arc::clone(&hasher) }, boundary);
+    let limit = gateway.upload_body_limit().await?.saturating_add(TASK_REQUEST_LIMIT);
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(limit));
+    }
+    let feed = Feed::new(Paced::new(body, pace));
+    let state = Arc::clone(&feed.state);
+    let constraints = multer::Constraints::new().size_limit(multer::SizeLimit::new().whole_stream(limit));
+    let mut multipart = multer::Multipart::with_constraints(feed, boundary, constraints);
+    let failed = |e: &multer::Error| state.error(e, limit, pace);
     let mut request: Option<Vec<u8>> = None;
-    while let Some(mut field) = multipart.next_field().await.map_err(|e| malformed(&e))? {
+    while let Some(mut field) = multipart.next_field().await.map_err(|e| failed(&e))? {
         match field.name() {
             Some("request") if request.is_none() => {
                 let mut text = Vec::new();
-                while let Some(chunk) = field.chunk().await.map_err(|e| malformed(&e))? {
+                while let Some(chunk) = field.chunk().await.map_err(|e| failed(&e))? {
+                    state.delivered(chunk.len());
                     if (text.len() + chunk.len()) as u64 > TASK_REQUEST_LIMIT {
                         return Err(ApiError::too_large(TASK_REQUEST_LIMIT));
                     }
@@ -173,7 +199,8 @@ async fn read_multipart(
                 }
                 let mut upload = gateway.begin_upload(who, task_id, index).await?;
                 let written = async {
-                    while let Some(chunk) = field.chunk().await.map_err(|e| malformed(&e))? {
+                    while let Some(chunk) = field.chunk().await.map_err(|e| failed(&e))? {
+                        state.delivered(chunk.len());
                         upload.write(&chunk).await?;
                     }
                     Ok::<(), ApiError>(())
@@ -192,35 +219,119 @@ async fn read_multipart(
         }
     }
     let request = request.ok_or_else(|| ApiError::invalid("the multipart field request is required"))?;
-    let digest = hasher.lock().map(|h| hex(&h.clone().finalize())).unwrap_or_default();
+    let digest = state.hasher.lock().map(|h| hex(&h.clone().finalize())).unwrap_or_default();
     Ok((request, digest))
 }
 
-/// The request body as a stream of chunks for multer, hashing every byte that passes.
-struct HashingBody {
-    body: Incoming,
-    hasher: Arc<Mutex<Sha256>>,
+/// What the multipart reader and its [`Feed`] share.
+struct FeedState {
+    /// The SHA-256 of every byte fed (for `Idempotency-Key`).
+    hasher: Mutex<Sha256>,
+    /// Bytes handed to multer.
+    fed: AtomicU64,
+    /// Bytes of field data multer has handed out.
+    delivered: AtomicU64,
+    /// Why the feed stopped, when it was the feed's doing (multer only reports that its stream failed).
+    failure: Mutex<Option<FeedFailure>>,
 }
 
-impl futures_core::Stream for HashingBody {
-    type Item = Result<Bytes, hyper::Error>;
+/// Why a [`Feed`] stopped.
+#[derive(Debug, Clone, Copy)]
+enum FeedFailure {
+    /// The body fell behind its pace.
+    Slow,
+    /// More than [`MULTIPART_OVERHEAD_LIMIT`] fed that is not field data.
+    Overhead,
+}
+
+impl FeedState {
+    fn delivered(&self, n: usize) {
+        self.delivered.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The client's answer for a multer error.
+    fn error(&self, e: &multer::Error, limit: u64, pace: Pace) -> ApiError {
+        match *self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Some(FeedFailure::Slow) => return pace.timeout(),
+            Some(FeedFailure::Overhead) => {
+                return ApiError::invalid(format!(
+                    "the multipart body is malformed: no boundary or end of part headers within {MULTIPART_OVERHEAD_LIMIT} bytes"
+                ));
+            }
+            None => {}
+        }
+        match e {
+            multer::Error::StreamSizeExceeded { .. } => ApiError::too_large(limit),
+            other => malformed(other),
+        }
+    }
+}
+
+/// The request body as a stream of chunks for multer: hashed, paced, one chunk per poll of multer's
+/// buffer (so what multer holds beyond the data it has handed out is at most one chunk more than
+/// [`MULTIPART_OVERHEAD_LIMIT`]).
+struct Feed {
+    body: Paced<Incoming>,
+    state: Arc<FeedState>,
+    /// A chunk was just handed over: the next poll yields once, so multer parses before it reads more.
+    just_fed: bool,
+}
+
+impl Feed {
+    fn new(body: Paced<Incoming>) -> Feed {
+        let state = FeedState {
+            hasher: Mutex::new(Sha256::new()),
+            fed: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            failure: Mutex::new(None),
+        };
+        Feed { body, state: Arc::new(state), just_fed: false }
+    }
+
+    fn fail(&self, failure: FeedFailure) -> Poll<Option<Result<Bytes, FeedError>>> {
+        *self.state.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
+        Poll::Ready(Some(Err(FeedError(failure))))
+    }
+}
+
+/// The error multer sees when the [`Feed`] stops (the reader reads the reason from [`FeedState`]).
+#[derive(Debug)]
+struct FeedError(FeedFailure);
+
+impl std::fmt::Display for FeedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body stopped: {:?}", self.0)
+    }
+}
+
+impl std::error::Error for FeedError {}
+
+impl futures_core::Stream for Feed {
+    type Item = Result<Bytes, FeedError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            return match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        if let Ok(mut h) = self.hasher.lock() {
-                            h.update(&data);
-                        }
-                        Poll::Ready(Some(Ok(data)))
-                    }
-                    Err(_) => continue, // trailers
-                },
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            };
+        if self.just_fed {
+            self.just_fed = false;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let fed = self.state.fed.load(Ordering::Relaxed);
+        if fed.saturating_sub(self.state.delivered.load(Ordering::Relaxed)) > MULTIPART_OVERHEAD_LIMIT {
+            return self.fail(FeedFailure::Overhead);
+        }
+        match self.body.poll_data(cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                if let Ok(mut h) = self.state.hasher.lock() {
+                    h.update(&data);
+                }
+                self.state.fed.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.just_fed = true;
+                Poll::Ready(Some(Ok(data)))
+            }
+            Poll::Ready(Some(Err(BodyError::Slow))) => self.fail(FeedFailure::Slow),
+            Poll::Ready(Some(Err(BodyError::Read(_)))) => Poll::Ready(None),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

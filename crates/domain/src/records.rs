@@ -61,6 +61,8 @@ pub struct User {
     pub concurrency_limit: i64,
     /// Bytes of stored media allowed.
     pub media_quota_bytes: i64,
+    /// Bytes of stored media counted against the quota.
+    pub media_used_bytes: i64,
     /// Creation time.
     pub created_at: Timestamp,
 }

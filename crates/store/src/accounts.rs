@@ -21,6 +21,7 @@ pub(crate) fn user_from_row(row: users::Model) -> User {
         balance: UsdAmount::from_micros(row.balance_micros),
         concurrency_limit: row.concurrency_limit,
         media_quota_bytes: row.media_quota_bytes,
+        media_used_bytes: row.media_used_bytes,
         created_at: Timestamp(row.created_at),
     }
 }

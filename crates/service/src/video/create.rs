@@ -35,6 +35,10 @@ pub struct StoredUpload {
 pub struct Upload {
     gateway: Gateway,
     sink: TypedSink,
+    /// What is left of the user's media quota: the write that passes it is refused at once.
+    room: u64,
+    /// Bytes written so far.
+    written: u64,
     key: String,
     user: UserId,
     task: TaskId,
@@ -59,7 +63,17 @@ fn typed_error(e: TypedError) -> ServiceError {
 
 impl Upload {
     /// Adds the next bytes of the file.
+    ///
+    /// The user's media quota is checked as the bytes arrive (the first byte over it is refused with
+    /// 413 `media_quota_exceeded`); the count that holds is the one recorded when the file finishes.
     pub async fn write(&mut self, chunk: &[u8]) -> Result<(), ServiceError> {
+        self.written = self.written.saturating_add(chunk.len() as u64);
+        if self.written > self.room {
+            return Err(ServiceError::MediaQuotaExceeded(format!(
+                "media quota exceeded: this upload passes the {} bytes left of the account's media quota",
+                self.room
+            )));
+        }
         self.sink.push(chunk).await.map_err(typed_error)
     }
 
@@ -131,15 +145,51 @@ impl Gateway {
         let limits = SizeLimits::widest(snapshot.models.iter().map(|m| &*m.def));
         let position = UPLOAD_POSITION_BASE.saturating_add(index);
         let key = media_key(&who.user_id, task, position);
+        let user = self
+            .ports
+            .accounts
+            .user(&who.user_id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("user {}", who.user_id)))?;
+        let room = u64::try_from(user.media_quota_bytes.saturating_sub(user.media_used_bytes)).unwrap_or(0);
+        if room == 0 {
+            return Err(ServiceError::MediaQuotaExceeded(
+                "media quota exceeded: the account's media quota is used up".into(),
+            ));
+        }
         let sink = video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
         Ok(Upload {
             gateway: self.clone(),
             sink: TypedSink::new(sink, limits),
+            room,
+            written: 0,
             key,
             user: who.user_id.clone(),
             task: task.clone(),
             position,
         })
+    }
+
+    /// The most a multipart task request's files may take together: over the video models, the most
+    /// files of each kind times that kind's size limit (the request field comes on top).
+    pub async fn upload_body_limit(&self) -> Result<u64, ServiceError> {
+        let snapshot = self.catalog_snapshot().await?;
+        let widest = snapshot
+            .models
+            .iter()
+            .filter_map(|m| m.def.video_limits())
+            .map(|l| {
+                let (m, u) = (&l.media, &l.upload_max_bytes);
+                let sum = m
+                    .max_images
+                    .saturating_mul(u.image)
+                    .saturating_add(m.max_videos.saturating_mul(u.video))
+                    .saturating_add(m.max_audios.saturating_mul(u.audio));
+                sum.min(m.max_items.saturating_mul(u.image.max(u.video).max(u.audio)))
+            })
+            .max()
+            .unwrap_or(0);
+        Ok(widest)
     }
 
     /// Forgets uploads of a request that did not create its task: the files go, the quota comes back.
