@@ -8,3 +8,5 @@
 mod common;
 #[path = "hostile/connections.rs"]
 mod connections;
+#[path = "hostile/multipart.rs"]
+mod multipart;

@@ -28,7 +28,7 @@ fn time_to_close(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
 }
 
 /// The status of the first response on `stream`, read within `limit`.
-fn read_status(stream: &mut TcpStream, limit: Duration) -> Option<(u16, String)> {
+pub fn read_status(stream: &mut TcpStream, limit: Duration) -> Option<(u16, String)> {
     let started = Instant::now();
     stream.set_read_timeout(Some(Duration::from_millis(50))).expect("read timeout");
     let mut got = Vec::new();
