@@ -6,15 +6,16 @@
 //! reference, the audio/image composition, Base64 sizes, https links) are checked by hand against the
 //! model's typed catalog limits.
 
+use std::borrow::Cow;
+
 use catalog::{AudioLimits, ModelDef};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{Map, Value};
 use validator::Validate;
 
 use crate::ValidationError;
 use crate::media::{self, Base64Rules};
-use crate::shape::{self, present, present_object, present_objects, present_plain};
+use crate::shape::{self, RawObject, present, present_object, present_objects, present_plain, present_text};
 
 /// Fewest characters of `text_prompt`.
 pub const TEXT_PROMPT_MIN_CHARS: u64 = 1;
@@ -37,9 +38,12 @@ const PITCH_MAX: f64 = PITCH_RANGE.1 as f64;
 pub const REFERENCE_FIELDS: [&str; 5] = ["speaker", "audio_data", "audio_url", "image_data", "image_url"];
 
 /// A `POST /api/v1/audio/generations` body. No additional properties anywhere except inside `watermark`.
+///
+/// Base64 references and the watermark object borrow from the body they were read from, so a large
+/// request costs its body and the upstream body written from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AudioRequest {
+pub struct AudioRequest<'a> {
     /// The public model name; not sent upstream (see [`AudioPlan::upstream_body`]).
     #[serde(skip_serializing)]
     pub model: String,
@@ -49,35 +53,63 @@ pub struct AudioRequest {
     /// Voice, audio or image references, 1..3 items.
     #[serde(default, deserialize_with = "present_objects", skip_serializing_if = "Option::is_none")]
     #[validate(length(min = 1, max = MAX_REFERENCES))]
-    pub references: Option<Vec<AudioReference>>,
+    #[serde(borrow)]
+    pub references: Option<Vec<AudioReference<'a>>>,
     /// Output settings.
     #[serde(default, deserialize_with = "present_object", skip_serializing_if = "Option::is_none")]
     #[validate(nested)]
     pub audio_config: Option<AudioConfig>,
-    /// Watermark settings, an open object passed through.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub watermark: Option<Map<String, Value>>,
+    /// Watermark settings, an open object passed through as it was written.
+    #[serde(default, borrow, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<RawObject<'a>>,
 }
 
 /// One reference: exactly one field is set (checked by [`check_audio_request`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Validate, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AudioReference {
+pub struct AudioReference<'a> {
     /// An upstream speaker id.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub speaker: Option<String>,
+    #[serde(default, borrow, deserialize_with = "present_text", skip_serializing_if = "Option::is_none")]
+    pub speaker: Option<Cow<'a, str>>,
     /// Raw Base64 audio or a `data:audio/…;base64,` URI (sent upstream as raw Base64).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub audio_data: Option<String>,
+    #[serde(default, borrow, deserialize_with = "present_text", skip_serializing_if = "Option::is_none")]
+    pub audio_data: Option<Cow<'a, str>>,
     /// An https link to audio.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub audio_url: Option<String>,
+    #[serde(default, borrow, deserialize_with = "present_text", skip_serializing_if = "Option::is_none")]
+    pub audio_url: Option<Cow<'a, str>>,
     /// Raw Base64 image or a `data:image/…;base64,` URI (sent upstream as raw Base64).
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub image_data: Option<String>,
+    #[serde(default, borrow, deserialize_with = "present_text", skip_serializing_if = "Option::is_none")]
+    pub image_data: Option<Cow<'a, str>>,
     /// An https link to an image.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub image_url: Option<String>,
+    #[serde(default, borrow, deserialize_with = "present_text", skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<Cow<'a, str>>,
+}
+
+impl AudioReference<'_> {
+    /// The same reference, owning its text.
+    pub fn into_owned(self) -> AudioReference<'static> {
+        let own = |v: Option<Cow<'_, str>>| v.map(|v| Cow::Owned(v.into_owned()));
+        AudioReference {
+            speaker: own(self.speaker),
+            audio_data: own(self.audio_data),
+            audio_url: own(self.audio_url),
+            image_data: own(self.image_data),
+            image_url: own(self.image_url),
+        }
+    }
+}
+
+impl AudioRequest<'_> {
+    /// The same request, owning its text (no longer tied to the body it was read from).
+    pub fn into_owned(self) -> AudioRequest<'static> {
+        AudioRequest {
+            model: self.model,
+            text_prompt: self.text_prompt,
+            references: self.references.map(|r| r.into_iter().map(AudioReference::into_owned).collect()),
+            audio_config: self.audio_config,
+            watermark: self.watermark.map(RawObject::into_owned),
+        }
+    }
 }
 
 /// `audio_config`.
@@ -201,10 +233,10 @@ fn whole<S: Serializer>(value: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
 
 /// What the service needs for a valid audio request.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AudioPlan {
+pub struct AudioPlan<'a> {
     /// The request with defaults applied (`audio_config.format`, `enable_subtitle`) and `data:` prefixes
     /// removed from Base64 references.
-    pub request: AudioRequest,
+    pub request: AudioRequest<'a>,
     /// Seconds to reserve up front (the model's `reserve_seconds`).
     pub reserve_seconds: u64,
     /// Most seconds a call is billed (the model's `max_billed_seconds`).
@@ -217,7 +249,18 @@ pub struct AudioPlan {
     pub media_type: Option<&'static str>,
 }
 
-impl AudioPlan {
+impl AudioPlan<'_> {
+    /// The same plan, owning its text.
+    pub fn into_owned(self) -> AudioPlan<'static> {
+        AudioPlan {
+            request: self.request.into_owned(),
+            reserve_seconds: self.reserve_seconds,
+            max_billed_seconds: self.max_billed_seconds,
+            input_mode: self.input_mode,
+            media_type: self.media_type,
+        }
+    }
+
     /// The body sent upstream: the normalised request with `model` set to `upstream_model_id`.
     pub fn upstream_body(&self, upstream_model_id: &str) -> Result<Vec<u8>, ValidationError> {
         shape::with_model(upstream_model_id, &self.request)
@@ -226,13 +269,13 @@ impl AudioPlan {
 
 /// Reads an audio request body: JSON syntax, types, unknown fields and enum values. Bounds and
 /// reference rules are [`check_audio_request`]'s.
-pub fn parse_audio_request(body: &[u8]) -> Result<AudioRequest, ValidationError> {
+pub fn parse_audio_request(body: &[u8]) -> Result<AudioRequest<'_>, ValidationError> {
     shape::parse_body(body)
 }
 
 /// Checks `req` against the interface's fixed bounds and model `def`'s limits, applies the defaults and
 /// returns the plan. Base64 items above the model's `max_base64_bytes` are `TooLarge` (413).
-pub fn check_audio_request(def: &ModelDef, mut req: AudioRequest) -> Result<AudioPlan, ValidationError> {
+pub fn check_audio_request<'a>(def: &ModelDef, mut req: AudioRequest<'a>) -> Result<AudioPlan<'a>, ValidationError> {
     let Some(limits) = def.audio_limits() else {
         return Err(ValidationError::Invalid(format!("model {} is not an audio model", def.name)));
     };
@@ -267,9 +310,12 @@ pub fn check_audio_request(def: &ModelDef, mut req: AudioRequest) -> Result<Audi
 }
 
 /// The reference's one field: its name and value.
-fn only_field(i: usize, reference: &mut AudioReference) -> Result<(&'static str, &mut String), ValidationError> {
+fn only_field<'r, 'a>(
+    i: usize,
+    reference: &'r mut AudioReference<'a>,
+) -> Result<(&'static str, &'r mut Cow<'a, str>), ValidationError> {
     let AudioReference { speaker, audio_data, audio_url, image_data, image_url } = reference;
-    let mut set: Vec<(&'static str, &mut String)> = REFERENCE_FIELDS
+    let mut set: Vec<(&'static str, &mut Cow<'a, str>)> = REFERENCE_FIELDS
         .into_iter()
         .zip([speaker, audio_data, audio_url, image_data, image_url])
         .filter_map(|(name, slot)| slot.as_mut().map(|value| (name, value)))
@@ -322,7 +368,7 @@ impl ReferenceMedia {
 /// Checks every reference and their composition; returns what media they carry.
 fn check_references(
     limits: &AudioLimits,
-    references: &mut [AudioReference],
+    references: &mut [AudioReference<'_>],
 ) -> Result<ReferenceMedia, ValidationError> {
     let rules = &limits.references;
     let (mut audio, mut images) = (0u64, 0u64);
@@ -375,7 +421,7 @@ fn check_references(
 }
 
 /// Checks a Base64 item (raw, or a `data:<kind>/…;base64,` URI) and leaves it as raw Base64, in place.
-fn to_raw_base64(path: &str, value: &mut String, kind: &str, max: u64) -> Result<(), ValidationError> {
+fn to_raw_base64(path: &str, value: &mut Cow<'_, str>, kind: &str, max: u64) -> Result<(), ValidationError> {
     let wrong = || ValidationError::Invalid(format!("{path} must be raw Base64 or a data:{kind}/<type>;base64, URI"));
     let data = match media::strip_data_scheme(value) {
         Some(rest) => {
@@ -398,7 +444,10 @@ fn to_raw_base64(path: &str, value: &mut String, kind: &str, max: u64) -> Result
         )));
     }
     let prefix = value.len().saturating_sub(data.len());
-    value.replace_range(..prefix, "");
+    match value {
+        Cow::Borrowed(text) => *text = text.get(prefix..).unwrap_or_default(),
+        Cow::Owned(text) => text.replace_range(..prefix, ""),
+    }
     Ok(())
 }
 

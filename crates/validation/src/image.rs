@@ -8,6 +8,8 @@
 mod refs;
 mod size;
 
+use std::borrow::Cow;
+
 use catalog::{ImageLimits, ModelDef};
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -17,9 +19,13 @@ use crate::ValidationError;
 use crate::shape::{self, present, present_object, present_plain};
 
 /// A `POST /api/v1/images/generations` body. No additional properties.
+///
+/// The references borrow from the body they were read from (when they hold no JSON escape, as Base64
+/// never does), so a 600-MiB request costs its body and the upstream body written from it, not a third
+/// copy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ImageRequest {
+pub struct ImageRequest<'a> {
     /// The public model name (the branch); not sent upstream (see [`ImagePlan::upstream_body`]).
     #[serde(skip_serializing)]
     pub model: String,
@@ -36,7 +42,8 @@ pub struct ImageRequest {
     pub stream: Option<bool>,
     /// Reference images: one string or an array of strings.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub image: Option<ImageRefs>,
+    #[serde(borrow)]
+    pub image: Option<ImageRefs<'a>>,
     /// A named size of the model, or `<W>x<H>`.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub size: Option<String>,
@@ -160,16 +167,24 @@ wire_enum!(
 /// `image`: one reference string or an array of them, kept in the form the client sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
-pub enum ImageRefs {
+pub enum ImageRefs<'a> {
     /// A single reference.
-    One(String),
+    One(Cow<'a, str>),
     /// An array of references.
-    Many(Vec<String>),
+    Many(Vec<Cow<'a, str>>),
 }
 
-impl ImageRefs {
+impl ImageRefs<'_> {
+    /// The same references, owning their text.
+    pub fn into_owned(self) -> ImageRefs<'static> {
+        match self {
+            ImageRefs::One(one) => ImageRefs::One(Cow::Owned(one.into_owned())),
+            ImageRefs::Many(many) => ImageRefs::Many(many.into_iter().map(|r| Cow::Owned(r.into_owned())).collect()),
+        }
+    }
+
     /// The references.
-    pub fn as_slice(&self) -> &[String] {
+    pub fn as_slice(&self) -> &[Cow<'_, str>] {
         match self {
             ImageRefs::One(one) => std::slice::from_ref(one),
             ImageRefs::Many(many) => many,
@@ -177,27 +192,31 @@ impl ImageRefs {
     }
 }
 
-impl<'de> Deserialize<'de> for ImageRefs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ImageRefs, D::Error> {
+impl<'de> Deserialize<'de> for ImageRefs<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ImageRefs<'de>, D::Error> {
         struct RefsVisitor;
         impl<'de> Visitor<'de> for RefsVisitor {
-            type Value = ImageRefs;
+            type Value = ImageRefs<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a reference string or an array of reference strings")
             }
 
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImageRefs, E> {
-                Ok(ImageRefs::One(v.to_owned()))
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Borrowed(v)))
             }
 
-            fn visit_string<E: de::Error>(self, v: String) -> Result<ImageRefs, E> {
-                Ok(ImageRefs::One(v))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Owned(v.to_owned())))
             }
 
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ImageRefs, A::Error> {
+            fn visit_string<E: de::Error>(self, v: String) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Owned(v)))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ImageRefs<'de>, A::Error> {
                 let mut items = Vec::new();
-                while let Some(item) = seq.next_element::<String>()? {
+                while let Some(crate::shape::Text(item)) = seq.next_element()? {
                     items.push(item);
                 }
                 Ok(ImageRefs::Many(items))
@@ -209,9 +228,9 @@ impl<'de> Deserialize<'de> for ImageRefs {
 
 /// What the service needs for a valid image request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImagePlan {
+pub struct ImagePlan<'a> {
     /// The request normalised, with the model's defaults applied.
-    pub request: ImageRequest,
+    pub request: ImageRequest<'a>,
     /// How many `image` references.
     pub reference_images: u64,
     /// Worst case of images generated: with sequential `auto`, `max_images` (filled in as
@@ -224,7 +243,14 @@ pub struct ImagePlan {
     pub input_mode: &'static str,
 }
 
-impl ImagePlan {
+impl ImagePlan<'_> {
+    /// The same plan, owning its references (no longer tied to the body it was read from).
+    pub fn into_owned(self) -> ImagePlan<'static> {
+        let ImagePlan { request, reference_images, max_images, max_pixels_per_image, input_mode } = self;
+        let request = ImageRequest { image: request.image.map(ImageRefs::into_owned), ..request };
+        ImagePlan { request, reference_images, max_images, max_pixels_per_image, input_mode }
+    }
+
     /// The body sent upstream: the normalised request with `model` set to `upstream_model_id`.
     pub fn upstream_body(&self, upstream_model_id: &str) -> Result<Vec<u8>, ValidationError> {
         shape::with_model(upstream_model_id, &self.request)
@@ -233,14 +259,14 @@ impl ImagePlan {
 
 /// Reads an image request body: JSON syntax, types, unknown fields and enum values. The model's rules
 /// are [`check_image_request`]'s.
-pub fn parse_image_request(body: &[u8]) -> Result<ImageRequest, ValidationError> {
+pub fn parse_image_request(body: &[u8]) -> Result<ImageRequest<'_>, ValidationError> {
     shape::parse_body(body)
 }
 
 /// Checks `req` against model `def`'s branch (fields it does not have are refused) and limits, applies
 /// the defaults (spec rule 3 for `optimize_prompt`) and returns the plan. A Base64 reference above the
 /// model's decoded limit is `TooLarge` (413); everything else is `Invalid` (400).
-pub fn check_image_request(def: &ModelDef, mut req: ImageRequest) -> Result<ImagePlan, ValidationError> {
+pub fn check_image_request<'a>(def: &ModelDef, mut req: ImageRequest<'a>) -> Result<ImagePlan<'a>, ValidationError> {
     let Some(limits) = def.image_limits() else {
         return Err(invalid(format!("model {} is not an image model", def.name)));
     };
@@ -274,7 +300,7 @@ pub fn check_image_request(def: &ModelDef, mut req: ImageRequest) -> Result<Imag
 }
 
 /// Refuses fields that the model's branch does not have.
-fn check_branch_fields(def: &ModelDef, limits: &ImageLimits, req: &ImageRequest) -> Result<(), ValidationError> {
+fn check_branch_fields(def: &ModelDef, limits: &ImageLimits, req: &ImageRequest<'_>) -> Result<(), ValidationError> {
     let thinking = req.optimize_prompt_options.is_some_and(|o| o.thinking.is_some());
     let present = [
         (
@@ -314,7 +340,7 @@ fn check_prompt(def: &ModelDef, limits: &ImageLimits, prompt: &str) -> Result<()
 fn apply_sequential(
     def: &ModelDef,
     limits: &ImageLimits,
-    req: &mut ImageRequest,
+    req: &mut ImageRequest<'_>,
     references: u64,
 ) -> Result<u64, ValidationError> {
     let Some(seq) = &limits.sequential_generation else { return Ok(1) };
@@ -359,7 +385,11 @@ fn apply_sequential(
 }
 
 /// `output_format`, `optimize_prompt` (rule 3), `optimize_prompt_options` and `seed`, with defaults.
-fn apply_output_options(def: &ModelDef, limits: &ImageLimits, req: &mut ImageRequest) -> Result<(), ValidationError> {
+fn apply_output_options(
+    def: &ModelDef,
+    limits: &ImageLimits,
+    req: &mut ImageRequest<'_>,
+) -> Result<(), ValidationError> {
     let formats = &limits.output_formats;
     if let Some(format) = req.output_format {
         listed(def, "output_format", format.as_str(), &formats.values)?;

@@ -3,7 +3,7 @@
 //! the field path and the bound (`text_prompt must be 1..3000 characters, got 3001`,
 //! `unknown field "foo" at audio_config`). Raw library messages are not a client contract.
 
-use serde::de::{DeserializeOwned, Deserializer};
+use serde::de::{Deserializer, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_path_to_error::{Path, Segment};
@@ -16,15 +16,156 @@ const ECHO_CHARS: usize = 40;
 
 /// Reads `body` as a JSON object of type `T`. Syntax errors, a non-object body, unknown fields, wrong
 /// types and unknown enum values are `Invalid` with the field's path.
-pub(crate) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
-    let value: Value = serde_json::from_slice(body)
+///
+/// The body is read straight into `T`, never into a `serde_json::Value` tree (whose nodes cost 16–32
+/// times the bytes of a large array): first a pass that only checks the syntax and builds nothing
+/// (so a syntax error anywhere is reported as such, before any field's type), then the typed read.
+pub(crate) fn parse_body<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Result<T, ValidationError> {
+    serde_json::from_slice::<IgnoredAny>(body)
         .map_err(|e| ValidationError::Invalid(format!("request body is not valid JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(ValidationError::Invalid(format!("request body must be a JSON object, got {}", kind_of(&value))));
+    let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied().unwrap_or(b'n');
+    if first != b'{' {
+        return Err(ValidationError::Invalid(format!(
+            "request body must be a JSON object, got {}",
+            kind_of_byte(first)
+        )));
     }
-    // Deserializing from the owned value moves its strings (Base64 payloads) instead of copying them.
-    serde_path_to_error::deserialize(value)
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut reader)
         .map_err(|e| ValidationError::Invalid(shape_message(e.path(), &e.inner().to_string())))
+}
+
+/// A string read from a JSON body, borrowed from the body when it holds no escape (serde's own `Cow`
+/// always copies).
+pub(crate) struct Text<'de>(pub std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text<'de>, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(std::borrow::Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(std::borrow::Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(TextVisitor)
+    }
+}
+
+/// [`Text`] for an optional string field (`#[serde(default, borrow, deserialize_with = "present_text")]`):
+/// borrowed from the body when it can be, and an explicit `null` is a wrong type.
+pub(crate) fn present_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::borrow::Cow<'de, str>>, D::Error> {
+    Text::deserialize(d).map(|t| Some(t.0))
+}
+
+/// A JSON object passed through as it was written: borrowed from the body (a large member costs its
+/// bytes, not a tree of values), checked only to be an object.
+#[derive(Debug, Clone)]
+pub struct RawObject<'a>(std::borrow::Cow<'a, serde_json::value::RawValue>);
+
+impl PartialEq for RawObject<'_> {
+    /// The same text (not the same object written another way).
+    fn eq(&self, other: &RawObject<'_>) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RawObject<'_> {}
+
+impl RawObject<'_> {
+    /// The object's JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The same object, owning its text.
+    pub fn into_owned(self) -> RawObject<'static> {
+        RawObject(std::borrow::Cow::Owned(self.0.into_owned()))
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawObject<'de>, D::Error> {
+        use serde::de::{Error, Unexpected};
+        let raw = <&'de serde_json::value::RawValue>::deserialize(d)?;
+        let text = raw.get();
+        let unexpected = match text.as_bytes().first() {
+            Some(b'{') => return Ok(RawObject(std::borrow::Cow::Borrowed(raw))),
+            Some(b'[') => Unexpected::Seq,
+            Some(b't') => Unexpected::Bool(true),
+            Some(b'f') => Unexpected::Bool(false),
+            Some(b'n') => Unexpected::Unit,
+            Some(b'"') => {
+                let s: String = serde_json::from_str(text).map_err(D::Error::custom)?;
+                return Err(D::Error::invalid_type(Unexpected::Str(&s), &"a map"));
+            }
+            _ => match serde_json::from_str::<serde_json::Number>(text).map_err(D::Error::custom)? {
+                n if n.is_u64() => Unexpected::Unsigned(n.as_u64().unwrap_or(0)),
+                n if n.is_i64() => Unexpected::Signed(n.as_i64().unwrap_or(0)),
+                n => Unexpected::Float(n.as_f64().unwrap_or(0.0)),
+            },
+        };
+        Err(D::Error::invalid_type(unexpected, &"a map"))
+    }
+}
+
+impl Serialize for RawObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl schemars::JsonSchema for RawObject<'_> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Object".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "object", "additionalProperties": true})
+    }
+}
+
+/// `raw` without the ` at line L column C` that serde_json adds when it reads from bytes (the field's
+/// path says where; a position in the body is noise to a client).
+fn without_position(raw: &str) -> &str {
+    let Some(at) = raw.rfind(" at line ") else { return raw };
+    let rest = &raw[at + " at line ".len()..];
+    let position = rest.split_once(" column ").is_some_and(|(line, column)| {
+        !line.is_empty()
+            && !column.is_empty()
+            && line.bytes().all(|b| b.is_ascii_digit())
+            && column.bytes().all(|b| b.is_ascii_digit())
+    });
+    if position { &raw[..at] } else { raw }
+}
+
+/// What JSON value starts with `first` (a valid document's first byte), as [`kind_of`] names it.
+fn kind_of_byte(first: u8) -> &'static str {
+    match first {
+        b'n' => "null",
+        b't' | b'f' => "a boolean",
+        b'"' => "a string",
+        b'[' => "an array",
+        b'{' => "an object",
+        _ => "a number",
+    }
 }
 
 /// Reads an already parsed JSON object as type `T`, with the same path-aware messages as
@@ -126,6 +267,7 @@ fn dotted(segments: &[&Segment]) -> String {
 
 /// The one mapping from a serde message at `path` to the interface's text.
 fn shape_message(path: &Path, raw: &str) -> String {
+    let raw = without_position(raw);
     let segments: Vec<&Segment> = path.iter().collect();
     let field = dotted(&segments);
     if let Some(rest) = raw.strip_prefix("unknown field `") {

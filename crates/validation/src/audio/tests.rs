@@ -16,12 +16,12 @@ fn def() -> &'static ModelDef {
     CATALOG.get(MODEL).expect("audio model")
 }
 
-fn run_bytes(body: &[u8]) -> Result<AudioPlan, ValidationError> {
-    check_audio_request(def(), parse_audio_request(body)?)
+fn run_bytes(body: &[u8]) -> Result<AudioPlan<'static>, ValidationError> {
+    check_audio_request(def(), parse_audio_request(body)?).map(AudioPlan::into_owned)
 }
 
 /// `extra` merged over `{"model": "AudioGen-1.0", "text_prompt": "Hello."}`, parsed and checked.
-fn run(extra: Value) -> Result<AudioPlan, ValidationError> {
+fn run(extra: Value) -> Result<AudioPlan<'static>, ValidationError> {
     let mut body = json!({"model": MODEL, "text_prompt": "Hello."});
     if let (Value::Object(base), Value::Object(extra)) = (&mut body, extra) {
         base.extend(extra);
@@ -60,7 +60,7 @@ fn message(extra: Value) -> String {
     }
 }
 
-fn plan(extra: Value) -> AudioPlan {
+fn plan(extra: Value) -> AudioPlan<'static> {
     match run(extra.clone()) {
         Ok(plan) => plan,
         Err(e) => panic!("{extra}: {e:?}"),
@@ -450,4 +450,24 @@ mod props {
             }
         }
     }
+}
+
+/// Base64 references and the watermark borrow from the body (a large request costs its body and the
+/// upstream body, not a copy and a tree of values); the watermark passes through as it was written.
+#[test]
+fn references_and_the_watermark_borrow_from_the_body() {
+    let body = json!({"model": MODEL, "text_prompt": "Hello.",
+        "references": [{"audio_data": format!("data:audio/wav;base64,{}", "UklGRiQAAABXQVZF".repeat(100))}],
+        "watermark": {"aigc_watermark": true, "pad": [0, 0, 0]}})
+    .to_string();
+    let plan = check_audio_request(def(), parse_audio_request(body.as_bytes()).expect("parses")).expect("valid");
+    let inside = |r: &str| body.as_bytes().as_ptr_range().contains(&r.as_ptr());
+    let references = plan.request.references.as_ref().expect("references");
+    let data = references[0].audio_data.as_ref().expect("audio data");
+    assert!(matches!(data, std::borrow::Cow::Borrowed(_)) && inside(data), "the reference is copied");
+    assert!(data.starts_with("UklGRiQ"), "the data: prefix is dropped: {}", &data[..20]);
+    let watermark = plan.request.watermark.as_ref().expect("watermark");
+    assert!(inside(watermark.get()), "the watermark is copied");
+    let upstream = String::from_utf8(plan.upstream_body("up").expect("upstream body")).expect("text");
+    assert!(upstream.contains(r#""watermark":{"aigc_watermark":true,"pad":[0,0,0]}"#), "{upstream}");
 }

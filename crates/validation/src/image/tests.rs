@@ -20,14 +20,14 @@ fn def(model: &str) -> &'static ModelDef {
 }
 
 /// Parses and checks `body` bytes for the model it names (or `model` when it names none).
-fn run_bytes(model: &str, body: &[u8]) -> Result<ImagePlan, ValidationError> {
+fn run_bytes(model: &str, body: &[u8]) -> Result<ImagePlan<'static>, ValidationError> {
     let req = parse_image_request(body)?;
     let chosen = CATALOG.get(&req.model).unwrap_or_else(|| def(model));
-    check_image_request(chosen, req)
+    check_image_request(chosen, req).map(ImagePlan::into_owned)
 }
 
 /// `extra` merged over `{"model": model, "prompt": "a cat"}`, parsed and checked.
-fn run(model: &str, extra: Value) -> Result<ImagePlan, ValidationError> {
+fn run(model: &str, extra: Value) -> Result<ImagePlan<'static>, ValidationError> {
     let mut body = json!({"model": model, "prompt": "a cat"});
     if let (Value::Object(base), Value::Object(extra)) = (&mut body, extra) {
         base.extend(extra);
@@ -71,7 +71,7 @@ fn message(model: &str, extra: Value) -> String {
     }
 }
 
-fn plan(model: &str, extra: Value) -> ImagePlan {
+fn plan(model: &str, extra: Value) -> ImagePlan<'static> {
     match run(model, extra.clone()) {
         Ok(plan) => plan,
         Err(e) => panic!("{model} {extra}: {e:?}"),
@@ -694,4 +694,22 @@ mod props {
             }
         }
     }
+}
+
+/// A Base64 reference is borrowed from the body, not copied: a 600-MiB request costs its body and
+/// the upstream body written from it. A reference written with a JSON escape is copied (it must be).
+#[test]
+fn references_borrow_from_the_body() {
+    let data = format!("data:image/png;base64,{}", "iVBORw0KGgo".repeat(1000));
+    let body = json!({"model": V45, "prompt": "a cat", "image": [data, "https://example.com/a.png"]}).to_string();
+    let plan = check_image_request(def(V45), parse_image_request(body.as_bytes()).expect("parses")).expect("valid");
+    let refs = plan.request.image.as_ref().expect("references").as_slice();
+    assert!(refs.iter().all(|r| matches!(r, std::borrow::Cow::Borrowed(_))), "copied: {refs:?}");
+    let inside = |r: &str| body.as_bytes().as_ptr_range().contains(&r.as_ptr());
+    assert!(refs.iter().all(|r| inside(r)), "the references point into the body");
+    let escaped = body.replacen("https://", "https:\\/\\/", 1);
+    let plan = check_image_request(def(V45), parse_image_request(escaped.as_bytes()).expect("parses")).expect("valid");
+    let refs = plan.request.image.as_ref().expect("references").as_slice();
+    assert!(matches!(refs[1], std::borrow::Cow::Owned(_)), "an escaped reference is its own copy");
+    assert_eq!(refs[1], "https://example.com/a.png");
 }
