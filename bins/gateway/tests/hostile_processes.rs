@@ -8,5 +8,7 @@
 mod common;
 #[path = "hostile/connections.rs"]
 mod connections;
+#[path = "hostile/large_bodies.rs"]
+mod large_bodies;
 #[path = "hostile/multipart.rs"]
 mod multipart;

@@ -86,6 +86,15 @@ pub struct AudioReference<'a> {
 }
 
 impl AudioReference<'_> {
+    /// Bytes of text the reference carries.
+    fn text_len(&self) -> usize {
+        [&self.speaker, &self.audio_data, &self.audio_url, &self.image_data, &self.image_url]
+            .into_iter()
+            .flatten()
+            .map(|t| t.len())
+            .sum()
+    }
+
     /// The same reference, owning its text.
     pub fn into_owned(self) -> AudioReference<'static> {
         let own = |v: Option<Cow<'_, str>>| v.map(|v| Cow::Owned(v.into_owned()));
@@ -263,7 +272,10 @@ impl AudioPlan<'_> {
 
     /// The body sent upstream: the normalised request with `model` set to `upstream_model_id`.
     pub fn upstream_body(&self, upstream_model_id: &str) -> Result<Vec<u8>, ValidationError> {
-        shape::with_model(upstream_model_id, &self.request)
+        let request = &self.request;
+        let references: usize = request.references.iter().flatten().map(AudioReference::text_len).sum();
+        let watermark = request.watermark.as_ref().map_or(0, |w| w.get().len());
+        shape::with_model(upstream_model_id, request, references + watermark + request.text_prompt.len())
     }
 }
 

@@ -253,7 +253,8 @@ impl ImagePlan<'_> {
 
     /// The body sent upstream: the normalised request with `model` set to `upstream_model_id`.
     pub fn upstream_body(&self, upstream_model_id: &str) -> Result<Vec<u8>, ValidationError> {
-        shape::with_model(upstream_model_id, &self.request)
+        let references = self.request.image.as_ref().map_or(0, |refs| refs.as_slice().iter().map(|r| r.len()).sum());
+        shape::with_model(upstream_model_id, &self.request, references + self.request.prompt.len())
     }
 }
 

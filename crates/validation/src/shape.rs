@@ -178,16 +178,20 @@ pub(crate) fn parse_map<'de, T: Deserialize<'de>>(
 }
 
 /// `request` as JSON with `model` first, set to `model` (the request types skip their own `model` when
-/// serialized, so the public name never reaches the upstream).
-pub(crate) fn with_model<T: Serialize>(model: &str, request: &T) -> Result<Vec<u8>, ValidationError> {
+/// serialized, so the public name never reaches the upstream). `size_hint` is about how many bytes the
+/// request's large strings take: the buffer is sized once for them, so a large body is never copied
+/// as its buffer doubles.
+pub(crate) fn with_model<T: Serialize>(model: &str, request: &T, size_hint: usize) -> Result<Vec<u8>, ValidationError> {
     #[derive(Serialize)]
     struct WithModel<'a, T> {
         model: &'a str,
         #[serde(flatten)]
         request: &'a T,
     }
-    serde_json::to_vec(&WithModel { model, request })
-        .map_err(|e| ValidationError::Invalid(format!("the upstream body cannot be written: {e}")))
+    let mut out = Vec::with_capacity(size_hint.saturating_add(4096));
+    serde_json::to_writer(&mut out, &WithModel { model, request })
+        .map_err(|e| ValidationError::Invalid(format!("the upstream body cannot be written: {e}")))?;
+    Ok(out)
 }
 
 /// For `#[serde(default, deserialize_with = "present")]` on an optional field: absent is `None`, a value

@@ -320,7 +320,7 @@ pub fn account(sandbox: &Sandbox, balance: &str, scopes: &str) -> (String, Strin
     (id, key["key"].as_str().expect("key").to_owned())
 }
 
-/// `gateway serve` on 127.0.0.1:0 against the upstream simulator at `sim`, with `env` on top
+/// `gateway serve` on 127.0.0.1:0 with every upstream endpoint at the simulator `sim`, with `env` on top
 /// (stderr in `<name>.err`); its address once it listens. Its stdout keeps being read, so that the
 /// server never blocks on a full pipe.
 pub fn serve_against(
@@ -334,6 +334,10 @@ pub fn serve_against(
         .env("GATEWAY_LISTEN", "127.0.0.1:0")
         .env("GATEWAY_UPSTREAM_URL", format!("http://{sim}/api/v3"))
         .env("GATEWAY_UPSTREAM_API_KEY", upstream::config::SIM_PLATFORM_KEY)
+        // Every endpoint at the test's simulator: none runs inside the server, whose memory tests read.
+        .env("GATEWAY_SPEECH_URL", format!("http://{sim}"))
+        .env("GATEWAY_SPEECH_API_KEY", upstream::config::SIM_SPEECH_KEY)
+        .env("GATEWAY_MESSAGES_URL", format!("http://{sim}/api/compatible"))
         .env("GATEWAY_MEDIA_DIR", sandbox.dir.join("media"));
     for (key, value) in env {
         command.env(key, value);
