@@ -35,6 +35,12 @@ pub enum EgressError {
     /// No complete answer in time.
     #[error("timed out")]
     Timeout,
+    /// The body came in slower than the configured minimum rate (a drip-fed fetch is cut).
+    #[error("slower than {bytes_per_sec} bytes per second")]
+    TooSlow {
+        /// The minimum rate, in bytes per second.
+        bytes_per_sec: u64,
+    },
     /// Connection, TLS or protocol failure.
     #[error("network error: {0}")]
     Network(String),

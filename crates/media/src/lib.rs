@@ -20,6 +20,6 @@ pub mod link;
 pub mod store;
 
 pub use egress::policy::AllowList;
-pub use egress::{Egress, EgressConfig, EgressError, FetchedMeta};
+pub use egress::{Egress, EgressConfig, EgressError, FetchedMeta, MinRate};
 pub use link::LinkSigner;
 pub use store::{LocalMediaStore, validate_key};

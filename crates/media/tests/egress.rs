@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{Log, MemSink, receiver, test_pki};
 use domain::ports::MediaStore;
-use media::{AllowList, Egress, EgressConfig, EgressError, LocalMediaStore};
+use media::{AllowList, Egress, EgressConfig, EgressError, LocalMediaStore, MinRate};
 
 struct Setup {
     ca: Vec<u8>,
@@ -31,6 +31,8 @@ fn egress(setup: &Setup, allow: &str, timeout: Duration) -> Egress {
         extra_ca_pem: Some(setup.ca.clone()),
         connect_timeout: Duration::from_secs(2),
         timeout,
+        webhook_timeout: None,
+        min_rate: None,
     })
     .unwrap()
 }
@@ -128,6 +130,8 @@ async fn certificates_are_checked() {
         extra_ca_pem: None,
         connect_timeout: Duration::from_secs(2),
         timeout: LONG,
+        webhook_timeout: None,
+        min_rate: None,
     })
     .unwrap();
     let (result, _) = fetch(&e, &format!("https://127.0.0.1:{}/ok", s.v4.0.port()), 1000).await;
@@ -191,6 +195,40 @@ async fn statuses_and_time_bound() {
         e.post_json(&format!("https://127.0.0.1:{port}/hang"), &[], b"{}".to_vec()).await,
         Err(EgressError::Timeout)
     );
+}
+
+#[tokio::test]
+async fn a_drip_fed_body_is_cut_below_the_minimum_rate_and_webhooks_have_their_own_timeout() {
+    let s = setup().await;
+    let port = s.v4.0.port();
+    let rate = MinRate { bytes_per_sec: 1000, window: Duration::from_millis(500), grace: Duration::from_millis(500) };
+    let e = Egress::new(EgressConfig {
+        allow: AllowList::parse("127.0.0.1").unwrap(),
+        extra_ca_pem: Some(s.ca.clone()),
+        connect_timeout: Duration::from_secs(2),
+        timeout: LONG,
+        webhook_timeout: Some(Duration::from_millis(300)),
+        min_rate: Some(rate),
+    })
+    .unwrap();
+    // 20 bytes a second against a floor of 1,000: cut after the grace and one window, not at the
+    // 10-s timeout.
+    let started = std::time::Instant::now();
+    let (result, data) = fetch(&e, &format!("https://127.0.0.1:{port}/drip/50"), 2_000_000).await;
+    let cut = started.elapsed();
+    println!("drip-fed body cut after {:.2} s ({} bytes)", cut.as_secs_f64(), data.len());
+    assert_eq!(result, Err(EgressError::TooSlow { bytes_per_sec: 1000 }));
+    assert!(cut < Duration::from_secs(5), "cut after {cut:?}");
+    // A body that comes at once passes the same floor.
+    let (result, data) = fetch(&e, &format!("https://127.0.0.1:{port}/chunked/300000"), 1_000_000).await;
+    assert_eq!((result.unwrap().bytes, data.len()), (300_000, 300_000));
+    // A receiver that never answers is given up after the webhook timeout, not the fetch timeout.
+    let started = std::time::Instant::now();
+    let posted = e.post_json(&format!("https://127.0.0.1:{port}/hook/hang"), &[], b"{}".to_vec()).await;
+    let waited = started.elapsed();
+    println!("silent webhook receiver given up after {:.2} s", waited.as_secs_f64());
+    assert_eq!(posted, Err(EgressError::Timeout));
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
 }
 
 #[tokio::test]

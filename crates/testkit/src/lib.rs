@@ -98,6 +98,8 @@ pub struct Log {
     pub requests: Mutex<Vec<Seen>>,
     /// Requests per path, for the routes that fail their first calls.
     counts: Mutex<HashMap<String, usize>>,
+    /// The slow routes' connections the client gave up on: path and how long it stayed.
+    pub abandoned: Mutex<Vec<(String, Duration)>>,
 }
 
 impl Log {
@@ -112,6 +114,12 @@ impl Log {
     /// The requests whose line starts with `prefix` (such as `POST /hook`), in arrival order.
     pub fn matching(&self, prefix: &str) -> Vec<Seen> {
         self.requests.lock().unwrap().iter().filter(|s| s.line.starts_with(prefix)).cloned().collect()
+    }
+
+    /// How long the client stayed on each connection to a slow route (`/drip/…`, `/hook/hang`)
+    /// that it closed, for `path`, in the order they were closed.
+    pub fn abandoned(&self, path: &str) -> Vec<Duration> {
+        self.abandoned.lock().unwrap().iter().filter(|(p, _)| p == path).map(|(_, d)| *d).collect()
     }
 
     /// How many requests `path` had before this one (counting this one).
@@ -193,17 +201,46 @@ fn head(status: &str, extra: &str) -> Vec<u8> {
     format!("HTTP/1.1 {status}\r\nconnection: close\r\n{extra}\r\n").into_bytes()
 }
 
+/// The longest a slow route keeps a connection.
+const SLOW_ROUTE_LIMIT: Duration = Duration::from_secs(300);
+
 /// The routes: `/ok` (a PNG), `/sample/<png|mp4|wav|text>`, `/sized/N`, `/chunked/N`, `/hops/K`,
-/// `/redirect?to=URL`, `/status/N`, `/hang`, `POST /hook` (204), `POST /hook/fail/N` (500 for its
-/// first N calls, then 204).
+/// `/redirect?to=URL`, `/status/N`, `/hang`, `/drip/MS` (a PNG announced as 1 MB that then comes
+/// one byte every MS milliseconds), `POST /hook` (204), `POST /hook/fail/N` (500 for its first N
+/// calls, then 204), `POST /hook/hang` (never answers). The slow routes keep a connection at most
+/// five minutes and log how long the client stayed when it gives up ([`Log::abandoned`]).
 async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, addr: SocketAddr, log: &Log) {
     let Some(seen) = read_request(&mut stream).await else {
         return;
     };
+    let started = std::time::Instant::now();
     log.requests.lock().unwrap().push(seen.clone());
     let path = seen.line.split_once(' ').map(|(_, p)| p.to_owned()).unwrap_or_default();
     let number = |prefix: &str| path.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
     let mut out = Vec::new();
+    if let Some(ms) = number("/drip/") {
+        let head = head("200 OK", "content-type: image/png\r\ncontent-length: 1000000\r\n");
+        let mut gone = stream.write_all(&[&head[..], b"\x89PNG\r\n\x1a\n"].concat()).await.is_err();
+        while !gone && started.elapsed() < SLOW_ROUTE_LIMIT {
+            tokio::time::sleep(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1))).await;
+            gone = stream.write_all(&[7]).await.is_err() || stream.flush().await.is_err();
+        }
+        if gone {
+            log.abandoned.lock().unwrap().push((path.clone(), started.elapsed()));
+        }
+        return;
+    }
+    if path == "/hook/hang" {
+        // Reads until the client closes (or sends more, which is ignored); never answers.
+        let mut buf = [0u8; 1024];
+        let closed = async {
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        };
+        if tokio::time::timeout(SLOW_ROUTE_LIMIT, closed).await.is_ok() {
+            log.abandoned.lock().unwrap().push((path.clone(), started.elapsed()));
+        }
+        return;
+    }
     if path == "/ok" {
         let body = [&b"\x89PNG\r\n\x1a\n"[..], &[7u8; 100]].concat();
         out = head("200 OK", &format!("content-type: image/png\r\ncontent-length: {}\r\n", body.len()));

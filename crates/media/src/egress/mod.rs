@@ -13,7 +13,11 @@
 //! - Redirects (`fetch_to` only) are followed by hand, at most [`MAX_REDIRECTS`], each checked
 //!   as above. `post_json` never follows them: a 3xx is returned as the status.
 //! - The whole call (all hops, the body included) is bounded by [`EgressConfig::timeout`]
-//!   ([`EgressError::Timeout`]); connecting by [`EgressConfig::connect_timeout`].
+//!   ([`EgressError::Timeout`]), a webhook by [`EgressConfig::webhook_timeout`] (seconds: a
+//!   receiver that never answers holds a worker slot that long); connecting by
+//!   [`EgressConfig::connect_timeout`]. A fetch is also held to [`EgressConfig::min_rate`]: past
+//!   its grace period, a window that brings fewer bytes than the rate asks cuts it
+//!   ([`EgressError::TooSlow`]), so a drip-fed link cannot hold a worker slot for the whole timeout.
 //! - `fetch_to` streams the body into the sink chunk by chunk; an announced `Content-Length`
 //!   over `max_bytes` is refused before reading, and a body that grows past it is stopped
 //!   there ([`EgressError::TooLarge`]). A non-2xx final status is [`EgressError::Status`].
@@ -21,7 +25,7 @@
 //! - Certificates are checked against the system roots plus the PEM certificates of
 //!   [`EgressConfig::extra_ca_pem`] (`GATEWAY_EXTRA_CA_FILE`).
 //!
-//! Suggested client answers: `Refused` and `Status` → 400, `TooLarge` → 413, `Timeout` and
+//! Suggested client answers: `Refused` and `Status` → 400, `TooLarge` → 413, `Timeout`, `TooSlow` and
 //! `Network` → 400 for an import the user asked for (the URL did not work), retried later for
 //! webhooks.
 
@@ -30,6 +34,7 @@ mod resolver;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use domain::ports::MediaSink;
@@ -53,6 +58,45 @@ pub struct EgressConfig {
     pub connect_timeout: Duration,
     /// Bound on a whole call.
     pub timeout: Duration,
+    /// Bound on a whole webhook call ([`Egress::post_json`]); `None`: [`EgressConfig::timeout`].
+    pub webhook_timeout: Option<Duration>,
+    /// The slowest a fetched body may arrive; `None`: no floor.
+    pub min_rate: Option<MinRate>,
+}
+
+/// A floor on the speed of a fetch: after `grace` from the start of the call, every `window` must
+/// bring at least `bytes_per_sec` × `window` bytes (the headers and redirects count as no bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinRate {
+    /// Bytes per second, averaged over a window.
+    pub bytes_per_sec: u64,
+    /// The span the rate is averaged over.
+    pub window: Duration,
+    /// Time from the start of the call before the first window is judged.
+    pub grace: Duration,
+}
+
+impl MinRate {
+    /// The bytes one window must bring.
+    fn per_window(&self) -> u64 {
+        let millis = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+        self.bytes_per_sec.saturating_mul(millis) / 1000
+    }
+
+    /// Completes (with [`EgressError::TooSlow`]) once a window after the grace brings fewer bytes
+    /// than the rate asks; `received` counts the bytes so far.
+    async fn watch(self, received: &AtomicU64) -> EgressError {
+        tokio::time::sleep(self.grace).await;
+        let mut before = received.load(Ordering::Relaxed);
+        loop {
+            tokio::time::sleep(self.window.max(Duration::from_millis(1))).await;
+            let now = received.load(Ordering::Relaxed);
+            if now.saturating_sub(before) < self.per_window() {
+                return EgressError::TooSlow { bytes_per_sec: self.bytes_per_sec };
+            }
+            before = now;
+        }
+    }
 }
 
 pub use domain::{EgressError, FetchedMeta};
@@ -63,6 +107,8 @@ pub struct Egress {
     client: reqwest::Client,
     allow: Arc<AllowList>,
     timeout: Duration,
+    webhook_timeout: Duration,
+    min_rate: Option<MinRate>,
 }
 
 /// An error and its sources, joined with `: `.
@@ -110,7 +156,13 @@ impl Egress {
             }
         }
         let client = builder.build().map_err(|e| EgressError::Config(chain(&e)))?;
-        Ok(Egress { client, allow, timeout: config.timeout })
+        Ok(Egress {
+            client,
+            allow,
+            timeout: config.timeout,
+            webhook_timeout: config.webhook_timeout.unwrap_or(config.timeout),
+            min_rate: config.min_rate,
+        })
     }
 
     /// Parses and checks `url` before anything is sent.
@@ -141,7 +193,8 @@ impl Egress {
     }
 
     /// GETs `url` (following checked redirects) and streams the body into `sink`, at most
-    /// `max_bytes`. The sink is neither finished nor aborted here.
+    /// `max_bytes`, within the timeout and above the minimum rate. The sink is neither finished
+    /// nor aborted here.
     pub async fn fetch_to(
         &self,
         url: &str,
@@ -149,9 +202,18 @@ impl Egress {
         sink: &mut dyn MediaSink,
     ) -> Result<FetchedMeta, EgressError> {
         let start = self.check_text(url)?;
-        tokio::time::timeout(self.timeout, self.fetch_inner(start, max_bytes, sink))
-            .await
-            .map_err(|_| EgressError::Timeout)?
+        let received = AtomicU64::new(0);
+        let fetch = self.fetch_inner(start, max_bytes, sink, &received);
+        let guarded = async {
+            match self.min_rate {
+                None => fetch.await,
+                Some(rate) => tokio::select! {
+                    done = fetch => done,
+                    slow = rate.watch(&received) => Err(slow),
+                },
+            }
+        };
+        tokio::time::timeout(self.timeout, guarded).await.map_err(|_| EgressError::Timeout)?
     }
 
     async fn fetch_inner(
@@ -159,6 +221,7 @@ impl Egress {
         mut url: Url,
         max_bytes: u64,
         sink: &mut dyn MediaSink,
+        received: &AtomicU64,
     ) -> Result<FetchedMeta, EgressError> {
         for hop in 0..=MAX_REDIRECTS {
             self.check_url(&url)?;
@@ -176,31 +239,34 @@ impl Egress {
             if !status.is_success() {
                 return Err(EgressError::Status(status.as_u16()));
             }
-            return stream_body(response, url, max_bytes, sink).await;
+            return stream_body(response, url, max_bytes, sink, received).await;
         }
         Err(EgressError::Refused(format!("more than {MAX_REDIRECTS} redirects")))
     }
 
-    /// POSTs `body` as JSON with extra `headers` to `url`; the answer's status (a redirect is
-    /// not followed). The answer's body is not read.
+    /// POSTs `body` as JSON with extra `headers` to `url` within the webhook timeout; the answer's
+    /// status (a redirect is not followed). The answer's body is not read.
     pub async fn post_json(&self, url: &str, headers: &[(String, String)], body: Vec<u8>) -> Result<u16, EgressError> {
         let url = self.check_text(url)?;
-        let mut request = self.client.post(url).timeout(self.timeout).header(CONTENT_TYPE, "application/json");
+        let timeout = self.webhook_timeout;
+        let mut request = self.client.post(url).timeout(timeout).header(CONTENT_TYPE, "application/json");
         for (name, value) in headers {
             request = request.header(name.as_str(), value.as_str());
         }
         let send = request.body(body).send();
-        let response = tokio::time::timeout(self.timeout, send).await.map_err(|_| EgressError::Timeout)?;
+        let response = tokio::time::timeout(timeout, send).await.map_err(|_| EgressError::Timeout)?;
         Ok(response.map_err(|e| map_reqwest(&e))?.status().as_u16())
     }
 }
 
-/// Copies the body of a 2xx answer into `sink`, bounded by `max_bytes`.
+/// Copies the body of a 2xx answer into `sink`, bounded by `max_bytes`, counting the bytes in
+/// `received` as they arrive.
 async fn stream_body(
     mut response: reqwest::Response,
     url: Url,
     max_bytes: u64,
     sink: &mut dyn MediaSink,
+    received: &AtomicU64,
 ) -> Result<FetchedMeta, EgressError> {
     let too_large = EgressError::TooLarge { limit: max_bytes };
     let announced = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -211,6 +277,7 @@ async fn stream_body(
     let mut bytes = 0u64;
     while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
         bytes = bytes.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+        received.store(bytes, Ordering::Relaxed);
         if bytes > max_bytes {
             return Err(too_large);
         }
