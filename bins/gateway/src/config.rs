@@ -107,6 +107,26 @@ pub struct Config {
     pub log: String,
     /// `text` (default, for a terminal) or `json` (one object per line, for a log pipeline).
     pub log_format: String,
+    // The video worker and its outbound calls (issue 19 §4).
+    /// Connect timeout for media imports and webhooks.
+    pub egress_connect_timeout_ms: u64,
+    /// Whole-call timeout of one webhook delivery attempt.
+    pub webhook_timeout_ms: u64,
+    /// Whole-call timeout of one media import (all redirects and the body).
+    pub media_import_timeout_ms: u64,
+    /// The slowest a media import may come in, in bytes per second averaged over
+    /// `media_import_rate_window_ms`, once `media_import_rate_grace_ms` have passed; 0: no floor.
+    pub media_import_min_rate_bytes: u64,
+    /// The window the media import rate is averaged over.
+    pub media_import_rate_window_ms: u64,
+    /// Time from the start of a media import before its rate is first judged.
+    pub media_import_rate_grace_ms: u64,
+    /// Most video task steps (import, asset registration, submission, poll) a process runs at once.
+    pub worker_task_slots: u64,
+    /// Most webhook deliveries a process runs at once.
+    pub worker_delivery_slots: u64,
+    /// Most task steps, and most webhook deliveries, of one user a process runs at once.
+    pub worker_user_slots: u64,
 }
 
 impl Default for Config {
@@ -149,6 +169,15 @@ impl Default for Config {
             demo_balance: "100".into(),
             log: "info".into(),
             log_format: "text".into(),
+            egress_connect_timeout_ms: 5_000,
+            webhook_timeout_ms: 10_000,
+            media_import_timeout_ms: 300_000,
+            media_import_min_rate_bytes: 65_536,
+            media_import_rate_window_ms: 10_000,
+            media_import_rate_grace_ms: 10_000,
+            worker_task_slots: 64,
+            worker_delivery_slots: 64,
+            worker_user_slots: 4,
         }
     }
 }
@@ -197,6 +226,15 @@ const ENV_KEYS: &[&str] = &[
     "demo_balance",
     "log",
     "log_format",
+    "egress_connect_timeout_ms",
+    "webhook_timeout_ms",
+    "media_import_timeout_ms",
+    "media_import_min_rate_bytes",
+    "media_import_rate_window_ms",
+    "media_import_rate_grace_ms",
+    "worker_task_slots",
+    "worker_delivery_slots",
+    "worker_user_slots",
 ];
 
 impl Config {
@@ -349,6 +387,15 @@ impl serde::Serialize for Config {
         m.serialize_entry("idle_timeout_ms", &self.idle_timeout_ms)?;
         m.serialize_entry("http2_keepalive_ms", &self.http2_keepalive_ms)?;
         m.serialize_entry("max_connections", &self.max_connections)?;
+        m.serialize_entry("egress_connect_timeout_ms", &self.egress_connect_timeout_ms)?;
+        m.serialize_entry("webhook_timeout_ms", &self.webhook_timeout_ms)?;
+        m.serialize_entry("media_import_timeout_ms", &self.media_import_timeout_ms)?;
+        m.serialize_entry("media_import_min_rate_bytes", &self.media_import_min_rate_bytes)?;
+        m.serialize_entry("media_import_rate_window_ms", &self.media_import_rate_window_ms)?;
+        m.serialize_entry("media_import_rate_grace_ms", &self.media_import_rate_grace_ms)?;
+        m.serialize_entry("worker_task_slots", &self.worker_task_slots)?;
+        m.serialize_entry("worker_delivery_slots", &self.worker_delivery_slots)?;
+        m.serialize_entry("worker_user_slots", &self.worker_user_slots)?;
         m.end()
     }
 }

@@ -48,7 +48,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         upstream: upstream.clone(),
         assets: Arc::new(assets),
         media: Arc::new(media),
-        outbound: Arc::new(egress(config, connect_timeout)?),
+        outbound: Arc::new(egress(config)?),
         links: Arc::new(media::LinkSigner::new(secret, &public)),
         wire: Arc::new(api::wire::WireTasks),
     };
@@ -58,6 +58,9 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         deadline: config.deadline().map_err(|e| e.to_string())?,
         webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms.max(1)),
         lease: Duration::from_millis(config.task_lease_ms.max(1000)),
+        task_slots: slots(config.worker_task_slots),
+        delivery_slots: slots(config.worker_delivery_slots),
+        user_slots: slots(config.worker_user_slots),
         ..VideoSettings::default()
     };
     let admission = AdmissionSettings {
@@ -127,13 +130,30 @@ fn assets_client(
     upstream::HttpAssetUpstream::new(assets).map_err(|e| format!("assets: {e}"))
 }
 
-/// The egress client for media imports and webhooks.
-fn egress(config: &Config, connect_timeout: Duration) -> Result<media::Egress, String> {
+/// A worker slot count from its setting: at least one.
+fn slots(setting: u64) -> usize {
+    usize::try_from(setting.max(1)).unwrap_or(usize::MAX)
+}
+
+/// The egress client for media imports and webhooks, with its timeouts and the imports' minimum rate.
+fn egress(config: &Config) -> Result<media::Egress, String> {
     let allow = media::AllowList::parse(&config.egress_allow.join(",")).map_err(|e| format!("egress_allow: {e}"))?;
     let extra_ca_pem = match config.extra_ca_file.as_str() {
         "" => None,
         path => Some(std::fs::read(path).map_err(|e| format!("extra_ca_file {path}: {e}"))?),
     };
-    media::Egress::new(media::EgressConfig { allow, extra_ca_pem, connect_timeout, timeout: Duration::from_secs(300) })
-        .map_err(|e| format!("egress: {e}"))
+    let min_rate = (config.media_import_min_rate_bytes > 0).then(|| media::MinRate {
+        bytes_per_sec: config.media_import_min_rate_bytes,
+        window: Duration::from_millis(config.media_import_rate_window_ms.max(100)),
+        grace: Duration::from_millis(config.media_import_rate_grace_ms),
+    });
+    media::Egress::new(media::EgressConfig {
+        allow,
+        extra_ca_pem,
+        connect_timeout: Duration::from_millis(config.egress_connect_timeout_ms.max(1)),
+        timeout: Duration::from_millis(config.media_import_timeout_ms.max(1)),
+        webhook_timeout: Some(Duration::from_millis(config.webhook_timeout_ms.max(1))),
+        min_rate,
+    })
+    .map_err(|e| format!("egress: {e}"))
 }

@@ -26,4 +26,4 @@ pub use records::{
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
 pub use time::{Clock, SystemClock, Timestamp};
-pub use video::{DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};
+pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

@@ -97,18 +97,38 @@ pub enum MediaRecordError {
     Store(#[from] StoreError),
 }
 
+/// How one claim shares the worker's slots between users: at most `limit` rows in all, and at most
+/// `per_user` rows of one user counting the `busy` ones (work of that user this worker already runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimShare {
+    /// Most rows claimed.
+    pub limit: u64,
+    /// Most rows one user may hold in this worker, the `busy` ones included.
+    pub per_user: u64,
+    /// Users with work in flight in this worker, and how much.
+    pub busy: Vec<(UserId, u64)>,
+}
+
+impl ClaimShare {
+    /// Up to `limit` rows, however they fall between users.
+    pub fn up_to(limit: u64) -> ClaimShare {
+        ClaimShare { limit, per_user: limit, busy: Vec::new() }
+    }
+}
+
 /// Leases, media and webhook deliveries of video tasks.
 #[async_trait]
 pub trait VideoStore: Send + Sync {
-    /// Claims up to `limit` video tasks that are not terminal, whose next poll is due (at or before
-    /// `now`) and whose lease is free or expired, for `owner` until `lease_until`, oldest due first.
+    /// Claims video tasks that are not terminal, whose next poll is due (at or before `now`) and
+    /// whose lease is free or expired, for `owner` until `lease_until`, oldest due first, within
+    /// `share` (a user at its share is skipped, so its backlog never hides another user's tasks).
     /// With several replicas each task is claimed by one of them at a time.
     async fn claim_video_tasks(
         &self,
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<VideoJob>, StoreError>;
 
     /// Ends `owner`'s claim on `task` and schedules its next poll at `next_poll_at`, with
@@ -170,15 +190,21 @@ pub trait VideoStore: Send + Sync {
     /// whose enqueue a crash prevented).
     async fn unannounced_tasks(&self, limit: u64) -> Result<Vec<Task>, StoreError>;
 
-    /// Claims up to `limit` deliveries not yet delivered nor given up, due at or before `now`, whose
-    /// lease is free or expired, for `owner` until `lease_until`.
+    /// Claims deliveries not yet delivered nor given up, due at or before `now`, whose lease is free
+    /// or expired, for `owner` until `lease_until`, oldest due first, within `share`. At most one
+    /// delivery of a task is claimed at a time, and none while an earlier delivery of its task is
+    /// leased (being attempted), so a receiver that answers sees one task's statuses in order.
     async fn claim_deliveries(
         &self,
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<WebhookDelivery>, StoreError>;
+
+    /// Extends `owner`'s claim on delivery `id` to `lease_until`; false when `owner` no longer
+    /// holds it.
+    async fn renew_delivery_lease(&self, id: i64, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError>;
 
     /// Records one attempt of delivery `id` and releases its claim: `delivered` ends it; otherwise
     /// the next attempt is due at `retry_at`, or it is given up when `retry_at` is `None`.

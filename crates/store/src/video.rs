@@ -1,28 +1,125 @@
 //! `VideoStore`: the video worker's leases on tasks (here), stored media (`media.rs`) and the
 //! webhook outbox (`webhooks.rs`).
 //!
-//! A claim is one statement that both picks and leases: on PostgreSQL a locking CTE with
-//! `FOR NO KEY UPDATE SKIP LOCKED` feeding the `UPDATE`, so replicas claiming together skip each
-//! other's rows instead of waiting or taking them twice; on SQLite an `UPDATE … WHERE id IN
-//! (SELECT … LIMIT n)`, which SQLite's single writer makes atomic.
+//! A claim is one statement that both picks and leases ([`claim_sql`]): a scan of the oldest due
+//! rows (skipping the users already at their share), ranked per user (and, for deliveries, per
+//! task) so that no user gets more than its share, feeding the `UPDATE`. On PostgreSQL the scan
+//! locks `FOR NO KEY UPDATE SKIP LOCKED`, so replicas claiming together skip each other's rows
+//! instead of waiting or taking them twice; on SQLite the single writer makes the statement atomic.
 
 use async_trait::async_trait;
 use domain::ports::StoreError;
 use domain::{
-    DeliveryAttempt, MediaObject, MediaRecordError, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob, VideoStore,
-    WebhookDelivery,
+    ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob,
+    VideoStore, WebhookDelivery,
 };
 use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
 
 use crate::entities::tasks;
 use crate::{Backend, Store, backend_err};
 
-/// The filter of claimable video tasks (`$3`: now). It repeats the predicate of the partial
-/// index `tasks_video_due` so that both databases can use it.
-const DUE_TASKS: &str = "SELECT id FROM tasks \
-    WHERE kind = 'video' AND status IN ('submitting', 'queued', 'processing') \
-    AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3) \
-    ORDER BY next_poll_at NULLS FIRST, created_at, id LIMIT $4";
+/// Claimable video tasks (`$3`: now). It repeats the predicate of the partial index
+/// `tasks_video_due` so that both databases can use it.
+const DUE_TASKS: ClaimQuery = ClaimQuery {
+    table: "tasks",
+    from: "tasks",
+    columns: "id, user_id, next_poll_at, created_at",
+    due: "kind = 'video' AND status IN ('submitting', 'queued', 'processing') \
+        AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3)",
+    order: "next_poll_at NULLS FIRST, created_at, id",
+    one_per_task: false,
+};
+
+/// What a claim statement is made of, for one table.
+pub(crate) struct ClaimQuery {
+    /// The table whose rows are leased.
+    pub table: &'static str,
+    /// The scan's `FROM` (the table, perhaps aliased).
+    pub from: &'static str,
+    /// The scan's columns: `id`, `user_id`, the `order` columns (and `task_id` for one per task).
+    pub columns: &'static str,
+    /// The due rows (`$3`: now).
+    pub due: &'static str,
+    /// Oldest due first, ending with `id`.
+    pub order: &'static str,
+    /// At most one row per `task_id` (the lowest id among the due ones).
+    pub one_per_task: bool,
+}
+
+/// The claim statement of `query` within `share`, and its values: `$1` owner, `$2` the lease's end,
+/// `$3` now, `$4` rows scanned, `$5` the per-user share, `$6` rows claimed, then the users skipped
+/// (at their share already), then `(user, rows in flight)` of the users partly busy. The scan takes
+/// the oldest due rows of the users not skipped (four times the rows wanted, so that one user's
+/// backlog rarely fills it); each row is ranked within its user, counting what that user already
+/// runs, and the oldest rows within every user's share are leased.
+pub(crate) fn claim_sql(
+    backend: Backend,
+    query: &ClaimQuery,
+    owner: &str,
+    now: Timestamp,
+    lease_until: Timestamp,
+    share: &ClaimShare,
+) -> Result<(String, Vec<Value>), StoreError> {
+    let per_user = to_i64("per-user share", share.per_user)?;
+    let limit = to_i64("limit", share.limit)?;
+    let mut values: Vec<Value> = vec![
+        owner.into(),
+        lease_until.millis().into(),
+        now.millis().into(),
+        limit.saturating_mul(4).into(),
+        per_user.into(),
+        limit.into(),
+    ];
+    let mut skipped = Vec::new();
+    let mut partly = Vec::new();
+    for (user, used) in &share.busy {
+        let used = to_i64("rows in flight", *used)?;
+        if used >= per_user {
+            values.push(user.as_str().into());
+            skipped.push(format!("${}", values.len()));
+        } else if used > 0 {
+            values.push(user.as_str().into());
+            values.push(used.into());
+            partly.push(format!("(${}, ${})", values.len() - 1, values.len()));
+        }
+    }
+    let (table, from, columns, due, order) = (query.table, query.from, query.columns, query.due, query.order);
+    let skip = if skipped.is_empty() { String::new() } else { format!(" AND user_id NOT IN ({})", skipped.join(", ")) };
+    let lock = match backend {
+        Backend::Postgres => " FOR NO KEY UPDATE SKIP LOCKED",
+        Backend::Sqlite => "",
+    };
+    let mut sql =
+        format!("WITH candidates AS (SELECT {columns} FROM {from} WHERE {due}{skip} ORDER BY {order} LIMIT $4{lock})");
+    let mut source = "candidates";
+    if query.one_per_task {
+        sql.push_str(
+            ", firsts AS (SELECT * FROM (SELECT candidates.*, ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY id) AS k \
+             FROM candidates) AS f WHERE k = 1)",
+        );
+        source = "firsts";
+    }
+    let rank = format!("ROW_NUMBER() OVER (PARTITION BY r.user_id ORDER BY {order})");
+    if partly.is_empty() {
+        sql.push_str(&format!(", ranked AS (SELECT r.*, {rank} AS n FROM {source} AS r)"));
+    } else {
+        sql.push_str(&format!(
+            ", busy (busy_user, used) AS (VALUES {}), ranked AS (SELECT r.*, {rank} + COALESCE(b.used, 0) AS n \
+             FROM {source} AS r LEFT JOIN busy AS b ON b.busy_user = r.user_id)",
+            partly.join(", ")
+        ));
+    }
+    sql.push_str(&format!(", picked AS (SELECT id FROM ranked WHERE n <= $5 ORDER BY {order} LIMIT $6) "));
+    sql.push_str(&match backend {
+        Backend::Postgres => format!(
+            "UPDATE {table} AS t SET lease_owner = $1, lease_until = $2 FROM picked WHERE t.id = picked.id RETURNING t.*"
+        ),
+        Backend::Sqlite => {
+            format!("UPDATE {table} SET lease_owner = $1, lease_until = $2 WHERE id IN (SELECT id FROM picked) RETURNING *")
+        }
+    });
+    Ok((sql, values))
+}
 
 /// Converts a count or size the port gives as unsigned to the databases' `BIGINT`.
 pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
@@ -46,23 +143,12 @@ impl Store {
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<VideoJob>, StoreError> {
-        if limit == 0 {
+        if share.limit == 0 || share.per_user == 0 {
             return Ok(Vec::new());
         }
-        let sql = match self.backend() {
-            Backend::Postgres => format!(
-                "WITH picked AS ({DUE_TASKS} FOR NO KEY UPDATE SKIP LOCKED) \
-                 UPDATE tasks AS t SET lease_owner = $1, lease_until = $2 FROM picked WHERE t.id = picked.id \
-                 RETURNING t.*"
-            ),
-            Backend::Sqlite => {
-                format!("UPDATE tasks SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE_TASKS}) RETURNING *")
-            }
-        };
-        let values =
-            vec![owner.into(), lease_until.millis().into(), now.millis().into(), to_i64("limit", limit)?.into()];
+        let (sql, values) = claim_sql(self.backend(), &DUE_TASKS, owner, now, lease_until, share)?;
         let _guard = self.write_guard().await;
         let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         drop(_guard);
@@ -136,9 +222,9 @@ impl VideoStore for Store {
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<VideoJob>, StoreError> {
-        self.claim_tasks(owner, now, lease_until, limit).await
+        self.claim_tasks(owner, now, lease_until, share).await
     }
 
     async fn release_video_task(
@@ -215,9 +301,13 @@ impl VideoStore for Store {
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<WebhookDelivery>, StoreError> {
-        self.claim_outbox(owner, now, lease_until, limit).await
+        self.claim_outbox(owner, now, lease_until, share).await
+    }
+
+    async fn renew_delivery_lease(&self, id: i64, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError> {
+        self.renew_outbox_lease(id, owner, lease_until).await
     }
 
     async fn record_delivery(

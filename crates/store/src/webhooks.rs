@@ -7,7 +7,7 @@
 //! only while the task is in it.
 
 use domain::ports::StoreError;
-use domain::{DeliveryAttempt, Task, TaskId, TaskStatus, Timestamp, UserId, WebhookDelivery};
+use domain::{ClaimShare, DeliveryAttempt, Task, TaskId, TaskStatus, Timestamp, UserId, WebhookDelivery};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter,
@@ -15,14 +15,23 @@ use sea_orm::{
 };
 
 use crate::entities::{tasks, webhook_attempts, webhook_deliveries};
-use crate::video::{to_i64, to_u64};
-use crate::{Backend, Store, backend_err};
+use crate::video::{ClaimQuery, claim_sql, to_u64};
+use crate::{Store, backend_err};
 
-/// Deliveries to claim (`$3`: now, `$4`: how many); repeats the predicate of the partial index
-/// `webhook_deliveries_due`.
-const DUE_DELIVERIES: &str = "SELECT id FROM webhook_deliveries \
-    WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= $3 \
-    AND (lease_until IS NULL OR lease_until <= $3) ORDER BY next_attempt_at, id LIMIT $4";
+/// Deliveries to claim (`$3`: now): the predicate of the partial index `webhook_deliveries_due`,
+/// and no earlier delivery of the same task under a lease (being attempted), so one task's
+/// deliveries go one at a time, in order (index `webhook_deliveries_task`).
+const DUE_DELIVERIES: ClaimQuery = ClaimQuery {
+    table: "webhook_deliveries",
+    from: "webhook_deliveries AS d",
+    columns: "d.id, d.user_id, d.task_id, d.next_attempt_at",
+    due: "d.delivered_at IS NULL AND d.given_up_at IS NULL AND d.next_attempt_at <= $3 \
+        AND (d.lease_until IS NULL OR d.lease_until <= $3) \
+        AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS e WHERE e.task_id = d.task_id AND e.id < d.id \
+        AND e.delivered_at IS NULL AND e.given_up_at IS NULL AND e.lease_until > $3)",
+    order: "next_attempt_at, id",
+    one_per_task: true,
+};
 
 /// One attempt: count it, keep its outcome, end or reschedule the delivery, free the lease.
 /// `$3`: delivered; `$4`: when it was made; `$5`: the next attempt's time (NULL: give up).
@@ -126,24 +135,12 @@ impl Store {
         owner: &str,
         now: Timestamp,
         lease_until: Timestamp,
-        limit: u64,
+        share: &ClaimShare,
     ) -> Result<Vec<WebhookDelivery>, StoreError> {
-        if limit == 0 {
+        if share.limit == 0 || share.per_user == 0 {
             return Ok(Vec::new());
         }
-        let sql = match self.backend() {
-            Backend::Postgres => format!(
-                "WITH picked AS ({DUE_DELIVERIES} FOR NO KEY UPDATE SKIP LOCKED) \
-                 UPDATE webhook_deliveries AS d SET lease_owner = $1, lease_until = $2 FROM picked \
-                 WHERE d.id = picked.id RETURNING d.*"
-            ),
-            Backend::Sqlite => format!(
-                "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE_DELIVERIES}) \
-                 RETURNING *"
-            ),
-        };
-        let values =
-            vec![owner.into(), lease_until.millis().into(), now.millis().into(), to_i64("limit", limit)?.into()];
+        let (sql, values) = claim_sql(self.backend(), &DUE_DELIVERIES, owner, now, lease_until, share)?;
         let _guard = self.write_guard().await;
         let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let mut rows = rows
@@ -153,6 +150,20 @@ impl Store {
             .map_err(backend_err)?;
         rows.sort_by_key(|r| (r.next_attempt_at, r.id));
         rows.into_iter().map(delivery_from_row).collect()
+    }
+
+    pub(crate) async fn renew_outbox_lease(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let values = vec![lease_until.millis().into(), id.into(), owner.into()];
+        let sql = "UPDATE webhook_deliveries SET lease_until = $1 WHERE id = $2 AND lease_owner = $3 \
+                   AND delivered_at IS NULL AND given_up_at IS NULL";
+        let _guard = self.write_guard().await;
+        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        Ok(done.rows_affected() == 1)
     }
 
     pub(crate) async fn record_attempt(

@@ -14,8 +14,8 @@ use billing::CallBook;
 use common::{TestDb, name, new_task, usd, user_with};
 use domain::ports::{AccountStore, AssetKind, StoreError, TaskStore};
 use domain::{
-    MediaObject, MediaRecordError, ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp,
-    UserId, VideoStore,
+    ClaimShare, MediaObject, MediaRecordError, ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition,
+    Timestamp, UserId, VideoStore,
 };
 use store::Store;
 
@@ -57,8 +57,56 @@ async fn step(store: &Store, user: &UserId, task: &TaskId, from: TaskStatus, eve
 }
 
 async fn claim(store: &Store, owner: &str, now: i64, limit: u64) -> Vec<TaskId> {
-    let jobs = store.claim_video_tasks(owner, Timestamp(now), Timestamp(now + 30_000), limit).await;
+    let jobs = store.claim_video_tasks(owner, Timestamp(now), Timestamp(now + 30_000), &ClaimShare::up_to(limit)).await;
     jobs.unwrap_or_else(|e| panic!("{}: claim: {e}", name(store))).into_iter().map(|j| j.task.id).collect()
+}
+
+/// Claims `share` at `T` for `owner`: the claimed tasks' owners, in claim order.
+async fn claim_shared(store: &Store, owner: &str, share: &ClaimShare) -> Vec<UserId> {
+    let jobs = store.claim_video_tasks(owner, Timestamp(T), Timestamp(T + 30_000), share).await;
+    jobs.unwrap_or_else(|e| panic!("{}: claim: {e}", name(store))).into_iter().map(|j| j.task.user_id).collect()
+}
+
+#[tokio::test]
+async fn a_claim_gives_no_user_more_than_its_share_and_skips_users_at_it() {
+    for db in TestDb::all("video_share").await {
+        let store = db.open().await;
+        let db_name = name(&store);
+        let (busy, quiet) = (user_with(&store, usd(1_000_000)).await, user_with(&store, usd(1_000_000)).await);
+        // The busy user's backlog is older than the quiet user's one task.
+        for i in 0..12 {
+            video_task(&store, &busy, T - 1_000 + i, None).await;
+        }
+        video_task(&store, &quiet, T - 10, None).await;
+        let share = |limit, per_user, busy_now: &[(&UserId, u64)]| ClaimShare {
+            limit,
+            per_user,
+            busy: busy_now.iter().map(|(u, n)| ((*u).clone(), *n)).collect(),
+        };
+        // A user at its share is skipped: its backlog does not hide the quiet user's task.
+        assert_eq!(
+            claim_shared(&store, "w", &share(5, 3, &[(&busy, 3)])).await,
+            std::slice::from_ref(&quiet),
+            "{db_name}"
+        );
+        // A user partly busy gets what is left of its share; the limit holds over all users.
+        assert_eq!(
+            claim_shared(&store, "w", &share(5, 3, &[(&busy, 1)])).await,
+            [busy.clone(), busy.clone()],
+            "{db_name}"
+        );
+        assert_eq!(claim_shared(&store, "w", &share(5, 3, &[])).await.len(), 3, "{db_name}: a fresh share");
+        assert_eq!(claim_shared(&store, "w", &share(2, 3, &[])).await.len(), 2, "{db_name}: the limit");
+        assert_eq!(claim_shared(&store, "w", &share(5, 0, &[])).await.len(), 0, "{db_name}: no share");
+        // Several busy users at once, one of them above its share (counts may lag a release).
+        let other = user_with(&store, usd(1_000_000)).await;
+        video_task(&store, &other, T - 5, None).await;
+        video_task(&store, &other, T - 4, None).await;
+        let got = claim_shared(&store, "w", &share(10, 2, &[(&busy, 7), (&other, 1), (&quiet, 1)])).await;
+        assert_eq!(got, std::slice::from_ref(&other), "{db_name}: one left of other's share, none of busy's");
+        store.close().await.expect("close");
+        db.cleanup().await;
+    }
 }
 
 #[tokio::test]
@@ -78,7 +126,10 @@ async fn claims_honour_due_time_leases_and_terminal_states() {
         step(&store, &alice, &b, TaskStatus::Submitting, TaskEvent::Accepted).await;
 
         assert_eq!(claim(&store, "w1", T, 0).await, Vec::<TaskId>::new(), "{db_name}: limit 0");
-        let jobs = store.claim_video_tasks("w1", Timestamp(T), Timestamp(T + 30_000), 2).await.expect("claim");
+        let jobs = store
+            .claim_video_tasks("w1", Timestamp(T), Timestamp(T + 30_000), &ClaimShare::up_to(2))
+            .await
+            .expect("claim");
         let ids: Vec<&TaskId> = jobs.iter().map(|j| &j.task.id).collect();
         assert_eq!(ids, [&a, &b], "{db_name}: never polled, oldest first, up to the limit");
         assert_eq!(jobs[0].task.status, TaskStatus::Submitting);
@@ -102,7 +153,8 @@ async fn claims_honour_due_time_leases_and_terminal_states() {
             "{db_name}: unknown task"
         );
         assert!(claim(&store, "w2", T + 9_999, 10).await.is_empty(), "{db_name}: not due yet");
-        let jobs = store.claim_video_tasks("w2", Timestamp(T + 10_000), Timestamp(T + 40_000), 10).await;
+        let share = ClaimShare::up_to(10);
+        let jobs = store.claim_video_tasks("w2", Timestamp(T + 10_000), Timestamp(T + 40_000), &share).await;
         let jobs = jobs.expect("claim at the due time");
         assert_eq!(jobs.len(), 1, "{db_name}: due at next_poll_at exactly");
         assert_eq!((&jobs[0].task.id, jobs[0].poll_failures), (&a, 2), "{db_name}: failures kept");
@@ -183,7 +235,8 @@ async fn two_claimers_never_hold_one_task_together() {
             let (held, polls) = (Arc::clone(&held), Arc::clone(&polls));
             workers.spawn(async move {
                 for _ in 0..2_000 {
-                    let jobs = store.claim_video_tasks(owner, Timestamp(T), Timestamp(T + 3_600_000), 4).await;
+                    let share = ClaimShare::up_to(4);
+                    let jobs = store.claim_video_tasks(owner, Timestamp(T), Timestamp(T + 3_600_000), &share).await;
                     let jobs = jobs.unwrap_or_else(|e| panic!("{owner}: claim: {e}"));
                     if jobs.is_empty() && polls.lock().map(|p| p.values().sum::<u32>()).unwrap_or(0) >= TASKS * ROUNDS {
                         break;

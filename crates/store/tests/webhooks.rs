@@ -13,8 +13,8 @@ use billing::CallBook;
 use common::{TestDb, name, new_task, usd, user_with};
 use domain::ports::{StoreError, TaskStore};
 use domain::{
-    Clock, DeliveryAttempt, ModelKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UserId, VideoStore,
-    WebhookDelivery,
+    ClaimShare, Clock, DeliveryAttempt, ModelKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UserId,
+    VideoStore, WebhookDelivery,
 };
 use store::Store;
 
@@ -72,7 +72,10 @@ async fn unannounced(store: &Store) -> Vec<TaskId> {
 }
 
 async fn claim(store: &Store, owner: &str, now: i64) -> Vec<WebhookDelivery> {
-    store.claim_deliveries(owner, Timestamp(now), Timestamp(now + 60_000), 10).await.expect("claim deliveries")
+    store
+        .claim_deliveries(owner, Timestamp(now), Timestamp(now + 60_000), &ClaimShare::up_to(10))
+        .await
+        .expect("claim deliveries")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -119,13 +122,20 @@ async fn each_status_is_enqueued_once_and_only_while_current() {
         let missing = store.enqueue_webhook(&new_task(), TaskStatus::Queued, HOOK, "task.queued", "{}").await;
         assert_eq!(missing, Ok(false), "{db_name}: an unknown task enqueues nothing");
 
+        // One delivery of a task at a time, in the order enqueued: the later one waits while the
+        // earlier one is being attempted.
         let due = claim(store, "w", T).await;
         let events: Vec<&str> = due.iter().map(|d| d.event.as_str()).collect();
-        assert_eq!(events, ["task.queued", "task.succeeded"], "{db_name}: in the order enqueued");
+        assert_eq!(events, ["task.queued"], "{db_name}: the first enqueued, alone");
         let first = &due[0];
         assert_eq!((&first.task_id, &first.user_id, first.url.as_str()), (&t, &alice, HOOK), "{db_name}");
         assert_eq!((first.attempts, first.created_at), (0, Timestamp(T)), "{db_name}");
         assert!(first.payload.contains(r#""type":"task.queued""#), "{db_name}: {}", first.payload);
+        assert!(claim(&stores[1], "w2", T).await.is_empty(), "{db_name}: the next waits for the first's attempt");
+        store.record_delivery(first.id, attempt(Some(204), T, None), true, None).await.expect("delivered");
+        let next = claim(&stores[1], "w2", T).await;
+        let events: Vec<&str> = next.iter().map(|d| d.event.as_str()).collect();
+        assert_eq!(events, ["task.succeeded"], "{db_name}: then the next");
         for store in stores {
             store.close().await.expect("close");
         }
@@ -152,6 +162,11 @@ async fn deliveries_are_leased_retried_given_up_and_logged() {
         assert_eq!(claimed.len(), 1, "{db_name}");
         let id = claimed[0].id;
         assert!(claim(&store, "w2", T + 59_999).await.is_empty(), "{db_name}: leased");
+        // The holder renews its lease while the attempt runs; nobody else can.
+        assert_eq!(store.renew_delivery_lease(id, "w2", Timestamp(T + 90_000)).await, Ok(false), "{db_name}");
+        assert_eq!(store.renew_delivery_lease(id, "w1", Timestamp(T + 70_000)).await, Ok(true), "{db_name}");
+        assert!(claim(&store, "w2", T + 69_999).await.is_empty(), "{db_name}: renewed");
+        assert_eq!(store.renew_delivery_lease(id, "w1", Timestamp(T + 60_000)).await, Ok(true), "{db_name}");
 
         // A 500: retried at the given time, lease released.
         let failed = attempt(Some(500), T + 10, Some("HTTP 500"));
@@ -187,6 +202,49 @@ async fn deliveries_are_leased_retried_given_up_and_logged() {
     }
 }
 
+#[tokio::test]
+async fn a_delivery_claim_takes_one_per_task_within_each_users_share() {
+    for db in TestDb::all("webhook_share").await {
+        let store = open(&db).await;
+        let db_name = name(&store);
+        let (busy, quiet) = (user_with(&store, usd(1_000_000)).await, user_with(&store, usd(1_000_000)).await);
+        let mut busy_tasks = Vec::new();
+        for _ in 0..4 {
+            let t = video_task(&store, &busy, Some(HOOK)).await;
+            step(&store, &busy, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+            assert!(enqueue(&store, &t, TaskStatus::Queued).await);
+            step(&store, &busy, &t, TaskStatus::Queued, TaskEvent::Started).await;
+            assert!(enqueue(&store, &t, TaskStatus::Processing).await);
+            busy_tasks.push(t);
+        }
+        let t = video_task(&store, &quiet, Some(HOOK)).await;
+        step(&store, &quiet, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        assert!(enqueue(&store, &t, TaskStatus::Queued).await);
+        let claim_with = |owner: &'static str, limit, per_user, busy_now: Vec<(UserId, u64)>| {
+            let store = store.clone();
+            async move {
+                let share = ClaimShare { limit, per_user, busy: busy_now };
+                store.claim_deliveries(owner, Timestamp(T), Timestamp(T + 60_000), &share).await.expect("claim")
+            }
+        };
+        // The busy user is at its share: only the quiet user's delivery.
+        let got = claim_with("w1", 10, 2, vec![(busy.clone(), 2)]).await;
+        assert_eq!(got.iter().map(|d| &d.task_id).collect::<Vec<_>>(), [&t], "{db_name}");
+        // Then two of the busy user's, the first of two tasks each.
+        let got = claim_with("w1", 10, 2, vec![(quiet.clone(), 1)]).await;
+        assert_eq!(got.len(), 2, "{db_name}: {got:?}");
+        assert!(got.iter().all(|d| d.user_id == busy && d.event == "task.queued"), "{db_name}: {got:?}");
+        assert_ne!(got[0].task_id, got[1].task_id, "{db_name}: one per task");
+        // The other two tasks' first deliveries; none of a task whose first is being attempted.
+        let rest = claim_with("w2", 10, 10, vec![]).await;
+        assert_eq!(rest.len(), 2, "{db_name}: {rest:?}");
+        assert!(rest.iter().all(|d| d.event == "task.queued" && got.iter().all(|g| g.task_id != d.task_id)));
+        assert!(claim_with("w2", 10, 10, vec![]).await.is_empty(), "{db_name}: the rest wait");
+        store.close().await.expect("close");
+        db.cleanup().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_claimers_share_the_outbox_without_overlap() {
     const TASKS: usize = 30;
@@ -204,7 +262,8 @@ async fn two_claimers_share_the_outbox_without_overlap() {
             claimers.spawn(async move {
                 let mut mine = Vec::new();
                 for _ in 0..1_000 {
-                    let batch = store.claim_deliveries(owner, Timestamp(T), Timestamp(T + 60_000), 3).await;
+                    let share = ClaimShare::up_to(3);
+                    let batch = store.claim_deliveries(owner, Timestamp(T), Timestamp(T + 60_000), &share).await;
                     let batch = batch.unwrap_or_else(|e| panic!("{owner}: {e}"));
                     if batch.is_empty() {
                         break;

@@ -233,9 +233,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, addr: SocketAdd
     if path == "/hook/hang" {
         // Reads until the client closes (or sends more, which is ignored); never answers.
         let mut buf = [0u8; 1024];
-        let closed = async {
-            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
-        };
+        let closed = async { while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {} };
         if tokio::time::timeout(SLOW_ROUTE_LIMIT, closed).await.is_ok() {
             log.abandoned.lock().unwrap().push((path.clone(), started.elapsed()));
         }

@@ -68,6 +68,8 @@ impl VideoEnv {
             extra_ca_pem: Some(ca),
             connect_timeout: connect,
             timeout,
+            webhook_timeout: None,
+            min_rate: None,
         })
         .expect("egress client");
         let media_root = std::env::temp_dir().join(unique("gw-media-"));

@@ -4,7 +4,8 @@
 //! - [`create`]: `POST /api/v1/tasks` — validate, store uploaded files (sniffed, bounded, counted
 //!   against the media quota), check media links against the egress policy, hold the estimate and
 //!   record the task; nothing is sent upstream yet.
-//! - [`worker`]: claims due tasks with a lease (one replica each), submits them (imports the media
+//! - [`worker`]: keeps due work in flight within bounds (overall and per user), claiming each task
+//!   with a lease (one replica each) as a slot frees; submits them (imports the media
 //!   links, registers every stored file as an upstream asset reached through a signed link, creates
 //!   the upstream task), polls them with back-off, and ends them through the domain state machine:
 //!   settle on `succeeded` from the upstream's `usage.completion_tokens`, refund on `failed`,
@@ -12,8 +13,8 @@
 //! - [`cancel`]: `DELETE /api/v1/tasks/{id}` — only while `queued`: upstream first, then the task
 //!   and its refund in one commit.
 //! - [`webhook`]: every status change after creation enqueues one signed delivery (exactly once per
-//!   status, recovered after a crash); the worker delivers them with exponential back-off and
-//!   records every attempt.
+//!   status, recovered after a crash); the worker delivers them (one at a time per task, each in a
+//!   delivery slot of its user) with exponential back-off and records every attempt.
 
 pub(crate) mod cancel;
 pub(crate) mod create;
@@ -74,8 +75,14 @@ pub struct VideoSettings {
     pub webhook_attempts: u32,
     /// How long a claim on a task or a delivery lasts.
     pub lease: Duration,
-    /// Most tasks (and deliveries) one pass claims.
+    /// Most tasks (and deliveries) one claim takes.
     pub batch: u64,
+    /// Most task steps (media import, asset registration, submission, poll) in flight at once.
+    pub task_slots: usize,
+    /// Most webhook deliveries in flight at once.
+    pub delivery_slots: usize,
+    /// Most task steps, and most deliveries, of one user in flight at once.
+    pub user_slots: usize,
     /// How long a signed media link stays valid.
     pub link_ttl: Duration,
     /// How long submission waits for an upstream asset to become active.
@@ -95,6 +102,9 @@ impl Default for VideoSettings {
             webhook_attempts: 20,
             lease: Duration::from_secs(120),
             batch: 64,
+            task_slots: 64,
+            delivery_slots: 64,
+            user_slots: 4,
             link_ttl: Duration::from_secs(6 * 3600),
             asset_wait: Duration::from_secs(600),
             asset_poll: Duration::from_secs(3),

@@ -214,7 +214,7 @@ fn import_failure(position: u32, e: EgressError, typed: Option<TypedError>) -> S
         };
     }
     match e {
-        EgressError::Timeout | EgressError::Network(_) | EgressError::Sink(_) => {
+        EgressError::Timeout | EgressError::TooSlow { .. } | EgressError::Network(_) | EgressError::Sink(_) => {
             Submission::Retry(format!("importing media[{position}]: {e}"))
         }
         other => failed("media_import_failed", format!("media[{position}] could not be imported: {other}")),

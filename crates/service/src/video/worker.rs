@@ -1,7 +1,12 @@
-//! The video worker: a loop in every `serve` process. Each pass claims due tasks with a lease (so with
-//! several replicas each task is handled by one at a time), advances them concurrently, and delivers
-//! due webhooks. After a crash or restart every task that is not terminal is due again once its lease
-//! runs out, so it is picked up where it was.
+//! The video worker: a loop in every `serve` process that keeps up to `task_slots` task steps and
+//! `delivery_slots` webhook deliveries in flight, at most `user_slots` of each per user, and claims
+//! more due work (with a lease, so with several replicas each task or delivery is handled by one at a
+//! time) as soon as a slot frees: a step never waits for another one to end, and a slow tenant (a
+//! drip-fed media link, a webhook receiver that never answers) fills its own share, nobody else's.
+//! A lease starts when its row is claimed and is renewed while its step runs. After a crash or
+//! restart every task that is not terminal is due again once its lease runs out, so it is picked up
+//! where it was. [`Gateway::video_tick`] is one pass of the same steps (claim what is due, run it all,
+//! then the deliveries), for tests.
 //!
 //! Advancing a task: past the deadline → `expired` (refunded, cancelled upstream when queued);
 //! `submitting` → submit ([`super::submit`]) → `queued`; `queued` / `processing` → poll: `running` →
@@ -11,12 +16,18 @@
 //! doubled per failure in a row, up to a maximum). Every state change goes through the store's
 //! compare-and-set, so a cancel racing a poll ends the task once.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use catalog::ModelDef;
-use domain::ports::UpstreamError;
-use domain::{TaskEvent, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount, VideoJob};
-use tokio::task::JoinSet;
+use domain::ports::{StoreError, UpstreamError};
+use domain::{
+    ClaimShare, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount, UserId, VideoJob,
+    WebhookDelivery,
+};
+use tokio::task::{JoinError, JoinSet};
 
 use super::millis;
 use super::poll::{UpstreamState, parse_task};
@@ -44,22 +55,199 @@ enum Next {
     Backoff,
 }
 
+/// How long a stopping worker lets its steps in flight finish before it drops them (their claims
+/// then expire and another replica, or the next start, takes them over).
+const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Task steps or deliveries in flight: how many in all and per user, against their bounds.
+#[derive(Debug)]
+struct Slots {
+    limit: usize,
+    per_user: usize,
+    used: usize,
+    by_user: HashMap<UserId, usize>,
+}
+
+impl Slots {
+    fn new(limit: usize, per_user: usize) -> Slots {
+        Slots { limit, per_user, used: 0, by_user: HashMap::new() }
+    }
+
+    fn free(&self) -> usize {
+        self.limit.saturating_sub(self.used)
+    }
+
+    /// What the next claim may take: the free slots (at most `batch`), each user within its share.
+    fn share(&self, batch: u64) -> ClaimShare {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        ClaimShare {
+            limit: count(self.free()).min(batch),
+            per_user: count(self.per_user),
+            busy: self.by_user.iter().map(|(user, n)| (user.clone(), count(*n))).collect(),
+        }
+    }
+
+    fn take(&mut self, user: &UserId) {
+        self.used = self.used.saturating_add(1);
+        *self.by_user.entry(user.clone()).or_default() += 1;
+    }
+
+    fn give(&mut self, user: &UserId) {
+        self.used = self.used.saturating_sub(1);
+        if let Some(n) = self.by_user.get_mut(user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_user.remove(user);
+            }
+        }
+    }
+}
+
+/// The kind of a piece of work in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Task,
+    Delivery,
+}
+
+/// The worker's work in flight and the slots it holds.
+struct InFlight {
+    running: JoinSet<()>,
+    holders: HashMap<tokio::task::Id, (Kind, UserId)>,
+    tasks: Slots,
+    deliveries: Slots,
+}
+
+impl InFlight {
+    fn slots(&mut self, kind: Kind) -> &mut Slots {
+        match kind {
+            Kind::Task => &mut self.tasks,
+            Kind::Delivery => &mut self.deliveries,
+        }
+    }
+
+    /// Runs `work` for `user` in one of its `kind` slots.
+    fn spawn(&mut self, kind: Kind, user: UserId, work: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.running.spawn(work);
+        self.slots(kind).take(&user);
+        self.holders.insert(handle.id(), (kind, user));
+    }
+
+    /// Frees the slot of a piece of work that ended.
+    fn ended(&mut self, done: Result<(tokio::task::Id, ()), JoinError>) {
+        let id = match done {
+            Ok((id, ())) => id,
+            Err(e) => {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "a video worker step panicked");
+                }
+                e.id()
+            }
+        };
+        if let Some((kind, user)) = self.holders.remove(&id) {
+            self.slots(kind).give(&user);
+        }
+    }
+
+    /// Frees the slots of every piece of work that has ended by now.
+    fn reap(&mut self) {
+        while let Some(done) = self.running.try_join_next_with_id() {
+            self.ended(done);
+        }
+    }
+}
+
 impl Gateway {
-    /// Runs the worker as `owner` (a name unique to this process) until `shutdown` completes.
+    /// Runs the worker as `owner` (a name unique to this process) until `shutdown` completes: claims
+    /// due work whenever a slot is free, waits for a slot to free, the poll interval or a new task,
+    /// and at shutdown lets the steps in flight finish (at most [`DRAIN_LIMIT`]).
     pub async fn run_video_worker(self, owner: String, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
+        let settings = self.video_settings;
+        let mut work = InFlight {
+            running: JoinSet::new(),
+            holders: HashMap::new(),
+            tasks: Slots::new(settings.task_slots.max(1), settings.user_slots.max(1)),
+            deliveries: Slots::new(settings.delivery_slots.max(1), settings.user_slots.max(1)),
+        };
+        let mut announced: Option<Instant> = None;
         loop {
-            match self.video_tick(&owner).await {
-                Ok(report) if report.tasks + report.deliveries > 0 => tracing::debug!(?report, "video worker pass"),
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "video worker pass failed"),
+            if announced.is_none_or(|at| at.elapsed() >= settings.poll_interval) {
+                if let Err(e) = self.announce_missing().await {
+                    tracing::error!(error = %e, "announcing unannounced task changes failed");
+                }
+                announced = Some(Instant::now());
+            }
+            if let Err(e) = self.fill(&owner, &mut work).await {
+                tracing::error!(error = %e, "claiming video work failed");
             }
             tokio::select! {
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(self.video_settings.poll_interval) => {}
-                () = self.video_wake.notified() => {}
+                Some(done) = work.running.join_next_with_id(), if !work.running.is_empty() => {
+                    work.ended(done);
+                    work.reap();
+                }
+                () = tokio::time::sleep(settings.poll_interval) => work.reap(),
+                () = self.video_wake.notified() => work.reap(),
             }
         }
+        let drain = async {
+            while let Some(done) = work.running.join_next_with_id().await {
+                work.ended(done);
+            }
+        };
+        if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
+            tracing::warn!(
+                left = work.running.len(),
+                "video work still running at exit; its claims expire on their own"
+            );
+            work.running.abort_all();
+        }
+    }
+
+    /// Claims due tasks and deliveries into the free slots, each user within its share, and starts
+    /// them.
+    async fn fill(&self, owner: &str, work: &mut InFlight) -> Result<(), ServiceError> {
+        let batch = self.video_settings.batch;
+        if work.tasks.free() > 0 {
+            for job in self.claim_tasks(owner, &work.tasks.share(batch)).await? {
+                let (gateway, owner, user) = (self.clone(), owner.to_owned(), job.task.user_id.clone());
+                work.spawn(Kind::Task, user, async move {
+                    if let Err(e) = gateway.advance(&owner, job).await {
+                        tracing::error!(error = %e, "advancing a video task failed");
+                    }
+                });
+            }
+        }
+        if work.deliveries.free() > 0 {
+            for delivery in self.claim_deliveries(owner, &work.deliveries.share(batch)).await? {
+                let (gateway, owner, user) = (self.clone(), owner.to_owned(), delivery.user_id.clone());
+                work.spawn(Kind::Delivery, user, async move {
+                    if let Err(e) = gateway.deliver_claimed(&owner, delivery).await {
+                        tracing::error!(error = %e, "a webhook delivery failed to run");
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims due tasks within `share`, leased from now.
+    async fn claim_tasks(&self, owner: &str, share: &ClaimShare) -> Result<Vec<VideoJob>, ServiceError> {
+        let (now, until) = self.lease_from_now();
+        Ok(self.ports.videos.claim_video_tasks(owner, now, until, share).await?)
+    }
+
+    /// Claims due deliveries within `share` (one per task), leased from now.
+    async fn claim_deliveries(&self, owner: &str, share: &ClaimShare) -> Result<Vec<WebhookDelivery>, ServiceError> {
+        let (now, until) = self.lease_from_now();
+        Ok(self.ports.videos.claim_deliveries(owner, now, until, share).await?)
+    }
+
+    /// Now, and the end of a lease taken now.
+    fn lease_from_now(&self) -> (Timestamp, Timestamp) {
+        let now = self.ports.clock.now();
+        (now, Timestamp(now.millis().saturating_add(millis(self.video_settings.lease))))
     }
 
     /// Wakes the worker of this process (a task was just created).
@@ -67,14 +255,14 @@ impl Gateway {
         self.video_wake.notify_one();
     }
 
-    /// One pass: announces unannounced changes, advances the due tasks and delivers the due webhooks.
+    /// One pass, for tests: announces unannounced changes, advances the due tasks (up to `batch`,
+    /// whoever owns them) and then delivers the due webhooks (one per task), each claimed when it
+    /// starts.
     pub async fn video_tick(&self, owner: &str) -> Result<TickReport, ServiceError> {
         self.video()?;
         self.announce_missing().await?;
-        let now = self.ports.clock.now();
-        let lease_until = Timestamp(now.millis().saturating_add(millis(self.video_settings.lease)));
-        let batch = self.video_settings.batch;
-        let jobs = self.ports.videos.claim_video_tasks(owner, now, lease_until, batch).await?;
+        let share = ClaimShare::up_to(self.video_settings.batch);
+        let jobs = self.claim_tasks(owner, &share).await?;
         let tasks = jobs.len();
         let mut running = JoinSet::new();
         for job in jobs {
@@ -88,26 +276,15 @@ impl Gateway {
                 Err(e) => tracing::error!(error = %e, "a video task's advance panicked"),
             }
         }
-        let deliveries = self.ports.videos.claim_deliveries(owner, now, lease_until, batch).await?;
+        // One delivery per task is claimed at a time, so a task's deliveries go in order.
+        let deliveries = self.claim_deliveries(owner, &share).await?;
         let count = deliveries.len();
-        // One task's deliveries go one after another in the order they were enqueued, so a receiver
-        // that answers sees its statuses in order; different tasks' go concurrently.
-        let mut by_task: std::collections::BTreeMap<String, Vec<domain::WebhookDelivery>> =
-            std::collections::BTreeMap::new();
+        let mut sending = JoinSet::new();
         for delivery in deliveries {
-            by_task.entry(delivery.task_id.0.clone()).or_default().push(delivery);
+            let (gateway, owner) = (self.clone(), owner.to_owned());
+            sending.spawn(async move { gateway.deliver_claimed(&owner, delivery).await });
         }
-        for (_, mut queue) in by_task {
-            queue.sort_by_key(|d| d.id);
-            let gateway = self.clone();
-            running.spawn(async move {
-                for delivery in queue {
-                    gateway.deliver(delivery).await?;
-                }
-                Ok(())
-            });
-        }
-        while let Some(done) = running.join_next().await {
+        while let Some(done) = sending.join_next().await {
             if let Ok(Err(e)) | Err(e) = done.map_err(|e| ServiceError::Internal(e.to_string())) {
                 tracing::error!(error = %e, "a webhook delivery failed to run");
             }
@@ -115,9 +292,14 @@ impl Gateway {
         Ok(TickReport { tasks, deliveries: count })
     }
 
-    /// Runs `step` while renewing `owner`'s lease on the task every third of a lease, so that a step
-    /// longer than a lease (large imports, slow asset checks) is never taken over by another replica.
-    async fn renewing<T>(&self, owner: &str, job: &VideoJob, step: impl Future<Output = T>) -> T {
+    /// Runs `step` while renewing a lease (by `renew`, with the lease's new end) every third of a
+    /// lease, so that a step longer than a lease (large imports, slow asset checks, a slow receiver
+    /// under a short lease) is never taken over by another replica.
+    async fn renewing<T, R, F>(&self, what: &str, step: impl Future<Output = T>, renew: R) -> T
+    where
+        R: Fn(Timestamp) -> F,
+        F: Future<Output = Result<bool, StoreError>>,
+    {
         let lease = self.video_settings.lease;
         let mut step = std::pin::pin!(step);
         loop {
@@ -125,19 +307,36 @@ impl Gateway {
                 out = &mut step => return out,
                 () = tokio::time::sleep(lease / 3) => {
                     let until = Timestamp(self.ports.clock.now().millis().saturating_add(millis(lease)));
-                    match self.ports.videos.renew_video_lease(&job.task.id, owner, until).await {
+                    match renew(until).await {
                         Ok(true) => {}
-                        Ok(false) => tracing::warn!(task = %job.task.id, "the lease on a task in progress was lost"),
-                        Err(e) => tracing::warn!(task = %job.task.id, error = %e, "renewing a task lease failed"),
+                        Ok(false) => tracing::warn!(what, "the lease on work in progress was lost"),
+                        Err(e) => tracing::warn!(what, error = %e, "renewing a lease failed"),
                     }
                 }
             }
         }
     }
 
+    /// Makes one attempt of a claimed delivery, renewing its lease while it runs.
+    async fn deliver_claimed(&self, owner: &str, delivery: WebhookDelivery) -> Result<bool, ServiceError> {
+        let (videos, id) = (Arc::clone(&self.ports.videos), delivery.id);
+        let what = format!("webhook delivery {id} of task {}", delivery.task_id);
+        let renew = |until| {
+            let (videos, owner) = (Arc::clone(&videos), owner.to_owned());
+            async move { videos.renew_delivery_lease(id, &owner, until).await }
+        };
+        self.renewing(&what, self.deliver(delivery), renew).await
+    }
+
     /// Advances one claimed task and schedules (or drops) its next pass.
     async fn advance(&self, owner: &str, job: VideoJob) -> Result<(), ServiceError> {
-        let next = match self.renewing(owner, &job, self.step(&job)).await {
+        let videos = Arc::clone(&self.ports.videos);
+        let what = format!("task {}", job.task.id);
+        let renew = |until| {
+            let (videos, task, owner) = (Arc::clone(&videos), job.task.id.clone(), owner.to_owned());
+            async move { videos.renew_video_lease(&task, &owner, until).await }
+        };
+        let next = match self.renewing(&what, self.step(&job), renew).await {
             Ok(next) => next,
             Err(e) => {
                 tracing::error!(task = %job.task.id, error = %e, "video task step failed; backing off");
