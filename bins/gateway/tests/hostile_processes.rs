@@ -12,3 +12,5 @@ mod connections;
 mod large_bodies;
 #[path = "hostile/multipart.rs"]
 mod multipart;
+#[path = "hostile/worker.rs"]
+mod worker;
