@@ -461,6 +461,22 @@ mod tests {
     }
 
     #[test]
+    fn worker_and_egress_settings_come_from_the_environment() {
+        let c = Config::load(
+            None,
+            &env(&[
+                ("GATEWAY_WORKER_USER_SLOTS", "2"),
+                ("GATEWAY_WEBHOOK_TIMEOUT_MS", "3000"),
+                ("GATEWAY_MEDIA_IMPORT_MIN_RATE_BYTES", "0"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!((c.worker_user_slots, c.webhook_timeout_ms, c.media_import_min_rate_bytes), (2, 3_000, 0));
+        assert_eq!((c.worker_task_slots, c.worker_delivery_slots), (64, 64));
+        assert!(Config::load(None, &env(&[("GATEWAY_WORKER_TASK_SLOTS", "many")])).is_err());
+    }
+
+    #[test]
     fn secrets_do_not_print() {
         let c = Config::load(None, &env(&[("GATEWAY_UPSTREAM_API_KEY", "topsecret")])).expect("valid");
         assert!(!format!("{c:?}").contains("topsecret"));
