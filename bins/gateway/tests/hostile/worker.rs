@@ -3,8 +3,10 @@
 //! second later tenant B creates a task with a media link and a webhook. B's task reaches `succeeded`
 //! and its webhook is delivered within seconds, because A's steps and deliveries only fill A's own
 //! share of the worker's slots; A's drip-fed imports are cut at the minimum rate and its silent
-//! receiver is given up at the webhook timeout (the default, 10 s). Printed: the time to B's success,
-//! to B's webhook, and how long A's import and A's webhook attempt were allowed to hang.
+//! receiver is given up at the webhook timeout (the default, 10 s). Printed: how many imports and
+//! webhook attempts A had hanging when B was created (at most its share, 4 of each), the time to
+//! B's success and to B's webhook, and how long A's import and A's webhook attempt were allowed to
+//! hang. (Against the worker before this change, one pass at a time, B was still not done after 60 s.)
 
 use std::time::{Duration, Instant};
 
@@ -75,18 +77,24 @@ fn a_tenant_with_a_drip_fed_link_and_a_silent_receiver_does_not_stall_another() 
                 "webhook_url": https("hook/hang")});
             create(&addr, &key_a, &body);
         }
-        wait_for(&format!("{label}: A's webhooks hang"), started, || {
-            (log.matching("POST /hook/hang").len() >= 4).then_some(())
-        });
+        // (Bounded waits that do not fail here: a worker that A stalls fails below, on B.)
+        let until = |done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !done() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        };
+        until(&|| !log.matching("POST /hook/hang").is_empty());
         for i in 0..HOSTILE_TASKS {
             let body = json!({"model": "videogen-2-0", "prompt": format!("drip {i}"), "resolution": "480p",
                 "media": [{"type": "image", "url": https("drip/200")}], "webhook_url": https("hook/hang")});
             create(&addr, &key_a, &body);
         }
-        wait_for(&format!("{label}: A's imports drip"), started, || {
-            (log.matching("GET /drip/200").len() >= 4).then_some(())
-        });
+        until(&|| !log.matching("GET /drip/200").is_empty());
         std::thread::sleep(Duration::from_secs(1));
+        let open = |line: &str, path: &str| log.matching(line).len().saturating_sub(log.abandoned(path).len());
+        let (imports, hooks) = (open("GET /drip/200", "/drip/200"), open("POST /hook/hang", "/hook/hang"));
+        println!("{label}: when B was created, A had {imports} imports and {hooks} webhook attempts hanging");
 
         // Tenant B, a second later: a media link that answers at once and a receiver that answers.
         let body = json!({"model": "videogen-2-0", "prompt": "an honest fox", "resolution": "480p",
@@ -110,6 +118,9 @@ fn a_tenant_with_a_drip_fed_link_and_a_silent_receiver_does_not_stall_another() 
         println!("{label}: time to B's task.succeeded webhook: {:.2} s", to_webhook.as_secs_f64());
         assert!(to_success < Duration::from_secs(30), "{label}: B succeeded after {to_success:?}");
         assert!(to_webhook < Duration::from_secs(30), "{label}: B's webhook came after {to_webhook:?}");
+        assert!(imports >= 1 && hooks >= 1, "{label}: A was hanging both kinds of work while B ran");
+        // No more than A's share (4 per user) of either kind; A's first cuts come later (4 s, 10 s).
+        assert!(imports <= 4 && hooks <= 4, "{label}: A held {imports} import and {hooks} delivery slots");
 
         // A's hanging calls end on their own bounds: the drip at the minimum rate, the silent
         // receiver at the webhook timeout.
