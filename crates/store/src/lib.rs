@@ -18,6 +18,7 @@ mod migrate;
 mod models;
 mod pg_book;
 mod pg_rows;
+mod prune;
 mod responses;
 mod sqlite_book;
 mod tasks;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use domain::ports::StoreError;
 use domain::{Clock, SystemClock};
 pub use pg_book::WRITER_APPLICATION_NAME;
+pub use prune::{DEFAULT_IDEMPOTENCY_TTL, PrunePolicy, Pruned};
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
 pub use writer::MAX_BATCH;
@@ -56,6 +58,9 @@ pub struct Store {
     write_lock: Option<Arc<tokio::sync::Mutex<()>>>,
     /// The batched writer of money and task states.
     writer: writer::BookWriter,
+    /// Age after which an `Idempotency-Key` claim has expired: its key is fresh again, and the
+    /// prune deletes it ([`Store::with_idempotency_ttl`]).
+    idempotency_ttl_ms: i64,
 }
 
 /// Connections of the PostgreSQL pool (reads and the writes outside the batched writer).
@@ -126,7 +131,13 @@ impl Store {
                 PG_WRITERS,
             ),
         };
-        Ok(Store { db, clock: Arc::new(SystemClock), write_lock, writer })
+        Ok(Store {
+            db,
+            clock: Arc::new(SystemClock),
+            write_lock,
+            writer,
+            idempotency_ttl_ms: prune::millis(DEFAULT_IDEMPOTENCY_TTL),
+        })
     }
 
     /// Connects to `url` and applies every pending migration.
@@ -139,6 +150,13 @@ impl Store {
     /// Replaces the clock (tests use a fixed one).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Store {
         self.clock = clock;
+        self
+    }
+
+    /// Replaces how long an `Idempotency-Key` claim lives (default [`DEFAULT_IDEMPOTENCY_TTL`]): an
+    /// older one is claimed afresh, as if the key had never been used, and the prune deletes it.
+    pub fn with_idempotency_ttl(mut self, ttl: Duration) -> Store {
+        self.idempotency_ttl_ms = prune::millis(ttl);
         self
     }
 

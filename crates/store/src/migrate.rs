@@ -52,6 +52,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0009_spent_total.sql"),
         include_str!("../../../migrations/postgres/0009_spent_total.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/sqlite/0010_prune_indexes.sql"),
+        include_str!("../../../migrations/postgres/0010_prune_indexes.sql"),
+    ),
 ];
 
 /// An arbitrary constant that serialises migrating replicas on one PostgreSQL.
