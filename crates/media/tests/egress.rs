@@ -296,3 +296,23 @@ async fn check_applies_the_policy_without_sending_anything() {
     assert!(refused(&open.check(&format!("http://localhost:{port}/a")).await), "http stays refused");
     assert_eq!(s.v4.1.connections(), 0, "checking never connects");
 }
+
+#[tokio::test]
+async fn a_refused_name_does_not_tell_what_it_resolves_to() {
+    let s = setup().await;
+    let e = egress(&s, "", LONG);
+    let url = format!("https://localhost:{}/ok", s.v4.0.port());
+    let (fetched, _) = fetch(&e, &url, 1000).await;
+    let posted = e.post_json(&url, &[], b"{}".to_vec()).await;
+    let checked = domain::Outbound::check(&e, &url).await;
+    for (what, result) in [("fetch", fetched.map(drop)), ("post", posted.map(drop)), ("check", checked)] {
+        let Err(EgressError::Refused(why)) = &result else { panic!("{what}: {result:?}") };
+        let shown = result.as_ref().err().map(ToString::to_string).unwrap_or_default();
+        println!("{what}: {shown}");
+        assert!(why.contains("localhost"), "{what}: the name the caller gave is named: {why}");
+        for secret in ["127.0.0.1", "::1", "loopback", "private"] {
+            assert!(!shown.contains(secret), "{what}: {secret} in {shown:?}");
+        }
+    }
+    assert_eq!(s.v4.1.connections(), 0, "refused without connecting");
+}

@@ -290,8 +290,26 @@ pub(crate) async fn read_limited(mut response: reqwest::Response, limit: usize) 
     Ok(answer)
 }
 
+/// The variant of a failed request. The text of `Connect` goes to the caller and so never holds
+/// the upstream's URL or host (reqwest prints the URL; the log line here keeps it for the operator).
 pub(crate) fn map_reqwest(error: &reqwest::Error) -> UpstreamError {
-    if error.is_timeout() { UpstreamError::Timeout } else { UpstreamError::Connect(chain(error)) }
+    if error.is_timeout() {
+        return UpstreamError::Timeout;
+    }
+    tracing::warn!(error = %chain(error), "upstream request failed");
+    UpstreamError::Connect(without_url(error))
+}
+
+/// [`chain`] of `error` with its request's URL, and the URL's host, left out.
+pub(crate) fn without_url(error: &reqwest::Error) -> String {
+    let mut text = chain(error);
+    if let Some(url) = error.url() {
+        text = text.replace(&format!(" for url ({url})"), "").replace(url.as_str(), "the upstream");
+        if let Some(host) = url.host_str().filter(|h| !h.is_empty()) {
+            text = text.replace(host, "the upstream host");
+        }
+    }
+    text
 }
 
 /// An error and its sources, joined with `: `.
@@ -363,6 +381,22 @@ mod tests {
         let mut bad = config("http://x");
         bad.speech_key = "x\r\ny".to_owned();
         assert!(matches!(HttpUpstream::new(bad), Err(UpstreamError::Connect(_))));
+    }
+
+    #[tokio::test]
+    async fn a_connection_error_does_not_name_the_upstream() {
+        // Port 1 on the loopback: refused at once, nothing leaves the machine.
+        let up =
+            HttpUpstream::new(config("http://127.0.0.1:1/private-base/api/v3")).unwrap_or_else(|e| unreachable!("{e}"));
+        for endpoint in [Endpoint::ChatCompletions, Endpoint::Responses, Endpoint::Messages] {
+            let failed = up.complete(endpoint, b"{}".to_vec()).await;
+            let Err(UpstreamError::Connect(message)) = &failed else { unreachable!("{failed:?}") };
+            let shown = failed.as_ref().err().map(ToString::to_string).unwrap_or_default();
+            for secret in ["127.0.0.1", ":1/", "private-base", "api/compatible", "http://"] {
+                assert!(!message.contains(secret) && !shown.contains(secret), "{secret} in {shown}");
+            }
+            assert!(message.contains("error sending request"), "the kind of failure stays: {message}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use domain::ports::{EventStream, SseEvent, UpstreamError};
 
-use crate::http::{MAX_ERROR_BODY, chain, truncate_lossy};
+use crate::http::{MAX_ERROR_BODY, truncate_lossy, without_url};
 use crate::sse::SseSplitter;
 
 /// How the events of a stream are framed, chosen by endpoint.
@@ -102,7 +102,7 @@ impl EventStream for HttpEventStream {
             match tokio::time::timeout(self.timeout, self.response.chunk()).await {
                 Err(_) => return self.fail(UpstreamError::Timeout),
                 Ok(Err(e)) => {
-                    return self.fail(UpstreamError::Stream(format!("upstream stream broke: {}", chain(&e))));
+                    return self.fail(UpstreamError::Stream(format!("upstream stream broke: {}", without_url(&e))));
                 }
                 Ok(Ok(Some(chunk))) => self.splitter.push(&chunk),
                 Ok(Ok(None)) => {

@@ -20,7 +20,9 @@ pub(crate) struct PolicyResolver {
     pub(crate) allow: Arc<AllowList>,
 }
 
-/// The permitted addresses of `host`: an error naming the refused address when none is left.
+/// The permitted addresses of `host`: when none is left, a refusal that names the host but not the
+/// addresses it resolved to, nor why they were refused (what a name resolves to from inside our
+/// network is ours to know; the log keeps it).
 pub(crate) async fn permitted(allow: &AllowList, host: &str) -> Result<Vec<SocketAddr>, super::EgressError> {
     let found: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
         .await
@@ -30,11 +32,15 @@ pub(crate) async fn permitted(allow: &AllowList, host: &str) -> Result<Vec<Socke
         found.into_iter().partition(|addr| allow.permits(host, addr.ip()));
     if kept.is_empty() {
         return Err(match refused.first() {
-            Some(addr) => super::EgressError::Refused(format!(
-                "{host} resolves to {} ({}), which is not allowed",
-                addr.ip(),
-                non_public_reason(addr.ip()).unwrap_or("refused")
-            )),
+            Some(addr) => {
+                tracing::info!(
+                    host,
+                    address = %addr.ip(),
+                    why = non_public_reason(addr.ip()).unwrap_or("refused"),
+                    "egress refused a name that resolves to no public address"
+                );
+                super::EgressError::Refused(format!("{host} does not resolve to a public address"))
+            }
             None => super::EgressError::Network(format!("{host} resolves to no address")),
         });
     }
