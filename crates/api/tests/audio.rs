@@ -368,7 +368,12 @@ async fn speech_refusals_and_faults_are_502_and_refunded() {
         for switch in switches {
             let ctx = env.ctx(switch);
             let r = env.post(AUDIO, &body(&format!("fail [sim:{switch}]"), json!({}))).await;
-            r.assert_error(502, "upstream_request_failed", &ctx);
+            if switch == "fault=status_400" {
+                // The speech service refused the caller's own request: the caller's 400.
+                r.assert_error(400, "invalid_request", &ctx);
+            } else {
+                r.assert_error(502, "upstream_request_failed", &ctx);
+            }
             let message = r.json["error"]["message"].as_str().unwrap_or_default();
             assert!(message.contains("refunded"), "{ctx}: {message}");
             assert_eq!(env.balance().await, start, "{ctx}: refunded");

@@ -361,7 +361,14 @@ async fn upstream_failures_are_502_and_refunded() {
         for fault in faults {
             let ctx = env.ctx(&format!("fault {fault}"));
             let r = env.chat(&body(json!({"sim_fault": fault}))).await;
-            r.assert_error(502, "upstream_request_failed", &ctx);
+            if fault == "status_400" {
+                // The upstream refused the caller's own request: the caller's 400, with its reason.
+                r.assert_error(400, "invalid_request", &ctx);
+                let message = r.json["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.starts_with("the upstream refused the request: "), "{ctx}: {message}");
+            } else {
+                r.assert_error(502, "upstream_request_failed", &ctx);
+            }
             assert_eq!(env.balance().await, start, "{ctx}: refunded");
         }
         // A stream refused before its first byte is a plain 502 as well.

@@ -541,9 +541,16 @@ async fn upstream_faults_are_502_and_refunded() {
         for fault in faults {
             let ctx = env.ctx(&format!("fault {fault}"));
             let r = env.post(IMAGES, &body(LITE, &format!("a fault [sim:fault={fault}]"), json!({}))).await;
-            r.assert_error(502, "upstream_request_failed", &ctx);
             let message = r.json["error"]["message"].as_str().unwrap_or_default();
-            assert!(message.contains("refunded") && message.contains("retry"), "{ctx}: {message}");
+            if fault == "status_400" {
+                // The upstream refused the caller's own request: the caller's 400, with its reason.
+                r.assert_error(400, "invalid_request", &ctx);
+                assert!(message.starts_with("the upstream refused the request: "), "{ctx}: {message}");
+                assert!(message.contains("refunded"), "{ctx}: {message}");
+            } else {
+                r.assert_error(502, "upstream_request_failed", &ctx);
+                assert!(message.contains("refunded") && message.contains("retry"), "{ctx}: {message}");
+            }
             assert_eq!(env.balance().await, start, "{ctx}: refunded");
         }
         let tasks = env.tasks().await;

@@ -102,13 +102,65 @@ pub(crate) fn upstream_message(e: &UpstreamError) -> String {
     format!("the upstream call failed ({e}); the reservation was refunded; {retry}")
 }
 
-/// The error a refunded upstream failure answers with: 503 when nothing is configured, else 502.
+/// The error a refunded upstream failure answers with: 503 when nothing is configured; 400 when the
+/// upstream refused the caller's own request with 400 (its reason passed on); else 502, which
+/// tells nothing of the upstream's answer (a 401 or 403 is about the gateway's own key).
 pub(crate) fn upstream_error(e: &UpstreamError) -> ServiceError {
     match e {
         UpstreamError::NotConfigured(what) => {
             ServiceError::ProviderNotConfigured(format!("no upstream provider is configured for {what}"))
         }
+        UpstreamError::Status { status: 400, body } => ServiceError::InvalidRequest(format!(
+            "the upstream refused the request: {} (the reservation was refunded)",
+            refusal_reason(body)
+        )),
         other => ServiceError::Upstream { message: upstream_message(other), retryable: other.retryable() },
+    }
+}
+
+/// Most characters of an upstream's refusal passed on to the caller.
+const REASON_CHARS: usize = 500;
+
+/// The message of an upstream error body (`{"error":{"message"}}`, the message format's
+/// `{"type":"error","error":{"message"}}`, the speech service's `{"code","message"}`), shortened;
+/// a body without one gives no text of its own.
+fn refusal_reason(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/error/message").or_else(|| v.get("message")).and_then(serde_json::Value::as_str));
+    match message.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(m) if m.chars().count() > REASON_CHARS => format!("{}…", m.chars().take(REASON_CHARS).collect::<String>()),
+        Some(m) => m.to_owned(),
+        None => "HTTP 400 without a reason".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod upstream_refusal_tests {
+    use super::*;
+
+    #[test]
+    fn a_400_is_the_callers_refusal_and_other_statuses_stay_502_without_the_body() {
+        let platform =
+            r#"{"error":{"code":"InvalidParameter","message":"The parameter `input` is required.","param":"input"}}"#;
+        let refused = upstream_error(&UpstreamError::Status { status: 400, body: platform.into() });
+        let ServiceError::InvalidRequest(message) = refused else { panic!("{refused:?}") };
+        assert_eq!(
+            message,
+            "the upstream refused the request: The parameter `input` is required. (the reservation was refunded)"
+        );
+        let messages = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#;
+        assert!(refusal_reason(messages) == "max_tokens: too large");
+        assert_eq!(refusal_reason(r#"{"code":45000001,"message":"bad voice"}"#), "bad voice");
+        assert_eq!(refusal_reason("<html>nope</html>"), "HTTP 400 without a reason");
+        assert_eq!(refusal_reason(&format!(r#"{{"message":"{}"}}"#, "x".repeat(900))).chars().count(), 501);
+        for status in [401, 403, 404, 429, 500] {
+            let body = r#"{"error":{"message":"the key sk-upstream-secret is invalid"}}"#.to_owned();
+            let e = upstream_error(&UpstreamError::Status { status, body });
+            let ServiceError::Upstream { message, .. } = &e else { panic!("{status}: {e:?}") };
+            assert!(!message.contains("sk-upstream-secret"), "{status}: {message}");
+        }
     }
 }
 
