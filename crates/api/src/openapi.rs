@@ -285,19 +285,19 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
         },
         Operation {
             method: "get",
-            path: "/api/v1/tasks/{id}",
+            path: "/api/v1/tasks/{task_id}",
             summary: "One of the caller's tasks",
             scope: Some("task:read"),
-            parameters: vec![path_param("id", "The task id")],
+            parameters: vec![path_param("task_id", "The task id")],
             body: None,
             responses: with(vec![(200, "the task", Some(json_content(task.clone())))], &[401, 404]),
         },
         Operation {
             method: "delete",
-            path: "/api/v1/tasks/{id}",
+            path: "/api/v1/tasks/{task_id}",
             summary: "Cancel a queued video task; its hold is refunded",
             scope: Some("task:write"),
-            parameters: vec![path_param("id", "The task id")],
+            parameters: vec![path_param("task_id", "The task id")],
             body: None,
             responses: with(vec![(200, "the cancelled task", Some(json_content(task)))], &[401, 404, 409, 502]),
         },
@@ -530,6 +530,17 @@ mod tests {
         }
         let operations: usize = paths.values().map(|item| item.as_object().map_or(0, Map::len)).sum();
         assert_eq!(operations, documented, "the document has an operation the router does not serve");
+    }
+
+    #[test]
+    fn the_task_path_parameter_is_named_as_the_interface_names_it() {
+        let doc = document();
+        for method in ["get", "delete"] {
+            let operation = &doc["paths"]["/api/v1/tasks/{task_id}"][method];
+            assert_eq!(operation["parameters"][0]["name"], "task_id", "{method}: {operation}");
+            assert_eq!(operation["parameters"][0]["in"], "path", "{method}");
+        }
+        assert!(doc["paths"].get("/api/v1/tasks/{id}").is_none());
     }
 
     #[test]

@@ -21,11 +21,11 @@ pub enum Route {
     Overview,
     /// `GET /api/v1/tasks`.
     ListTasks,
-    /// `GET /api/v1/tasks/{id}`.
+    /// `GET /api/v1/tasks/{task_id}`.
     GetTask(String),
     /// `POST /api/v1/tasks`: create a video task (JSON or multipart).
     CreateTask,
-    /// `DELETE /api/v1/tasks/{id}`: cancel a queued task.
+    /// `DELETE /api/v1/tasks/{task_id}`: cancel a queued task.
     CancelTask(String),
     /// `GET /media/{key}?expires=…&sig=…`: a stored media object through a signed link (no API key).
     Media(String),
@@ -52,7 +52,7 @@ impl Route {
             Route::ListModels => "/api/v1/models",
             Route::Overview => "/api/v1/overview",
             Route::ListTasks | Route::CreateTask => "/api/v1/tasks",
-            Route::GetTask(_) | Route::CancelTask(_) => "/api/v1/tasks/{id}",
+            Route::GetTask(_) | Route::CancelTask(_) => "/api/v1/tasks/{task_id}",
             Route::Media(_) => "/media/{key}",
             Route::ChatCompletions => "/api/v1/chat/completions",
             Route::ImageGenerations => "/api/v1/images/generations",

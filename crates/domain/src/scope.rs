@@ -10,9 +10,9 @@ use crate::kind::UnknownName;
 pub enum Scope {
     /// `GET /api/v1/models`.
     ModelsRead,
-    /// `GET /api/v1/tasks` and `GET /api/v1/tasks/{id}`.
+    /// `GET /api/v1/tasks` and `GET /api/v1/tasks/{task_id}`.
     TaskRead,
-    /// `DELETE /api/v1/tasks/{id}`.
+    /// `DELETE /api/v1/tasks/{task_id}`.
     TaskWrite,
     /// `POST /api/v1/tasks`.
     VideoCreate,
