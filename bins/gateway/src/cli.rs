@@ -20,7 +20,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP server (applies migrations first).
-    Serve,
+    Serve {
+        /// Create a funded demo user (and print its key once) when the database has no user. SQLite
+        /// does this on its first run anyway; PostgreSQL only with this flag.
+        #[arg(long)]
+        demo: bool,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Run the upstream simulator as its own server (chat completions under /api/v3).

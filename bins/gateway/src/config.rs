@@ -127,6 +127,20 @@ pub struct Config {
     pub worker_delivery_slots: u64,
     /// Most task steps, and most webhook deliveries, of one user a process runs at once.
     pub worker_user_slots: u64,
+    // Operations ("ops"): retention of the tables that only grow, and who may read `/metrics`.
+    /// How long an `Idempotency-Key` is remembered (a duration such as `24h`): a retry after it runs
+    /// again, and the prune deletes the claim. Longer than the upstream timeout plus five minutes.
+    pub idempotency_ttl: String,
+    /// How long ended webhook deliveries and their attempts are kept (a duration such as `30d`).
+    pub webhook_retention: String,
+    /// How long the owner of a response id (`previous_response_id`) is remembered (`30d`).
+    pub response_retention: String,
+    /// How often each `serve` process prunes the tables above (a duration such as `10m`).
+    pub prune_interval: String,
+    /// Most rows one prune batch deletes (one short transaction), 1 to 10,000.
+    pub prune_batch: u64,
+    /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401).
+    pub metrics_token: Secret,
 }
 
 impl Default for Config {
@@ -178,6 +192,12 @@ impl Default for Config {
             worker_task_slots: 64,
             worker_delivery_slots: 64,
             worker_user_slots: 4,
+            idempotency_ttl: "24h".into(),
+            webhook_retention: "30d".into(),
+            response_retention: "30d".into(),
+            prune_interval: "10m".into(),
+            prune_batch: 500,
+            metrics_token: Secret::default(),
         }
     }
 }
@@ -235,6 +255,12 @@ const ENV_KEYS: &[&str] = &[
     "worker_task_slots",
     "worker_delivery_slots",
     "worker_user_slots",
+    "idempotency_ttl",
+    "webhook_retention",
+    "response_retention",
+    "prune_interval",
+    "prune_batch",
+    "metrics_token",
 ];
 
 impl Config {
@@ -304,7 +330,47 @@ impl Config {
         if !["text", "json"].contains(&self.log_format.as_str()) {
             return Err(ConfigError(format!("log_format: {:?} is neither text nor json", self.log_format)));
         }
+        self.check_ops()
+    }
+
+    /// The retention and prune settings.
+    fn check_ops(&self) -> Result<(), ConfigError> {
+        let stale = Duration::from_millis(self.upstream_timeout_ms).saturating_add(Duration::from_secs(300));
+        if self.idempotency_ttl()? <= stale {
+            return Err(ConfigError(format!(
+                "idempotency_ttl: {:?} must be longer than upstream_timeout_ms plus five minutes ({} s), \
+                 or a retry could run a request whose first run is still going",
+                self.idempotency_ttl,
+                stale.as_secs()
+            )));
+        }
+        self.webhook_retention()?;
+        self.response_retention()?;
+        self.prune_interval()?;
+        if !(1..=10_000).contains(&self.prune_batch) {
+            return Err(ConfigError(format!("prune_batch: {} is not between 1 and 10000", self.prune_batch)));
+        }
         Ok(())
+    }
+
+    /// How long an `Idempotency-Key` claim lives.
+    pub fn idempotency_ttl(&self) -> Result<Duration, ConfigError> {
+        setting_duration("idempotency_ttl", &self.idempotency_ttl)
+    }
+
+    /// How long ended webhook deliveries are kept.
+    pub fn webhook_retention(&self) -> Result<Duration, ConfigError> {
+        setting_duration("webhook_retention", &self.webhook_retention)
+    }
+
+    /// How long response owners are kept.
+    pub fn response_retention(&self) -> Result<Duration, ConfigError> {
+        setting_duration("response_retention", &self.response_retention)
+    }
+
+    /// How often the prune runs.
+    pub fn prune_interval(&self) -> Result<Duration, ConfigError> {
+        setting_duration("prune_interval", &self.prune_interval)
     }
 
     /// The video task deadline.
@@ -316,6 +382,12 @@ impl Config {
             ))
         })
     }
+}
+
+/// The duration setting `name`, or an error naming it.
+fn setting_duration(name: &str, text: &str) -> Result<Duration, ConfigError> {
+    parse_duration(text)
+        .ok_or_else(|| ConfigError(format!("{name}: {text:?} is not a duration such as 90s, 30m, 48h or 2d")))
 }
 
 /// Turns an environment string into the TOML value of the setting's type.
@@ -396,6 +468,7 @@ impl serde::Serialize for Config {
         m.serialize_entry("worker_task_slots", &self.worker_task_slots)?;
         m.serialize_entry("worker_delivery_slots", &self.worker_delivery_slots)?;
         m.serialize_entry("worker_user_slots", &self.worker_user_slots)?;
+        m.serialize_entry("prune_batch", &self.prune_batch)?;
         m.end()
     }
 }
@@ -474,6 +547,30 @@ mod tests {
         assert_eq!((c.worker_user_slots, c.webhook_timeout_ms, c.media_import_min_rate_bytes), (2, 3_000, 0));
         assert_eq!((c.worker_task_slots, c.worker_delivery_slots), (64, 64));
         assert!(Config::load(None, &env(&[("GATEWAY_WORKER_TASK_SLOTS", "many")])).is_err());
+    }
+
+    #[test]
+    fn retention_settings() {
+        let c = Config::load(None, &env(&[])).expect("defaults are valid");
+        assert_eq!(c.idempotency_ttl().ok(), Some(Duration::from_secs(86_400)));
+        assert_eq!(c.webhook_retention().ok(), Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(c.prune_interval().ok(), Some(Duration::from_secs(600)));
+        assert_eq!(c.prune_batch, 500);
+        let c = Config::load(None, &env(&[("GATEWAY_IDEMPOTENCY_TTL", "2d"), ("GATEWAY_PRUNE_BATCH", "50")]))
+            .expect("valid");
+        assert_eq!((c.idempotency_ttl().ok(), c.prune_batch), (Some(Duration::from_secs(172_800)), 50));
+        for (k, v) in [
+            ("GATEWAY_IDEMPOTENCY_TTL", "10m"),
+            ("GATEWAY_WEBHOOK_RETENTION", "1w"),
+            ("GATEWAY_PRUNE_INTERVAL", "0"),
+            ("GATEWAY_PRUNE_BATCH", "0"),
+            ("GATEWAY_PRUNE_BATCH", "10001"),
+        ] {
+            assert!(Config::load(None, &env(&[(k, v)])).is_err(), "{k}={v}");
+        }
+        let c = Config::load(None, &env(&[("GATEWAY_METRICS_TOKEN", "scrape-me")])).expect("valid");
+        assert_eq!(c.metrics_token.expose(), "scrape-me");
+        assert!(!format!("{c:?}").contains("scrape-me"), "the token never prints");
     }
 
     #[test]

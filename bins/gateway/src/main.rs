@@ -61,7 +61,7 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Serve => serve::run(config).await,
+            Command::Serve { demo } => serve::run(config, demo).await,
             Command::Migrate => serve::migrate(&config).await,
             Command::SimUpstream { listen } => serve::sim_upstream(&listen).await,
             Command::Admin(cmd) => admin::run(&config, cmd).await,

@@ -1,11 +1,12 @@
-//! `serve` and `migrate`: open the store, load the catalog, create the demo account, run the server.
+//! `serve` and `migrate`: open the store, load the catalog, create the demo account, run the server
+//! and its periodic sweeps (recovery, liveness, the prune of old rows).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::{SystemClock, UsdAmount};
 use service::{Gateway, Ports};
-use store::Store;
+use store::{Backend, PrunePolicy, Store};
 
 use crate::config::Config;
 
@@ -35,12 +36,21 @@ pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("{}", serde_json::json!({"simulator": format!("http://{addr}/api/v3")}));
-    upstream::sim::serve(listener, shutdown_signal()).await.map_err(|e| e.to_string())
+    let shutdown = Shutdown::listen()?;
+    upstream::sim::serve(listener, shutdown.signalled()).await.map_err(|e| e.to_string())
 }
 
-/// `gateway serve`: runs until SIGINT or SIGTERM.
-pub(crate) async fn run(config: Config) -> Result<(), String> {
-    let store = Store::open(&config.database_url).await.map_err(|e| format!("database: {e}"))?;
+/// `gateway serve`: runs until SIGINT or SIGTERM. A funded demo user is created on a database
+/// without users when it is SQLite (the first local run) or when `demo` is set (`--demo`).
+pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
+    let shutdown = Shutdown::listen()?;
+    let idempotency_ttl = config.idempotency_ttl().map_err(|e| e.to_string())?;
+    let store = Store::open(&config.database_url)
+        .await
+        .map_err(|e| format!("database: {e}"))?
+        .with_idempotency_ttl(idempotency_ttl);
+    let backend = store.backend();
+    let pruner = store.clone();
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -53,9 +63,16 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
     gateway.keep_alive(replica_lease).await.map_err(|e| format!("replica lease: {e}"))?;
     spawn_recovery(gateway.clone(), gateway.recovery_age());
     spawn_liveness(gateway.clone(), replica_lease);
-    let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown_signal()));
+    let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown.signalled()));
+    spawn_prune(pruner, prune_policy(&config, &gateway)?, config.prune_interval().map_err(|e| e.to_string())?);
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
-    let demo = gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?;
+    let wants_demo = demo || backend == Backend::Sqlite;
+    let demo = if wants_demo {
+        gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?
+    } else {
+        None
+    };
+    let users = gateway.ports().accounts.count_users().await.map_err(|e| format!("database: {e}"))?;
     tracing::info!(%addr, database = %redact_url(&config.database_url), upstream = %config.upstream_url, "gateway listening");
     match demo {
         // The secret goes to stdout once, never to the log.
@@ -63,12 +80,18 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
             "Demo user {} created with {} USD.\nDemo API key (shown once): {}\nTry: curl -s http://{addr}/api/v1/models -H 'Authorization: Bearer {}'",
             demo.user.id, demo.user.balance, demo.key.secret, demo.key.secret
         ),
+        None if users == 0 => println!(
+            "Gateway on http://{addr}. No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
+        ),
         None => println!(
             "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
-    let state = api::AppState::new(gateway.clone()).with_body_budget(config.body_budget()).with_limits(config.limits());
-    let served = api::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string());
+    let state = api::AppState::new(gateway.clone())
+        .with_body_budget(config.body_budget())
+        .with_limits(config.limits())
+        .with_metrics_token(config.metrics_token.expose());
+    let served = api::serve(listener, state, shutdown.signalled()).await.map_err(|e| e.to_string());
     // The server has drained its connections. Calls whose clients left, streams, refunds and
     // idempotency completions still run on tasks of their own: let them end their holds.
     let running = gateway.background().running();
@@ -145,27 +168,84 @@ fn spawn_liveness(gateway: Gateway, lease: Duration) {
     });
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// The prune's ages: the configured retentions; an unanswered idempotency claim is kept while its
+/// request may still run (the recovery age, or the upstream timeout plus the five minutes after
+/// which a claim counts as abandoned, whichever is longer).
+fn prune_policy(config: &Config, gateway: &Gateway) -> Result<PrunePolicy, String> {
+    let abandoned = Duration::from_millis(config.upstream_timeout_ms).saturating_add(Duration::from_secs(300));
+    Ok(PrunePolicy {
+        idempotency_ttl: config.idempotency_ttl().map_err(|e| e.to_string())?,
+        claim_running: gateway.recovery_age().max(abandoned),
+        webhook_retention: config.webhook_retention().map_err(|e| e.to_string())?,
+        response_retention: config.response_retention().map_err(|e| e.to_string())?,
+        batch: config.prune_batch,
+    })
+}
+
+/// Prunes old rows now and then every `interval` (each replica does; their batches never overlap).
+fn spawn_prune(store: Store, policy: PrunePolicy, interval: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let started = std::time::Instant::now();
+            match store.prune(&policy).await {
+                Ok(pruned) if pruned.total() == 0 => {}
+                Ok(pruned) => tracing::info!(
+                    idempotency_claims = pruned.idempotency_claims,
+                    webhook_deliveries = pruned.webhook_deliveries,
+                    webhook_attempts = pruned.webhook_attempts,
+                    response_owners = pruned.response_owners,
+                    batches = pruned.batches,
+                    ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "pruned old rows"
+                ),
+                Err(e) => tracing::error!(error = %e, "prune failed; the next pass retries"),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    });
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, listened for from the moment this is called (not from the first
+/// poll of a future, which could miss a signal that arrives while, say, the video worker's first
+/// pass runs): every [`Shutdown::signalled`] completes once one of them has arrived.
+#[derive(Clone)]
+struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    fn listen() -> Result<Shutdown, String> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+            let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("cannot listen for SIGINT: {e}"))?;
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+                tracing::info!("shutdown signal received");
+                let _ = tx.send(true);
+            });
+        }
+        #[cfg(not(unix))]
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutdown signal received");
+            let _ = tx.send(true);
+        });
+        Ok(Shutdown(rx))
     }
-    tracing::info!("shutdown signal received");
+
+    /// Completes once a signal has arrived (at once if one already has).
+    fn signalled(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
 }
 
 /// The URL without a password, for logs.

@@ -12,5 +12,7 @@ mod connections;
 mod large_bodies;
 #[path = "hostile/multipart.rs"]
 mod multipart;
+#[path = "hostile/ops.rs"]
+mod ops;
 #[path = "hostile/worker.rs"]
 mod worker;

@@ -36,6 +36,33 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
 }
 
+/// The SHA-256 of `bytes`.
+pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// Whether two digests are equal, in time that does not depend on where they differ.
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// `GET /metrics` with a token configured: 401 unless the request presents it as its bearer. The
+/// presented value is hashed and the digests compared in constant time, so neither the token's
+/// length nor its bytes show in the answer's timing.
+fn metrics_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = state.metrics_token() else { return Ok(()) };
+    let presented = bearer(headers).map(|t| digest(t.as_bytes()));
+    match presented {
+        Some(presented) if same_digest(&presented, expected) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "this endpoint requires Authorization: Bearer <the metrics token>",
+        )),
+    }
+}
+
 async fn auth(gateway: &Gateway, parts: &Parts, scope: Scope) -> Result<Principal, ApiError> {
     Ok(gateway.authenticate(bearer(&parts.headers), scope).await?)
 }
@@ -50,6 +77,7 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
             Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})))
         }
         Route::Metrics => {
+            metrics_allowed(state, &parts.headers)?;
             let mut response = http::Response::new(crate::response::full(gateway.metrics_text().await));
             response
                 .headers_mut()
@@ -363,5 +391,17 @@ mod tests {
         assert_eq!(bearer(&h), None);
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer"));
         assert_eq!(bearer(&h), None);
+    }
+
+    #[test]
+    fn metrics_token_digests_compare_whole() {
+        let token = digest(b"scrape-me");
+        assert!(same_digest(&token, &digest(b"scrape-me")));
+        for other in [&b""[..], b"scrape-m", b"scrape-me ", b"Scrape-me"] {
+            assert!(!same_digest(&token, &digest(other)), "{other:?}");
+        }
+        let mut last_byte = token;
+        last_byte[31] ^= 1;
+        assert!(!same_digest(&token, &last_byte), "a difference in the last byte counts");
     }
 }

@@ -73,12 +73,19 @@ pub struct AppState {
     inner: Arc<Gateway>,
     budget: BodyBudget,
     limits: Limits,
+    /// The SHA-256 of the token `GET /metrics` requires (`None`: open, as before).
+    metrics_token: Option<[u8; 32]>,
 }
 
 impl AppState {
     /// State serving `gateway`, with the default budget for large request bodies and default limits.
     pub fn new(gateway: Gateway) -> AppState {
-        AppState { inner: Arc::new(gateway), budget: BodyBudget::default(), limits: Limits::default() }
+        AppState {
+            inner: Arc::new(gateway),
+            budget: BodyBudget::default(),
+            limits: Limits::default(),
+            metrics_token: None,
+        }
     }
 
     /// The same state with another budget for large request bodies.
@@ -111,6 +118,18 @@ impl AppState {
     /// The use cases.
     pub fn gateway(&self) -> &Gateway {
         &self.inner
+    }
+
+    /// The same state with `GET /metrics` behind `Authorization: Bearer <token>` (an empty token
+    /// leaves it open). Only the token's digest is kept.
+    pub fn with_metrics_token(mut self, token: &str) -> AppState {
+        self.metrics_token = (!token.is_empty()).then(|| crate::handlers::digest(token.as_bytes()));
+        self
+    }
+
+    /// The digest of the token `/metrics` requires, if any.
+    pub(crate) fn metrics_token(&self) -> Option<&[u8; 32]> {
+        self.metrics_token.as_ref()
     }
 }
 
