@@ -1,6 +1,6 @@
 //! Video task routes: `POST /api/v1/tasks` (a JSON CreateTaskRequest, or `multipart/form-data` with a
 //! `request` field and repeated `media` files streamed to the media store as they arrive),
-//! `DELETE /api/v1/tasks/{id}`, and `GET /media/{key}` through a signed link (what the upstream fetches).
+//! `DELETE /api/v1/tasks/{task_id}`, and `GET /media/{key}` through a signed link (what the upstream fetches).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -336,7 +336,7 @@ impl futures_core::Stream for Feed {
     }
 }
 
-/// `DELETE /api/v1/tasks/{id}`.
+/// `DELETE /api/v1/tasks/{task_id}`.
 pub(crate) async fn cancel(gateway: &Gateway, parts: &Parts, id: &str) -> Result<Response, ApiError> {
     let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::TaskWrite).await?;
     let task = gateway.cancel_task(&who, id).await?;
