@@ -12,8 +12,13 @@
 //!   length, 16 or `"sim_completion_tokens": N`, at most 65,536). `finish_reason` is `length`
 //!   when the limit cut the natural length, else `stop`.
 //! - Thinking is on when `thinking.type` is `enabled`, or when `thinking` is absent and the
-//!   model id starts with `seed-`; then half the completion tokens (rounded down) are
-//!   `reasoning_tokens`, sent as `reasoning_content`.
+//!   model id starts with `seed-` or `"sim_reasoning_tokens"` is given (and `reasoning_effort`
+//!   is not `minimal`); then half the completion tokens (rounded down) are `reasoning_tokens`,
+//!   sent as `reasoning_content`.
+//! - `"sim_reasoning_tokens": R` (at most 1,048,576), with thinking on: the reasoning is R tokens,
+//!   bounded as the upstream bounds it (upstream-wire §1): with `max_completion_tokens` C the
+//!   reasoning is min(R, C) and the answer min(natural, C − reasoning); with only `max_tokens`
+//!   (or neither) the answer is bounded by it (or 64) and the reasoning is R whatever it says.
 //! - The answer has exactly one word per token (content and reasoning separately).
 //! - `prompt_tokens_details.cached_tokens` = prompt_tokens / 2 (rounded down) when this server
 //!   has seen the same first-message `content` on this path before, else 0.
@@ -33,6 +38,8 @@
 //!   and the end without `[DONE]`.
 //! - `midstream_drop`: two chunks, then the connection is aborted.
 //! - `empty_usage`: no `usage` (and no usage chunk when streaming).
+//! - `over_bounds`: a normal answer whose counts ignore `max_tokens` and `max_completion_tokens`
+//!   (the natural length, plus R reasoning tokens when given): an upstream breaking its bounds.
 
 use std::time::Duration;
 
@@ -46,7 +53,10 @@ use super::fault::{self, Fault, Switches, error_response};
 use super::request::{BodyError, has_bearer, json_object, now_secs, read_body};
 use super::state::SimState;
 use super::stream::{self, Ending, data_frame};
-use super::words::{CONTENT_WORDS, REASONING_WORDS, delta_word, natural_tokens, prompt_tokens, u64_field, words};
+use super::words::{
+    CONTENT_WORDS, REASONING_WORDS, delta_word, natural_tokens, over_bounds, prompt_tokens, reasoning_tokens,
+    u64_field, words,
+};
 
 /// Completion limit when the request sets neither `max_completion_tokens` nor `max_tokens`.
 pub(crate) const DEFAULT_MAX_TOKENS: u64 = 64;
@@ -91,15 +101,38 @@ impl Plan {
     ) -> Plan {
         let prompt_tokens = u64_field(req, "sim_prompt_tokens").unwrap_or_else(|| prompt_tokens(0, messages));
         let natural = natural_tokens(req);
-        let limit = u64_field(req, "max_completion_tokens")
-            .or_else(|| u64_field(req, "max_tokens"))
-            .unwrap_or(DEFAULT_MAX_TOKENS);
-        let total = natural.min(limit);
+        let asked_reasoning = reasoning_tokens(req);
+        let over = over_bounds(req);
+        let completion_cap = u64_field(req, "max_completion_tokens");
+        let limit = if over {
+            u64::MAX
+        } else {
+            completion_cap.or_else(|| u64_field(req, "max_tokens")).unwrap_or(DEFAULT_MAX_TOKENS)
+        };
+        let minimal = req.get("reasoning_effort").and_then(Value::as_str) == Some("minimal");
         let thinking = match req.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) {
             Some(kind) => kind == "enabled",
-            None => model.starts_with("seed-"),
+            None => (asked_reasoning.is_some() && !minimal) || model.starts_with("seed-"),
         };
-        let reasoning_tokens = if thinking { total / 2 } else { 0 };
+        let (reasoning_tokens, content_tokens) = match asked_reasoning {
+            // The upstream's rule: max_completion_tokens counts reasoning and answer, max_tokens only the answer.
+            Some(reasoning) if thinking => match completion_cap.filter(|_| !over) {
+                Some(cap) => {
+                    let reasoning = reasoning.min(cap);
+                    (reasoning, natural.min(cap - reasoning))
+                }
+                None => (reasoning, natural.min(limit)),
+            },
+            _ => {
+                let total = natural.min(limit);
+                let reasoning = if thinking { total / 2 } else { 0 };
+                (reasoning, total - reasoning)
+            }
+        };
+        let cut = match asked_reasoning {
+            Some(_) if thinking => content_tokens < natural,
+            _ => natural > limit,
+        };
         Plan {
             id,
             created,
@@ -109,8 +142,8 @@ impl Plan {
             audio_tokens: u64_field(req, "sim_audio_tokens"),
             thinking,
             reasoning_tokens,
-            content_tokens: total - reasoning_tokens,
-            finish_reason: if natural > limit { "length" } else { "stop" },
+            content_tokens,
+            finish_reason: if cut { "length" } else { "stop" },
         }
     }
 
@@ -294,6 +327,31 @@ mod tests {
         assert_eq!(p.cached_tokens, 0);
         let p = plan(json!({"model": "m", "messages": [], "sim_prompt_tokens": 130_000, "sim_audio_tokens": 7}), true);
         assert_eq!((p.prompt_tokens, p.cached_tokens, p.audio_tokens), (130_000, 65_000, Some(7)));
+    }
+
+    #[test]
+    fn reasoning_is_bounded_by_max_completion_tokens_only() {
+        let base = json!({"model": "m", "messages": [], "sim_reasoning_tokens": 1000});
+        let with = |extra: Value| {
+            let mut req = base.clone();
+            if let (Some(r), Some(e)) = (req.as_object_mut(), extra.as_object()) {
+                r.extend(e.clone());
+            }
+            let p = plan(req, false);
+            (p.reasoning_tokens, p.content_tokens, p.finish_reason)
+        };
+        assert_eq!(with(json!({"max_tokens": 1})), (1000, 1, "length"), "max_tokens does not count reasoning");
+        assert_eq!(with(json!({"max_completion_tokens": 1})), (1, 0, "length"));
+        assert_eq!(with(json!({"max_completion_tokens": 1010})), (1000, 10, "length"));
+        assert_eq!(with(json!({"max_completion_tokens": 5000})), (1000, 16, "stop"));
+        assert_eq!(with(json!({"max_tokens": 1, "thinking": {"type": "disabled"}})), (0, 1, "length"));
+        assert_eq!(with(json!({"max_tokens": 1, "reasoning_effort": "minimal"})), (0, 1, "length"));
+        assert_eq!(with(json!({"max_completion_tokens": 1, "sim_fault": "over_bounds"})), (1000, 16, "stop"));
+        assert_eq!(
+            plan(json!({"model": "m", "messages": [], "max_tokens": 2, "sim_fault": "over_bounds"}), false)
+                .content_tokens,
+            16
+        );
     }
 
     #[test]

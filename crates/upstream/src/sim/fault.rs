@@ -34,6 +34,10 @@ pub(crate) enum Fault {
     EmptyUsage,
     /// Images: 200 with every item an error.
     FailAll,
+    /// Chat, messages, responses: a normal answer whose output ignores the request's caps
+    /// (`max_tokens`, `max_completion_tokens`, `max_output_tokens`): an upstream breaking its
+    /// own bounds.
+    OverBounds,
 }
 
 /// Which switches a format takes.
@@ -63,11 +67,12 @@ impl Fault {
             "midstream_drop" => Fault::MidstreamDrop,
             "empty_usage" => Fault::EmptyUsage,
             "fail_all" => Fault::FailAll,
+            "over_bounds" => Fault::OverBounds,
             _ => return None,
         };
         let allowed = match fault {
             Fault::Status(_) | Fault::Timeout | Fault::Malformed | Fault::Drop => true,
-            Fault::MidstreamError | Fault::MidstreamDrop => family == Family::Text,
+            Fault::MidstreamError | Fault::MidstreamDrop | Fault::OverBounds => family == Family::Text,
             Fault::EmptyUsage => family != Family::Speech,
             Fault::FailAll => family == Family::Images,
         };

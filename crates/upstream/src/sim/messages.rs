@@ -20,7 +20,10 @@
 //!   apart, so the three add up to the base).
 //! - `output_tokens` = min(`max_tokens`, natural), natural = 16 or `"sim_completion_tokens": N`
 //!   (at most 65,536), one word per token; `stop_reason` = `max_tokens` when the limit cut the
-//!   natural length, else `end_turn`.
+//!   natural length, else `end_turn`. `"sim_reasoning_tokens": R` adds R to the natural length
+//!   (thinking counts in `max_tokens`, as the format documents) unless `thinking.type` is
+//!   `disabled`; the words stand for the thinking too.
+//! - The `over_bounds` fault ignores `max_tokens`: the output is the whole natural length.
 //!
 //! # Streaming (`"stream": true`)
 //!
@@ -49,7 +52,10 @@ use super::fault::{self, Fault, Switches};
 use super::request::{BodyError, has_bearer, has_header, json_object, read_body};
 use super::state::SimState;
 use super::stream::{self, Ending, named_frame};
-use super::words::{CONTENT_WORDS, delta_word, natural_tokens, prompt_tokens, text_bytes, u64_field, words};
+use super::words::{
+    CONTENT_WORDS, delta_word, native_thinking_off, natural_tokens, over_bounds, prompt_tokens, reasoning_tokens,
+    text_bytes, u64_field, words,
+};
 
 /// First-message size from which a first sighting creates cache.
 pub const CACHE_CREATION_MIN_BYTES: u64 = 1024;
@@ -150,8 +156,9 @@ impl MessagePlan {
         } else {
             (0, 0)
         };
-        let natural = natural_tokens(request);
-        let limit = u64_field(request, "max_tokens").unwrap_or(1);
+        let reasoning = reasoning_tokens(request).filter(|_| !native_thinking_off(request)).unwrap_or(0);
+        let natural = natural_tokens(request).saturating_add(reasoning);
+        let limit = if over_bounds(request) { u64::MAX } else { u64_field(request, "max_tokens").unwrap_or(1) };
         MessagePlan {
             id: format!("msg_{}", state.next_hex()),
             model: request.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),

@@ -39,6 +39,10 @@
 //!   - `midstream_error`, `midstream_drop` — answer as a stream (whatever `stream` says), send
 //!     a few events, then the format's error event and the end, or an aborted connection.
 //!   - `empty_usage` — a normal answer without usage.
+//!   - `over_bounds` — a normal answer whose output ignores the request's caps (an upstream
+//!     breaking its own bounds; for the gateway's overdraft count).
+//! - `"sim_reasoning_tokens": N` — reasoning tokens (at most 1,048,576), bounded as each format
+//!   bounds them (chat: by `max_completion_tokens` only, not by `max_tokens`; see [`chat`]).
 //!
 //! Images and speech are validated strictly by the gateway (no unknown fields), so their
 //! switches are directives inside the prompt text (`prompt`, `text_prompt`):

@@ -22,7 +22,11 @@
 //!   `cached_tokens` = that previous `total_tokens`.
 //! - `output_tokens` = min(`max_output_tokens`, natural), natural = 16 or
 //!   `"sim_completion_tokens": N` (at most 65,536), one word per token;
-//!   `output_tokens_details.reasoning_tokens` = 0; `total_tokens` = input + output.
+//!   `output_tokens_details.reasoning_tokens` = 0 (but see below); `total_tokens` = input + output.
+//!   `"sim_reasoning_tokens": R` adds R to the natural length (reasoning counts in
+//!   `max_output_tokens`, as the format documents) and reports min(R, output) as
+//!   `reasoning_tokens`, unless `reasoning.effort` is `minimal` or `none`.
+//! - The `over_bounds` fault ignores `max_output_tokens`: the output is the whole natural length.
 //! - `status` = `incomplete` (with `incomplete_details.reason` = `max_output_tokens`) when the
 //!   limit cut the natural length, else `completed`.
 //!
@@ -54,7 +58,10 @@ use super::fault::{self, Fault, Switches, error_response};
 use super::request::{BodyError, has_bearer, json_object, now_secs, read_body};
 use super::state::SimState;
 use super::stream::{self, Ending, named_frame};
-use super::words::{CONTENT_WORDS, delta_word, natural_tokens, text_bytes, u64_field, words};
+use super::words::{
+    CONTENT_WORDS, delta_word, native_thinking_off, natural_tokens, over_bounds, reasoning_tokens, text_bytes,
+    u64_field, words,
+};
 
 /// Events before the first delta.
 const HEAD_EVENTS: u64 = 4;
@@ -152,6 +159,7 @@ pub(crate) struct ResponsePlan {
     input_tokens: u64,
     cached_tokens: u64,
     output_tokens: u64,
+    reasoning_tokens: u64,
     incomplete: bool,
 }
 
@@ -160,8 +168,11 @@ impl ResponsePlan {
     pub(crate) fn new(state: &SimState, request: &Map<String, Value>, previous: Option<(String, u64)>) -> Self {
         let base = u64_field(request, "sim_prompt_tokens").unwrap_or_else(|| base_tokens(request));
         let cached = previous.as_ref().map_or(0, |(_, total)| *total);
-        let natural = natural_tokens(request);
-        let limit = u64_field(request, "max_output_tokens").unwrap_or(u64::MAX);
+        let reasoning = reasoning_tokens(request).filter(|_| !native_thinking_off(request)).unwrap_or(0);
+        let natural = natural_tokens(request).saturating_add(reasoning);
+        let limit =
+            if over_bounds(request) { u64::MAX } else { u64_field(request, "max_output_tokens").unwrap_or(u64::MAX) };
+        let output_tokens = natural.min(limit);
         let hex = state.next_hex();
         ResponsePlan {
             id: format!("resp_{hex}"),
@@ -173,7 +184,8 @@ impl ResponsePlan {
             previous_response_id: previous.map(|(id, _)| id),
             input_tokens: base.saturating_add(cached),
             cached_tokens: cached,
-            output_tokens: natural.min(limit),
+            output_tokens,
+            reasoning_tokens: reasoning.min(output_tokens),
             incomplete: natural > limit,
         }
     }
@@ -206,7 +218,7 @@ impl ResponsePlan {
             "input_tokens": self.input_tokens,
             "input_tokens_details": {"cached_tokens": self.cached_tokens},
             "output_tokens": self.output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
             "total_tokens": self.total_tokens(),
         });
         let incomplete = (done && self.incomplete).then(|| json!({"reason": "max_output_tokens"}));

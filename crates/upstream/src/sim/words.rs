@@ -7,6 +7,9 @@ pub(crate) const NATURAL_COMPLETION_TOKENS: u64 = 16;
 /// Upper bound on any simulated completion, to keep answers small.
 pub(crate) const MAX_SIM_COMPLETION_TOKENS: u64 = 65_536;
 
+/// Upper bound on `sim_reasoning_tokens` (the largest published reasoning length is 262,144).
+pub(crate) const MAX_SIM_REASONING_TOKENS: u64 = 1_048_576;
+
 /// The answer's words, cycled.
 pub(crate) const CONTENT_WORDS: [&str; 12] =
     ["This", "is", "a", "simulated", "answer", "with", "one", "token", "per", "word", "for", "testing"];
@@ -22,6 +25,24 @@ pub(crate) fn u64_field(req: &Map<String, Value>, key: &str) -> Option<u64> {
 /// The natural completion length: `sim_completion_tokens` or 16, at most 65,536.
 pub(crate) fn natural_tokens(req: &Map<String, Value>) -> u64 {
     u64_field(req, "sim_completion_tokens").unwrap_or(NATURAL_COMPLETION_TOKENS).min(MAX_SIM_COMPLETION_TOKENS)
+}
+
+/// The reasoning length asked for with `sim_reasoning_tokens` (at most 1,048,576), if any.
+pub(crate) fn reasoning_tokens(req: &Map<String, Value>) -> Option<u64> {
+    u64_field(req, "sim_reasoning_tokens").map(|n| n.min(MAX_SIM_REASONING_TOKENS))
+}
+
+/// Whether the request asks for the `over_bounds` fault: output that ignores the request's caps.
+pub(crate) fn over_bounds(req: &Map<String, Value>) -> bool {
+    req.get("sim_fault").and_then(Value::as_str) == Some("over_bounds")
+}
+
+/// Whether a native-format request turns thinking off: `thinking.type = disabled` (messages) or
+/// `reasoning.effort = minimal` / `none` (responses).
+pub(crate) fn native_thinking_off(req: &Map<String, Value>) -> bool {
+    let thinking = req.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str);
+    let effort = req.get("reasoning").and_then(|r| r.get("effort")).and_then(Value::as_str);
+    thinking == Some("disabled") || matches!(effort, Some("minimal" | "none"))
 }
 
 /// UTF-8 bytes of a text field: a string, or the `text` of each part of an array.
