@@ -1,6 +1,11 @@
 //! `POST /api/v1/chat/completions`: validate, quote the worst case, and run the call through the
 //! billable-call flow (`call.rs`, `stream.rs`); usage is read from the answer or the stream's usage chunk.
 //!
+//! The worst case is the prompt bound plus `n` times the output cap. A call that may think goes
+//! upstream with that cap as `max_completion_tokens` (reasoning plus answer) instead of
+//! `max_tokens` (answer only), so the hold covers its reasoning (`docs/ARCHITECTURE.md`, "Holds of
+//! language calls").
+//!
 //! A stream without a usage report settles on an estimate: prompt tokens = ⌈prompt bound / 4⌉,
 //! completion tokens = ⌈bytes of text delivered / 4⌉ (text = `content` and `reasoning_content` deltas).
 //! Nothing delivered and no usage: refund.
@@ -10,6 +15,7 @@ use catalog::ModelDef;
 use domain::ports::{Endpoint, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, UsdAmount};
 use serde_json::{Map, Value, json};
+use validation::ChatPlan;
 
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
@@ -26,9 +32,15 @@ fn enforced_sampling(def: &ModelDef) -> Option<(Value, Value)> {
     Some((Value::Number(temperature), top_p))
 }
 
-/// The upstream request body: upstream model id, enforced sampling, usage in streams.
-fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> Result<Vec<u8>, ServiceError> {
+/// The upstream request body: upstream model id, enforced sampling, the output cap that bounds
+/// reasoning (see [`validation::ChatPlan::bounds_reasoning`]), usage in streams.
+fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, plan: &ChatPlan) -> Result<Vec<u8>, ServiceError> {
+    let stream = plan.stream;
     body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
+    if plan.bounds_reasoning {
+        body.remove("max_tokens");
+        body.insert("max_completion_tokens".into(), Value::from(plan.max_output_tokens));
+    }
     if let Some((temperature, top_p)) = enforced_sampling(def) {
         body.insert("temperature".into(), temperature);
         body.insert("top_p".into(), top_p);
@@ -42,6 +54,17 @@ fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, stream: bool) -> 
         }
     }
     serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))
+}
+
+/// What a chat call's hold covers, for the 402 message: the prompt bound, the output cap (and
+/// whether it includes reasoning) and the number of choices.
+fn hold_description(model: &str, plan: &ChatPlan) -> String {
+    let reasoning = if plan.bounds_reasoning { ", reasoning included" } else { "" };
+    let choices = if plan.choices > 1 { format!(", for each of {} choices", plan.choices) } else { String::new() };
+    format!(
+        "this call (at most {} prompt tokens and {} output tokens{reasoning}{choices}, at {model}'s rates)",
+        plan.prompt_bound_tokens, plan.max_output_tokens
+    )
 }
 
 /// The counts of an upstream `usage` object; `None` when it is not an object or lacks a count.
@@ -90,17 +113,20 @@ impl Gateway {
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
         let (def, pricing) = self.priced_model(ModelKind::Language, name).await?;
         let plan = validation::chat_request(&def, &body)?;
+        let output = plan.output_hold_tokens();
         let estimate = if plan.has_audio {
-            billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
+            billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, output)
         } else {
-            billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
+            billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, output)
         }
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        let upstream_body = upstream_body(&def, body, plan.stream)?;
+        let upstream_body = upstream_body(&def, body, &plan)?;
+        let hold = hold_description(&def.name, &plan);
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
-        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
+        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
             let (call, events) =
                 self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body).await?;
@@ -194,15 +220,43 @@ mod tests {
         }
     }
 
+    /// The upstream body of `json` (a valid request once `model` and a message are added).
     fn sent(name: &str, json: Value, stream: bool) -> Value {
-        let bytes = upstream_body(&def(name), body(json), stream).expect("body");
+        let mut request = body(json!({"model": name, "messages": [{"role": "user", "content": "hi"}]}));
+        request.extend(body(json));
+        let plan = validation::chat_request(&def(name), &request).expect("valid");
+        assert_eq!(plan.stream, stream);
+        let bytes = upstream_body(&def(name), request, &plan).expect("body");
         serde_json::from_slice(&bytes).expect("json")
     }
 
     #[test]
+    fn thinking_calls_bound_reasoning_with_max_completion_tokens() {
+        let out = sent("LangA-V4-pro", json!({"max_tokens": 1}), false);
+        assert_eq!((out.get("max_tokens"), &out["max_completion_tokens"]), (None, &json!(1)));
+        let out = sent("LangA-V4-pro", json!({"max_tokens": 5, "max_completion_tokens": 7}), false);
+        assert_eq!((out.get("max_tokens"), &out["max_completion_tokens"]), (None, &json!(7)));
+        let out = sent("LangB-2.0-pro", json!({}), false);
+        assert_eq!(out["max_completion_tokens"], json!(131_072), "the cap the hold is computed from");
+        let out = sent("LangB-2.0-pro", json!({"max_tokens": 9, "thinking": {"type": "disabled"}}), false);
+        assert_eq!((&out["max_tokens"], out.get("max_completion_tokens")), (&json!(9), None), "no reasoning: as sent");
+    }
+
+    #[test]
+    fn the_402_names_what_the_hold_covers() {
+        let mut request = body(json!({"model": "LangA-V4-pro", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1, "n": 2}));
+        let plan = validation::chat_request(&def("LangA-V4-pro"), &request).expect("valid");
+        let text = hold_description("LangA-V4-pro", &plan);
+        assert!(text.contains("1 output tokens, reasoning included, for each of 2 choices"), "{text}");
+        request.insert("thinking".into(), json!({"type": "disabled"}));
+        let plan = validation::chat_request(&def("LangA-V4-pro"), &request).expect("valid");
+        assert!(!hold_description("LangA-V4-pro", &plan).contains("reasoning"));
+    }
+
+    #[test]
     fn langb_2_0_sampling_is_enforced_and_the_model_mapped() {
-        let out =
-            sent("LangB-2.0-pro", json!({"model": "LangB-2.0-pro", "temperature": 0.2, "top_p": 0.5, "x": 1}), false);
+        let out = sent("LangB-2.0-pro", json!({"temperature": 0.2, "top_p": 0.5, "x": 1}), false);
         assert_eq!(out["temperature"], json!(1));
         assert_eq!(out["top_p"], json!(0.95));
         assert_eq!(out["model"], json!(def("LangB-2.0-pro").upstream.model_id));
@@ -223,7 +277,7 @@ mod tests {
         let out =
             sent("LangA-V4-flash", json!({"stream": true, "stream_options": {"include_usage": false, "k": 1}}), true);
         assert_eq!(out["stream_options"], json!({"include_usage": true, "k": 1}));
-        let out = sent("LangA-V4-flash", json!({"stream": true, "stream_options": null}), true);
+        let out = sent("LangA-V4-flash", json!({"stream": true}), true);
         assert_eq!(out["stream_options"], json!({"include_usage": true}));
     }
 

@@ -73,6 +73,19 @@ pub enum ServiceError {
     Internal(String),
 }
 
+impl ServiceError {
+    /// The same error, with a 402's reservation described as `hold` (what the amount covers);
+    /// any other error unchanged.
+    pub(crate) fn for_hold(self, hold: String) -> ServiceError {
+        match self {
+            ServiceError::InsufficientBalance { needed, available, .. } => {
+                ServiceError::InsufficientBalance { hold, needed, available }
+            }
+            other => other,
+        }
+    }
+}
+
 impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {

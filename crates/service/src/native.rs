@@ -13,6 +13,11 @@
 //! without a final usage report settles on what is known: the reported prompt (else ⌈prompt bound / 4⌉)
 //! and ⌈bytes of text delivered / 4⌉ output tokens; nothing delivered is refunded.
 //!
+//! The hold is the prompt bound plus the output cap, which bounds reasoning too by each format's
+//! documented rule (message-style `max_tokens` includes thinking; response-style
+//! `max_output_tokens` counts reasoning); a response-style body without `max_output_tokens` is
+//! sent the cap it was held for. See `docs/ARCHITECTURE.md`, "Holds of language calls".
+//!
 //! Response ids returned to a user are recorded (before the client sees them), and a
 //! `previous_response_id` that is not one of the caller's own is 404 before anything is reserved.
 
@@ -109,11 +114,21 @@ impl Gateway {
         let estimate = billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
         body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
+        if format == Format::Responses {
+            // The cap the hold is computed from goes upstream, so that the upstream's own default
+            // never exceeds it (max_output_tokens counts reasoning and answer).
+            body.entry("max_output_tokens").or_insert_with(|| Value::from(plan.max_output_tokens));
+        }
+        let hold = format!(
+            "this call (at most {} prompt tokens and {} output tokens, reasoning included, at {}'s rates)",
+            plan.prompt_bound_tokens, plan.max_output_tokens, def.name
+        );
         let upstream_body =
             serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))?;
         let meter = NativeMeter::new(format, &def.name, pricing.sheet.clone(), plan.prompt_bound_tokens);
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
-        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
+        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
             let (call, events) = self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body).await?;
             let owners = Recorder {

@@ -28,6 +28,9 @@ pub const TEMPLATE_OVERHEAD_TOKENS: u64 = 512;
 /// The message roles a chat request may use.
 pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
+/// The most choices (`n`) a chat request may ask for (OpenAI's documented maximum).
+pub const MAX_CHOICES: u64 = 128;
+
 /// The range of `frequency_penalty` and `presence_penalty` (inclusive).
 const PENALTY_RANGE: (f64, f64) = (-2.0, 2.0);
 
@@ -36,8 +39,16 @@ const PENALTY_RANGE: (f64, f64) = (-2.0, 2.0);
 pub struct ChatPlan {
     /// Whether the client asked for a streamed response (`stream: true`).
     pub stream: bool,
-    /// Effective output cap: max_completion_tokens, else max_tokens, else the model's max completion tokens.
+    /// Effective output cap of one choice: max_completion_tokens, else max_tokens, else the model's
+    /// max completion tokens. When [`ChatPlan::bounds_reasoning`], the upstream is sent this as
+    /// `max_completion_tokens`, which counts reasoning and answer, so it bounds both.
     pub max_output_tokens: u64,
+    /// How many choices the upstream generates (`n`, 1 when absent); each is billed.
+    pub choices: u64,
+    /// Whether the model can think and the request does not turn thinking off
+    /// (`thinking.type = disabled`): the upstream's `max_tokens` does not count reasoning, so the
+    /// upstream body must carry the cap as `max_completion_tokens` (and no `max_tokens`).
+    pub bounds_reasoning: bool,
     /// Upper bound of prompt tokens for the reservation: an estimate that is never below what the upstream can
     /// count (UTF-8 bytes of all text in the request's messages, tools and other fields count as at most one
     /// token per byte, plus [`TEMPLATE_OVERHEAD_TOKENS`]; each media item adds a per-item bound: an image
@@ -64,6 +75,7 @@ pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPla
     check_stop(limits, &request)?;
     check_thinking(def, limits, &request)?;
     check_reasoning_effort(def, limits, &request)?;
+    let choices = check_choices(&request)?;
 
     let other_fields = body
         .iter()
@@ -74,9 +86,36 @@ pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPla
     Ok(ChatPlan {
         stream: request.stream.unwrap_or(false),
         max_output_tokens,
+        choices,
+        bounds_reasoning: limits.can_think() && !thinking_off(&request),
         prompt_bound_tokens: estimate.min(cap),
         has_audio: input.has_audio,
     })
+}
+
+impl ChatPlan {
+    /// The output tokens to hold for: the cap of one choice (reasoning included, see
+    /// [`ChatPlan::bounds_reasoning`]) times the number of choices.
+    pub fn output_hold_tokens(&self) -> u64 {
+        self.max_output_tokens.saturating_mul(self.choices)
+    }
+}
+
+/// Whether the request turns thinking off with the chat format's switch, `thinking.type = disabled`
+/// (the upstream then writes no chain of thought, and accepts only `reasoning_effort = minimal`).
+/// `reasoning_effort = minimal` alone is not taken as off: the cap is sent as
+/// `max_completion_tokens` then too, which bounds the call whatever the upstream makes of it.
+fn thinking_off(request: &ChatRequest) -> bool {
+    request.thinking.as_ref().is_some_and(|t| t.kind == "disabled")
+}
+
+/// Checks `n` (1..=[`MAX_CHOICES`]) and returns the number of choices.
+fn check_choices(request: &ChatRequest) -> Result<u64, ValidationError> {
+    match request.n {
+        None => Ok(1),
+        Some(n) if (1..=MAX_CHOICES).contains(&n) => Ok(n),
+        Some(n) => Err(invalid(format!("n must be an integer from 1 to {MAX_CHOICES}, got {n}"))),
+    }
 }
 
 /// Checks `max_tokens` and `max_completion_tokens` (both, when both are given) against the model's
@@ -583,6 +622,37 @@ mod tests {
         // Inline data is a media item, not text: a 3 MB image does not count 4 million tokens.
         let inline = bound("LangB-2.1-turbo", with_parts(vec![image_part(&data_url("image/png", 3_000_000))]));
         assert!(inline < 200_000, "{inline}");
+    }
+
+    #[test]
+    fn choices_multiply_the_output_hold() {
+        let plan = |extra: Value| check("LangA-V4-flash", extra);
+        assert_eq!(plan(json!({"max_tokens": 10})).map(|p| (p.choices, p.output_hold_tokens())), Ok((1, 10)));
+        assert_eq!(plan(json!({"max_tokens": 10, "n": 3})).map(|p| (p.choices, p.output_hold_tokens())), Ok((3, 30)));
+        assert_eq!(plan(json!({"n": 128})).map(|p| p.output_hold_tokens()), Ok(128 * 393_216));
+        table(&[
+            ("LangA-V4-flash", json!({"n": 1}), true),
+            ("LangA-V4-flash", json!({"n": 0}), false),
+            ("LangA-V4-flash", json!({"n": 129}), false),
+            ("LangA-V4-flash", json!({"n": 2.5}), false),
+            ("LangA-V4-flash", json!({"n": "2"}), false),
+            ("LangA-V4-flash", json!({"n": null}), false),
+        ]);
+        let err = plan(json!({"n": 129})).expect_err("over");
+        assert_eq!(err.message(), "n must be an integer from 1 to 128, got 129");
+    }
+
+    #[test]
+    fn thinking_is_bounded_unless_turned_off() {
+        let bounds = |model: &str, extra: Value| check(model, extra).map(|p| p.bounds_reasoning);
+        for model in ["LangA-V4-pro", "LangB-2.0-pro", "LangB-2.1-turbo", "LangC-5.2"] {
+            assert_eq!(bounds(model, json!({"max_tokens": 1})), Ok(true), "{model}");
+            assert_eq!(bounds(model, json!({"reasoning_effort": "minimal"})), Ok(true), "{model}: still bounded");
+        }
+        for model in ["LangA-V4-pro", "LangB-2.0-pro", "LangB-2.1-turbo"] {
+            assert_eq!(bounds(model, json!({"thinking": {"type": "enabled"}})), Ok(true), "{model}");
+            assert_eq!(bounds(model, json!({"thinking": {"type": "disabled"}})), Ok(false), "{model}");
+        }
     }
 
     #[test]

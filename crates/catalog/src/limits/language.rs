@@ -65,6 +65,15 @@ impl LanguageLimits {
     pub fn input_window(&self) -> Option<u64> {
         self.max_input_tokens.or(self.context_window)
     }
+
+    /// Whether the model can think (write reasoning tokens that the upstream bills as output): it
+    /// publishes a reasoning length, a `thinking` switch with a value other than `disabled`, or a
+    /// `reasoning_effort` value other than `minimal` (which means no thinking).
+    pub fn can_think(&self) -> bool {
+        self.max_reasoning_tokens.is_some_and(|n| n > 0)
+            || self.thinking.as_ref().is_some_and(|t| t.types.iter().any(|v| v != "disabled"))
+            || self.reasoning_effort.as_ref().is_some_and(|e| e.values.iter().any(|v| v != "minimal"))
+    }
 }
 
 /// Stop sequence limits.

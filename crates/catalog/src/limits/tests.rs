@@ -114,3 +114,20 @@ fn every_builtin_model_has_typed_limits_of_its_kind() {
         assert_eq!(def.typed_limits().kind(), def.kind, "{}", def.name);
     }
 }
+
+#[test]
+fn every_builtin_language_model_can_think() {
+    // Each one has a thinking switch or reasoning effort (the interface's "Thinking and reasoning"
+    // list); a limits object with neither, or with only the off values, cannot.
+    for def in Catalog::builtin().expect("builtin").models {
+        if let Some(limits) = def.language_limits() {
+            assert!(limits.can_think(), "{}", def.name);
+            let mut plain = limits.clone();
+            plain.max_reasoning_tokens = None;
+            plain.thinking = plain.thinking.map(|t| ThinkingLimits { types: vec!["disabled".into()], ..t });
+            plain.reasoning_effort =
+                plain.reasoning_effort.map(|e| ReasoningEffortLimits { values: vec!["minimal".into()], ..e });
+            assert!(!plain.can_think(), "{}", def.name);
+        }
+    }
+}

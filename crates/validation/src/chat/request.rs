@@ -64,6 +64,10 @@ pub struct ChatRequest {
     /// Output format options.
     #[serde(default, deserialize_with = "present")]
     pub response_format: Option<Object>,
+    /// How many choices to generate (1..128; each is billed, so the hold multiplies by it).
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(range(min = 1, max = 128))]
+    pub n: Option<u64>,
 }
 
 /// `stream_options`.
