@@ -333,7 +333,7 @@ impl CallState {
         let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message };
         let calls = &self.gateway.ports.calls;
         let ended = calls.close_call(&self.task_id, &self.user_id, self.estimate, charge, outcome).await?;
-        self.gateway.metrics.call_ended(&self.model, ended.status, ended.actual, self.estimate);
+        self.gateway.metrics.call_ended(&self.task_id, &self.model, ended.status, ended.actual, self.estimate);
         Ok(CallBilling {
             task_id: self.task_id,
             model: self.model,
@@ -514,7 +514,7 @@ impl Gateway {
                 Ok(refund) => {
                     // Counted like any refunded call (the model is on the task).
                     if let Ok(Some(task)) = self.ports.tasks.task(&refund.user_id, &id).await {
-                        self.metrics.call_ended(&task.model, refund.status, refund.actual, refund.reserved);
+                        self.metrics.call_ended(&id, &task.model, refund.status, refund.actual, refund.reserved);
                     }
                 }
                 Err(billing::LedgerError::AlreadyFinished { .. } | billing::LedgerError::UnknownReservation(_)) => {}

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use domain::ports::UpstreamError;
-use domain::{BillingStatus, CapScope, UsdAmount};
+use domain::{BillingStatus, CapScope, TaskId, UsdAmount};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -81,6 +81,7 @@ pub(crate) struct Metrics {
     calls_ended: Family<EndLabels, Counter>,
     settled_micros: Family<ModelLabel, Counter>,
     refunded_micros: Family<ModelLabel, Counter>,
+    overdraft_micros: Counter,
     reservations_open: Gauge,
     video_worker_lag: Gauge,
     webhook_deliveries: Family<OutcomeLabel, Counter>,
@@ -104,6 +105,7 @@ impl Default for Metrics {
             calls_ended: Family::default(),
             settled_micros: Family::default(),
             refunded_micros: Family::default(),
+            overdraft_micros: Counter::default(),
             reservations_open: Gauge::default(),
             video_worker_lag: Gauge::default(),
             webhook_deliveries: Family::default(),
@@ -156,6 +158,11 @@ impl Metrics {
             self.refunded_micros.clone(),
         );
         r.register(
+            "overdraft_micro_usd",
+            "Micro-USD charged above their holds by settlements (only an upstream breaking its own bounds gets here)",
+            self.overdraft_micros.clone(),
+        );
+        r.register(
             "reservations_open",
             "Reservations holding money across the cluster (read from the store when scraped)",
             self.reservations_open.clone(),
@@ -194,8 +201,24 @@ impl Metrics {
         self.upstream_errors.get_or_create(&UpstreamErrorLabels { model: model.to_owned(), kind: error.kind() }).inc();
     }
 
-    /// Counts a call of `model` ended as `status`: `charged` taken, or `held` returned.
-    pub(crate) fn call_ended(&self, model: &str, status: BillingStatus, charged: UsdAmount, held: UsdAmount) {
+    /// Counts call `task` of `model` ended as `status`: `charged` taken, or `held` returned. A
+    /// settlement above its hold is counted in `gateway_overdraft_micro_usd_total` and logged.
+    pub(crate) fn call_ended(
+        &self,
+        task: &TaskId,
+        model: &str,
+        status: BillingStatus,
+        charged: UsdAmount,
+        held: UsdAmount,
+    ) {
+        if status == BillingStatus::Settled && charged > held {
+            let over = charged.micros().saturating_sub(held.micros());
+            self.overdraft_micros.inc_by(u64::try_from(over).unwrap_or(0));
+            tracing::warn!(
+                %task, model, held_micro_usd = held.micros(), charged_micro_usd = charged.micros(),
+                "settlement above its hold: the upstream billed more than the call's bounds allow"
+            );
+        }
         let label = ModelLabel { model: model.to_owned() };
         let (outcome, counter, amount) = match status {
             BillingStatus::Settled => ("settled", &self.settled_micros, charged),

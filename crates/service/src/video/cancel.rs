@@ -40,7 +40,7 @@ impl Gateway {
         let change = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);
         let ended = self.ports.calls.close_task(&task.id, &task.user_id, task.billing.estimated, None, change).await;
         match ended {
-            Ok(ended) => self.metrics.call_ended(&task.model, ended.status, ended.actual, ended.reserved),
+            Ok(ended) => self.metrics.call_ended(&task.id, &task.model, ended.status, ended.actual, ended.reserved),
             Err(billing::LedgerError::TaskConflict { .. } | billing::LedgerError::AlreadyFinished { .. }) => {
                 let now = self.task(who, id).await?;
                 return Err(not_cancellable(&now));
