@@ -452,7 +452,11 @@ async fn midstream_failures_end_with_an_error_event_and_charge_once() {
                 assert_eq!(u(usage, "/completion_tokens"), delivered.div_ceil(4), "{ctx}: ⌈{delivered} B / 4⌉");
                 // Prompt estimate = ⌈prompt bound / 4⌉, the bound the validation computed for this body.
                 let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
-                let plan = validation::chat_request(&def, request.as_object().expect("object")).expect("valid");
+                let plan = validation::chat_request(
+                    &def,
+                    &validation::RawObject::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
+                )
+                .expect("valid");
                 assert_eq!(u(usage, "/prompt_tokens"), plan.prompt_bound_tokens.div_ceil(4), "{ctx}");
                 let actual = amount(&billing["actual_amount"], &ctx);
                 assert_eq!(actual.micros(), spec_charge_micros(usage), "{ctx}: {usage}");
@@ -573,7 +577,11 @@ async fn concurrent_calls_never_overdraw() {
         };
         // Cross-check the probe with the billing crate's rule for this body.
         let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
-        let plan = validation::chat_request(&def, request.as_object().expect("object")).expect("valid");
+        let plan = validation::chat_request(
+            &def,
+            &validation::RawObject::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
+        )
+        .expect("valid");
         let sheet = def.pricing.clone().expect("priced");
         let rule = billing::language_reservation_text_only(&sheet, plan.prompt_bound_tokens, plan.max_output_tokens);
         assert_eq!(rule.ok(), Some(reservation), "{}: estimate", env.server.label);

@@ -155,7 +155,11 @@ async fn the_whole_reasoning_for_max_tokens_1_never_overdraws() {
 /// The hold of chat `body` by the billing crate's rule, checking that it asks for `choices` choices.
 fn rule(body: &Value, choices: u64) -> UsdAmount {
     let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
-    let plan = validation::chat_request(&def, body.as_object().expect("object")).expect("valid");
+    let plan = validation::chat_request(
+        &def,
+        &validation::RawObject::parse_body(&serde_json::to_vec(&body).expect("json")).expect("object"),
+    )
+    .expect("valid");
     assert_eq!((plan.choices, plan.bounds_reasoning), (choices, true));
     let sheet = def.pricing.clone().expect("priced");
     billing::language_reservation_text_only(&sheet, plan.prompt_bound_tokens, plan.output_hold_tokens()).expect("rule")

@@ -14,8 +14,8 @@ use billing::LanguageUsage;
 use catalog::ModelDef;
 use domain::ports::{Endpoint, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, UsdAmount};
-use serde_json::{Map, Value, json};
-use validation::ChatPlan;
+use serde_json::{Value, json};
+use validation::{ChatPlan, RawObject};
 
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
@@ -24,36 +24,57 @@ use crate::stream::{StreamItem, StreamMeter};
 use crate::{Gateway, Principal, ServiceError};
 
 /// The sampling a model enforces whatever the user sends (the LangB-2.0 series: temperature 1, top_p
-/// 0.95): `(temperature, top_p)`, or `None` when the user's values are kept.
-fn enforced_sampling(def: &ModelDef) -> Option<(Value, Value)> {
+/// 0.95): `(temperature, top_p)` as JSON text, or `None` when the user's values are kept.
+fn enforced_sampling(def: &ModelDef) -> Option<(String, String)> {
     let sampling = def.language_limits()?.sampling.as_ref()?;
-    let temperature = sampling.temperature.enforced.clone()?;
-    let top_p = sampling.top_p.enforced.clone().map_or_else(|| json!(0.95), Value::Number);
-    Some((Value::Number(temperature), top_p))
+    let temperature = sampling.temperature.enforced.as_ref()?;
+    let top_p = sampling.top_p.enforced.as_ref().map_or_else(|| "0.95".to_owned(), ToString::to_string);
+    Some((temperature.to_string(), top_p))
 }
 
-/// The upstream request body: upstream model id, enforced sampling, the output cap that bounds
-/// reasoning (see [`validation::ChatPlan::bounds_reasoning`]), usage in streams.
-fn upstream_body(def: &ModelDef, mut body: Map<String, Value>, plan: &ChatPlan) -> Result<Vec<u8>, ServiceError> {
-    let stream = plan.stream;
-    body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
+/// The upstream request body: the client's members as they came (raw text, never parsed into a
+/// tree), with the upstream model id, the enforced sampling, the output cap that bounds reasoning
+/// (see [`validation::ChatPlan::bounds_reasoning`]) and usage in streams put in their place.
+fn upstream_body(def: &ModelDef, body: &RawObject<'_>, plan: &ChatPlan) -> Result<Vec<u8>, ServiceError> {
+    let model = serde_json::to_string(&def.upstream.model_id).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let cap = plan.max_output_tokens.to_string();
+    let sampling = enforced_sampling(def);
+    let stream_options = if plan.stream {
+        // The validation read `stream_options` as an object when present.
+        let options = match body.get("stream_options") {
+            Some(raw) => RawObject::of(raw)?.write(&[("include_usage", Some("true"))]),
+            None => br#"{"include_usage":true}"#.to_vec(),
+        };
+        Some(String::from_utf8(options).map_err(|e| ServiceError::Internal(e.to_string()))?)
+    } else {
+        None
+    };
+    let mut replace: Vec<(&str, Option<&str>)> = vec![("model", Some(&model))];
     if plan.bounds_reasoning {
-        body.remove("max_tokens");
-        body.insert("max_completion_tokens".into(), Value::from(plan.max_output_tokens));
+        replace.push(("max_tokens", None));
+        replace.push(("max_completion_tokens", Some(&cap)));
     }
-    if let Some((temperature, top_p)) = enforced_sampling(def) {
-        body.insert("temperature".into(), temperature);
-        body.insert("top_p".into(), top_p);
+    if let Some((temperature, top_p)) = &sampling {
+        replace.push(("temperature", Some(temperature)));
+        replace.push(("top_p", Some(top_p)));
     }
-    if stream {
-        let options = body.entry("stream_options").or_insert_with(|| json!({}));
-        if let Value::Object(o) = options {
-            o.insert("include_usage".into(), Value::Bool(true));
-        } else {
-            *options = json!({"include_usage": true});
-        }
+    if let Some(options) = &stream_options {
+        replace.push(("stream_options", Some(options)));
     }
-    serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))
+    Ok(body.write(&replace))
+}
+
+/// Bodies from this size on are read and checked with `block_in_place`.
+const CPU_BOUND_BODY_BYTES: usize = 1024 * 1024;
+
+/// Runs `f`, CPU-bound work on a body of `size` bytes: from [`CPU_BOUND_BODY_BYTES`] on, and on a
+/// multi-threaded runtime, inside `block_in_place`, so that reading a large body (tens of
+/// milliseconds per 10 MB) does not stall the other tasks of its worker thread (timers, leases,
+/// other calls).
+pub(crate) fn cpu_bound<T>(size: usize, f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let threaded = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if size >= CPU_BOUND_BODY_BYTES && threaded { tokio::task::block_in_place(f) } else { f() }
 }
 
 /// What a chat call's hold covers, for the 402 message: the prompt bound, the output cap (and
@@ -102,17 +123,17 @@ impl Gateway {
     /// Runs a chat completion for `who` with the raw JSON `body`.
     pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
-        let body: Value = serde_json::from_slice(body)
-            .map_err(|e| ServiceError::InvalidRequest(format!("the body is not valid JSON: {e}")))?;
-        let Value::Object(body) = body else {
-            return Err(ServiceError::InvalidRequest("the body must be a JSON object".into()));
-        };
+        // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
+        let size = body.len();
+        let body = cpu_bound(size, || RawObject::parse_body(body))?;
         let name = body
-            .get("model")
-            .and_then(Value::as_str)
+            .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(ModelKind::Language, name).await?;
-        let plan = validation::chat_request(&def, &body)?;
+        let (def, pricing) = self.priced_model(ModelKind::Language, &name).await?;
+        let (plan, upstream_body) = cpu_bound(size, || -> Result<_, ServiceError> {
+            let plan = validation::chat_request(&def, &body)?;
+            Ok((plan, upstream_body(&def, &body, &plan)?))
+        })?;
         let output = plan.output_hold_tokens();
         let estimate = if plan.has_audio {
             billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, output)
@@ -120,7 +141,7 @@ impl Gateway {
             billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, output)
         }
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        let upstream_body = upstream_body(&def, body, &plan)?;
+        drop(body);
         let hold = hold_description(&def.name, &plan);
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();
@@ -213,20 +234,28 @@ mod tests {
         catalog::Catalog::builtin().expect("catalog").get(name).cloned().expect("model")
     }
 
-    fn body(json: Value) -> Map<String, Value> {
+    fn body(json: Value) -> serde_json::Map<String, Value> {
         match json {
             Value::Object(o) => o,
-            _ => Map::new(),
+            _ => serde_json::Map::new(),
         }
+    }
+
+    /// The plan of `request` and the upstream body written for it.
+    fn plan_and_body(name: &str, request: &serde_json::Map<String, Value>) -> (ChatPlan, Vec<u8>) {
+        let bytes = serde_json::to_vec(request).expect("json");
+        let raw = RawObject::parse_body(&bytes).expect("object");
+        let plan = validation::chat_request(&def(name), &raw).expect("valid");
+        let out = upstream_body(&def(name), &raw, &plan).expect("body");
+        (plan, out)
     }
 
     /// The upstream body of `json` (a valid request once `model` and a message are added).
     fn sent(name: &str, json: Value, stream: bool) -> Value {
         let mut request = body(json!({"model": name, "messages": [{"role": "user", "content": "hi"}]}));
         request.extend(body(json));
-        let plan = validation::chat_request(&def(name), &request).expect("valid");
+        let (plan, bytes) = plan_and_body(name, &request);
         assert_eq!(plan.stream, stream);
-        let bytes = upstream_body(&def(name), request, &plan).expect("body");
         serde_json::from_slice(&bytes).expect("json")
     }
 
@@ -243,14 +272,29 @@ mod tests {
     }
 
     #[test]
+    fn a_key_named_twice_is_read_and_sent_once_with_its_last_value() {
+        let bytes = br#"{"model":"LangA-V4-flash","max_tokens":999999999,"x":1,
+            "messages":[{"role":"user","content":"hi"}],"max_tokens":5,"x":{"k":[2]}}"#;
+        let raw = RawObject::parse_body(bytes).expect("object");
+        let plan = validation::chat_request(&def("LangA-V4-flash"), &raw).expect("the last max_tokens is read");
+        assert_eq!(plan.max_output_tokens, 5);
+        let out = upstream_body(&def("LangA-V4-flash"), &raw, &plan).expect("body");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert_eq!(text.matches("\"x\"").count(), 1, "{text}");
+        assert!(text.contains(r#""x":{"k":[2]}"#), "the raw member as sent: {text}");
+        let sent: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!((sent.get("max_tokens"), &sent["max_completion_tokens"]), (None, &json!(5)));
+    }
+
+    #[test]
     fn the_402_names_what_the_hold_covers() {
         let mut request = body(json!({"model": "LangA-V4-pro", "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 1, "n": 2}));
-        let plan = validation::chat_request(&def("LangA-V4-pro"), &request).expect("valid");
+        let (plan, _) = plan_and_body("LangA-V4-pro", &request);
         let text = hold_description("LangA-V4-pro", &plan);
         assert!(text.contains("1 output tokens, reasoning included, for each of 2 choices"), "{text}");
         request.insert("thinking".into(), json!({"type": "disabled"}));
-        let plan = validation::chat_request(&def("LangA-V4-pro"), &request).expect("valid");
+        let (plan, _) = plan_and_body("LangA-V4-pro", &request);
         assert!(!hold_description("LangA-V4-pro", &plan).contains("reasoning"));
     }
 

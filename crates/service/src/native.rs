@@ -27,10 +27,11 @@ use billing::LanguageUsage;
 use domain::ports::{Endpoint, ResponseOwners, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, TaskId, UsdAmount, UserId};
 use serde_json::{Value, json};
+use validation::RawObject;
 
 use crate::answer::object_member;
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
-use crate::chat::language_charge;
+use crate::chat::{cpu_bound, language_charge};
 use crate::stream::{StreamItem, StreamMeter};
 use crate::{Answer, Gateway, Principal, ServiceError};
 
@@ -91,20 +92,16 @@ impl Gateway {
 
     async fn native(&self, who: &Principal, raw: &[u8], format: Format) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
-        let mut body = match serde_json::from_slice::<Value>(raw) {
-            Ok(Value::Object(body)) => body,
-            Ok(_) => return Err(ServiceError::InvalidRequest("the body must be a JSON object".into())),
-            Err(e) => return Err(ServiceError::InvalidRequest(format!("the body is not valid JSON: {e}"))),
-        };
+        // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
+        let body = cpu_bound(raw.len(), || RawObject::parse_body(raw))?;
         let name = body
-            .get("model")
-            .and_then(Value::as_str)
+            .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(ModelKind::Language, name).await?;
-        let plan = match format {
-            Format::Messages => validation::messages_request(&def, &body, raw.len())?,
-            Format::Responses => validation::responses_request(&def, &body, raw.len())?,
-        };
+        let (def, pricing) = self.priced_model(ModelKind::Language, &name).await?;
+        let plan = cpu_bound(raw.len(), || match format {
+            Format::Messages => validation::messages_request(&def, &body, raw.len()),
+            Format::Responses => validation::responses_request(&def, &body, raw.len()),
+        })?;
         if let Some(previous) = &plan.previous_response_id {
             let owner = self.ports.responses.response_owner(previous).await?;
             if owner.as_ref() != Some(&who.user_id) {
@@ -113,18 +110,20 @@ impl Gateway {
         }
         let estimate = billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        body.insert("model".into(), Value::String(def.upstream.model_id.clone()));
-        if format == Format::Responses {
+        let model = serde_json::to_string(&def.upstream.model_id).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let cap = plan.max_output_tokens.to_string();
+        let mut replace = vec![("model", Some(model.as_str()))];
+        if format == Format::Responses && body.get("max_output_tokens").is_none() {
             // The cap the hold is computed from goes upstream, so that the upstream's own default
             // never exceeds it (max_output_tokens counts reasoning and answer).
-            body.entry("max_output_tokens").or_insert_with(|| Value::from(plan.max_output_tokens));
+            replace.push(("max_output_tokens", Some(cap.as_str())));
         }
         let hold = format!(
             "this call (at most {} prompt tokens and {} output tokens, reasoning included, at {}'s rates)",
             plan.prompt_bound_tokens, plan.max_output_tokens, def.name
         );
-        let upstream_body =
-            serde_json::to_vec(&Value::Object(body)).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let upstream_body = cpu_bound(raw.len(), || body.write(&replace));
+        drop(body);
         let meter = NativeMeter::new(format, &def.name, pricing.sheet.clone(), plan.prompt_bound_tokens);
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };

@@ -9,13 +9,12 @@ mod media;
 mod messages;
 mod request;
 
+use crate::ValidationError;
+use crate::raw::RawObject;
 use catalog::{LanguageLimits, ModelDef};
 pub use request::{
     ChatMessage, ChatRequest, ContentPart, MessageContent, Object, Role, Stop, StreamOptions, Thinking, ToolChoice,
 };
-use serde_json::{Map, Value};
-
-use crate::ValidationError;
 
 /// The largest output cap the interface allows (its Limits table); every language model's typed
 /// `max_tokens.max` is at most this (checked by a test).
@@ -64,11 +63,11 @@ pub struct ChatPlan {
 /// gateway reads, typed; a JSON `null` is a wrong type for every optional field), then the model's
 /// limits are applied to those values. Every rule names the field and the bound in its message;
 /// parameters the interface does not list are allowed and left alone.
-pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPlan, ValidationError> {
+pub fn chat_request(def: &ModelDef, body: &RawObject<'_>) -> Result<ChatPlan, ValidationError> {
     let Some(limits) = def.language_limits() else {
         return Err(invalid(format!("model {} is not a language model", def.name)));
     };
-    let request: ChatRequest = crate::shape::parse_map(body)?;
+    let request: ChatRequest = body.read()?;
     let input = messages::check(def, limits, &request.messages, body)?;
     let max_output_tokens = check_output_tokens(def, limits, &request)?;
     check_sampling(limits, &request)?;
@@ -77,10 +76,8 @@ pub fn chat_request(def: &ModelDef, body: &Map<String, Value>) -> Result<ChatPla
     check_reasoning_effort(def, limits, &request)?;
     let choices = check_choices(&request)?;
 
-    let other_fields = body
-        .iter()
-        .filter(|(key, _)| key.as_str() != "messages")
-        .fold(0u64, |sum, (key, value)| sum.saturating_add(entry_size(key, value)));
+    let other_fields =
+        body.entry_sizes().filter(|(key, _)| *key != "messages").fold(0u64, |sum, (_, size)| sum.saturating_add(size));
     let estimate = TEMPLATE_OVERHEAD_TOKENS.saturating_add(input.prompt_tokens).saturating_add(other_fields);
     let cap = limits.input_window().unwrap_or(u64::MAX);
     Ok(ChatPlan {
@@ -210,39 +207,6 @@ fn check_reasoning_effort(
     )))
 }
 
-/// A short description of a JSON value for error messages: scalars as written (long strings cut), containers by kind.
-pub(crate) fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_owned(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) if s.chars().count() <= 40 => format!("{s:?}"),
-        Value::String(s) => format!("{:?}…", s.chars().take(40).collect::<String>()),
-        Value::Array(_) => "an array".to_owned(),
-        Value::Object(_) => "an object".to_owned(),
-    }
-}
-
-/// The size of `value` written as compact JSON, without escapes: an upper bound of its text's UTF-8 bytes.
-/// serde_json's recursion limit (128) bounds the depth of parsed values.
-pub(crate) fn json_size(value: &Value) -> u64 {
-    match value {
-        Value::Null | Value::Bool(true) => 4,
-        Value::Bool(false) => 5,
-        Value::Number(n) => count(n.to_string().len()),
-        Value::String(s) => count(s.len()).saturating_add(2),
-        Value::Array(items) => {
-            items.iter().fold(2u64, |sum, item| sum.saturating_add(json_size(item)).saturating_add(1))
-        }
-        Value::Object(map) => map.iter().fold(2u64, |sum, (key, item)| sum.saturating_add(entry_size(key, item))),
-    }
-}
-
-/// The size of one `"key": value,` entry of an object (see [`json_size`]).
-pub(crate) fn entry_size(key: &str, value: &Value) -> u64 {
-    count(key.len()).saturating_add(4).saturating_add(json_size(value))
-}
-
 /// A length as `u64`.
 pub(crate) fn count(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
@@ -257,7 +221,7 @@ mod tests {
     use std::sync::LazyLock;
 
     use catalog::Catalog;
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     use super::*;
 
@@ -271,7 +235,8 @@ mod tests {
         body.insert("messages".into(), json!([{"role": "user", "content": "hi"}]));
         let Value::Object(extra) = extra else { panic!("extra must be an object") };
         body.extend(extra);
-        chat_request(def, &body)
+        let bytes = serde_json::to_vec(&body).expect("json");
+        chat_request(def, &RawObject::parse_body(&bytes).expect("object"))
     }
 
     /// Runs `(model, extra, ok?)` rows and reports every row whose outcome differs.
@@ -328,7 +293,8 @@ mod tests {
             ("LangA-V4-flash", json!({"messages": null}), false),
         ]);
         let def = CATALOG.get("LangA-V4-flash").expect("model");
-        let missing = chat_request(def, &Map::new()).expect_err("messages is required");
+        let missing =
+            chat_request(def, &RawObject::parse_body(b"{}").expect("object")).expect_err("messages is required");
         assert!(missing.message().contains("messages"), "{missing}");
     }
 

@@ -10,12 +10,12 @@
 use catalog::ModelDef;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use validator::Validate;
 
 use crate::ValidationError;
 use crate::chat::{MAX_OUTPUT_TOKENS, Object, TEMPLATE_OVERHEAD_TOKENS, ToolChoice};
-use crate::shape::{parse_map, present, present_plain, validator_message};
+use crate::raw::RawObject;
+use crate::shape::{present, present_plain, validator_message};
 
 /// What the gateway needs to know about a valid native-format request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,22 +173,8 @@ fn output_cap(def: &ModelDef, field: &str, value: u64, max: u64) -> Result<u64, 
     }
 }
 
-/// Whether any part of `value` is a media part whose tokens do not follow its bytes.
-fn has_media(value: &Value) -> bool {
-    match value {
-        Value::Object(o) => {
-            let media = o.get("type").and_then(Value::as_str).is_some_and(|t| {
-                matches!(t, "image" | "document" | "input_image" | "input_file" | "input_audio" | "image_url")
-            });
-            media || o.values().any(has_media)
-        }
-        Value::Array(items) => items.iter().any(has_media),
-        _ => false,
-    }
-}
-
-fn prompt_bound(body: &Map<String, Value>, body_bytes: usize, window: u64, unbounded: bool) -> u64 {
-    if unbounded || body.values().any(has_media) {
+fn prompt_bound(body: &RawObject<'_>, body_bytes: usize, window: u64, unbounded: bool) -> u64 {
+    if unbounded || body.has_media() {
         return window;
     }
     let bytes = u64::try_from(body_bytes).unwrap_or(u64::MAX);
@@ -200,11 +186,11 @@ fn prompt_bound(body: &Map<String, Value>, body_bytes: usize, window: u64, unbou
 /// `top_p` 0..1), then `max_tokens` against the model's bound. `body_bytes` is the body's size.
 pub fn messages_request(
     def: &ModelDef,
-    body: &Map<String, Value>,
+    body: &RawObject<'_>,
     body_bytes: usize,
 ) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
-    let request: MessagesRequest = parse_map(body)?;
+    let request: MessagesRequest = body.read()?;
     request.validate().map_err(|e| invalid(validator_message(&e)))?;
     let max_tokens = output_cap(def, "max_tokens", request.max_tokens, max_output)?;
     Ok(NativePlan {
@@ -221,11 +207,11 @@ pub fn messages_request(
 /// the body's size.
 pub fn responses_request(
     def: &ModelDef,
-    body: &Map<String, Value>,
+    body: &RawObject<'_>,
     body_bytes: usize,
 ) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
-    let request: ResponsesRequest = parse_map(body)?;
+    let request: ResponsesRequest = body.read()?;
     request.validate().map_err(|e| invalid(validator_message(&e)))?;
     let max_output_tokens = match request.max_output_tokens {
         Some(n) => output_cap(def, "max_output_tokens", n, max_output)?,
@@ -244,7 +230,7 @@ pub fn responses_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     fn def(name: &str) -> ModelDef {
         catalog::Catalog::builtin().expect("catalog").get(name).cloned().expect("model")
@@ -261,13 +247,19 @@ mod tests {
         let mut b =
             body(json!({"model": "LangB-2.0-pro", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}));
         b.extend(body(extra));
-        messages_request(&def("LangB-2.0-pro"), &b, 100)
+        with_raw(&b, |raw| messages_request(&def("LangB-2.0-pro"), raw, 100))
+    }
+
+    /// `f` of `b` read as a raw body.
+    fn with_raw<T>(b: &Map<String, Value>, f: impl FnOnce(&RawObject<'_>) -> T) -> T {
+        let bytes = serde_json::to_vec(b).expect("json");
+        f(&RawObject::parse_body(&bytes).expect("object"))
     }
 
     fn responses(extra: Value) -> Result<NativePlan, ValidationError> {
         let mut b = body(json!({"model": "LangB-2.0-pro", "input": "hi"}));
         b.extend(body(extra));
-        responses_request(&def("LangB-2.0-pro"), &b, 100)
+        with_raw(&b, |raw| responses_request(&def("LangB-2.0-pro"), raw, 100))
     }
 
     #[test]
@@ -288,10 +280,16 @@ mod tests {
             assert!(messages(bad.clone()).is_err(), "{bad}");
         }
         let mut missing = body(json!({"model": "LangB-2.0-pro", "messages": [{"role": "user", "content": "hi"}]}));
-        assert!(messages_request(&def("LangB-2.0-pro"), &missing, 10).is_err(), "max_tokens is required");
+        assert!(
+            with_raw(&missing, |raw| messages_request(&def("LangB-2.0-pro"), raw, 10)).is_err(),
+            "max_tokens is required"
+        );
         missing.insert("max_tokens".into(), json!(5));
         missing.remove("messages");
-        assert!(messages_request(&def("LangB-2.0-pro"), &missing, 10).is_err(), "messages is required");
+        assert!(
+            with_raw(&missing, |raw| messages_request(&def("LangB-2.0-pro"), raw, 10)).is_err(),
+            "messages is required"
+        );
         assert!(messages(json!({"messages": []})).is_err());
         assert!(messages(json!({"messages": "hi"})).is_err());
         assert!(messages(json!({"temperature": 0})).is_ok());

@@ -168,15 +168,6 @@ fn kind_of_byte(first: u8) -> &'static str {
     }
 }
 
-/// Reads an already parsed JSON object as type `T`, with the same path-aware messages as
-/// [`parse_body`].
-pub(crate) fn parse_map<'de, T: Deserialize<'de>>(
-    body: &'de serde_json::Map<String, Value>,
-) -> Result<T, ValidationError> {
-    serde_path_to_error::deserialize(body)
-        .map_err(|e| ValidationError::Invalid(shape_message(e.path(), &e.inner().to_string())))
-}
-
 /// `request` as JSON with `model` first, set to `model` (the request types skip their own `model` when
 /// serialized, so the public name never reaches the upstream). `size_hint` is about how many bytes the
 /// request's large strings take: the buffer is sized once for them, so a large body is never copied
@@ -270,7 +261,7 @@ fn dotted(segments: &[&Segment]) -> String {
 }
 
 /// The one mapping from a serde message at `path` to the interface's text.
-fn shape_message(path: &Path, raw: &str) -> String {
+pub(crate) fn shape_message(path: &Path, raw: &str) -> String {
     let raw = without_position(raw);
     let segments: Vec<&Segment> = path.iter().collect();
     let field = dotted(&segments);

@@ -1,11 +1,14 @@
 //! Media content parts of chat messages (image, video, audio): modality, item counts, inline sizes and formats.
 
-use catalog::{LanguageLimits, ModelDef};
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
-use super::{count, describe, invalid};
+use catalog::{LanguageLimits, ModelDef};
+use serde_json::value::RawValue;
+
+use super::{count, invalid};
 use crate::ValidationError;
 use crate::media::{self as shared, Base64Rules, DataUrl, DataUrlError};
+use crate::raw::{self, Field};
 
 /// The largest image the interface allows, in pixels, when the model's limits state none.
 const DEFAULT_MAX_PIXELS: u64 = 36_000_000;
@@ -113,14 +116,15 @@ enum Payload<'a> {
     Base64(&'a str),
 }
 
-/// Checks one media part at `path` (`part_type` is its `type`) and returns its prompt-token bound.
+/// Checks one media part at `path` (`part_type` is its `type`, `part` its members) and returns its
+/// prompt-token bound.
 pub(super) fn check_part(
     def: &ModelDef,
     limits: &LanguageLimits,
     path: &str,
     kind: MediaKind,
     part_type: &str,
-    part: &Map<String, Value>,
+    part: &[(Cow<'_, str>, &RawValue)],
     tally: &mut MediaTally,
 ) -> Result<u64, ValidationError> {
     let name = kind.name();
@@ -140,45 +144,58 @@ pub(super) fn check_part(
     {
         return Err(invalid(format!("{path}: messages may carry at most {max} {name} items for model {}", def.name)));
     }
-    let (payload, format) = locate(path, part_type, part)?;
+    let (source, format) = locate(path, part_type, part)?;
+    let payload = payload(path, part_type, &source)?;
     if let Some(rules) = &rules {
         check_payload(path, kind, rules, &payload)?;
-        check_format(path, kind, rules, &payload, format)?;
+        check_format(path, kind, rules, &payload, format.as_deref())?;
     }
     Ok(item_tokens(limits, kind))
 }
 
-/// Finds the payload and the declared `format` of a media part.
+/// Finds the source (a URL, a data URL or bare base64; borrowed from the body unless it has
+/// escapes) and the declared `format` of a media part.
 fn locate<'a>(
     path: &str,
     part_type: &str,
-    part: &'a Map<String, Value>,
-) -> Result<(Payload<'a>, Option<&'a str>), ValidationError> {
+    part: &[(Cow<'a, str>, &'a RawValue)],
+) -> Result<(Cow<'a, str>, Option<Cow<'a, str>>), ValidationError> {
     let inner_key = if part_type == "input_audio" { "data" } else { "url" };
-    let (source, format) = match part.get(part_type) {
-        Some(Value::String(s)) if part_type != "input_audio" => (s.as_str(), None),
-        Some(Value::Object(inner)) => {
-            let Some(Value::String(source)) = inner.get(inner_key) else {
+    let value = raw::last(part, part_type);
+    // An object is read for its members only; anything else once, as a string or not.
+    let (text, inner) = match value.and_then(raw::members) {
+        Some(inner) => (Field::Missing, Some(inner)),
+        None => (raw::field(value), None),
+    };
+    let (source, format) = match (text, inner) {
+        (Field::Str(s), _) if part_type != "input_audio" => (s, None),
+        (_, Some(inner)) => {
+            let Field::Str(source) = raw::field(raw::last(&inner, inner_key)) else {
                 return Err(invalid(format!("{path}.{part_type}.{inner_key} must be a string")));
             };
-            let format = match inner.get("format") {
-                None => None,
-                Some(Value::String(f)) => Some(f.as_str()),
-                Some(other) => {
+            let format = match raw::field(raw::last(&inner, "format")) {
+                Field::Missing => None,
+                Field::Str(f) => Some(f),
+                other => {
                     return Err(invalid(format!(
                         "{path}.{part_type}.format must be a string, got {}",
-                        describe(other)
+                        other.describe()
                     )));
                 }
             };
-            (source.as_str(), format)
+            (source, format)
         }
         _ => return Err(invalid(format!("{path}.{part_type} must be an object with a string {inner_key}"))),
     };
     if source.is_empty() {
         return Err(invalid(format!("{path}.{part_type}.{inner_key} must not be empty")));
     }
-    let payload = match shared::strip_data_scheme(source) {
+    Ok((source, format))
+}
+
+/// Where the bytes of `source` are.
+fn payload<'a>(path: &str, part_type: &str, source: &'a str) -> Result<Payload<'a>, ValidationError> {
+    Ok(match shared::strip_data_scheme(source) {
         Some(rest) => match shared::parse_data_url(rest) {
             Ok(DataUrl { mime, base64, data }) => Payload::DataUrl { mime, base64, data },
             Err(DataUrlError::NoComma) => {
@@ -187,8 +204,7 @@ fn locate<'a>(
         },
         None if part_type == "input_audio" => Payload::Base64(source),
         None => Payload::Url,
-    };
-    Ok((payload, format))
+    })
 }
 
 /// Checks the decoded size of inline data against `max_bytes`, and a data URL's MIME type against the kind.
