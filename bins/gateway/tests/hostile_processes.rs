@@ -10,6 +10,8 @@ mod common;
 mod connections;
 #[path = "hostile/large_bodies.rs"]
 mod large_bodies;
+#[path = "hostile/memory.rs"]
+mod memory;
 #[path = "hostile/multipart.rs"]
 mod multipart;
 #[path = "hostile/ops.rs"]
