@@ -454,7 +454,7 @@ async fn midstream_failures_end_with_an_error_event_and_charge_once() {
                 let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
                 let plan = validation::chat_request(
                     &def,
-                    &validation::RawObject::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
+                    &validation::RawBody::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
                 )
                 .expect("valid");
                 assert_eq!(u(usage, "/prompt_tokens"), plan.prompt_bound_tokens.div_ceil(4), "{ctx}");
@@ -579,7 +579,7 @@ async fn concurrent_calls_never_overdraw() {
         let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
         let plan = validation::chat_request(
             &def,
-            &validation::RawObject::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
+            &validation::RawBody::parse_body(&serde_json::to_vec(&request).expect("json")).expect("object"),
         )
         .expect("valid");
         let sheet = def.pricing.clone().expect("priced");

@@ -157,7 +157,7 @@ fn rule(body: &Value, choices: u64) -> UsdAmount {
     let def = catalog::Catalog::builtin().expect("catalog").get(MODEL).cloned().expect("model");
     let plan = validation::chat_request(
         &def,
-        &validation::RawObject::parse_body(&serde_json::to_vec(&body).expect("json")).expect("object"),
+        &validation::RawBody::parse_body(&serde_json::to_vec(&body).expect("json")).expect("object"),
     )
     .expect("valid");
     assert_eq!((plan.choices, plan.bounds_reasoning), (choices, true));

@@ -15,7 +15,7 @@ use catalog::ModelDef;
 use domain::ports::{Endpoint, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, UsdAmount};
 use serde_json::{Value, json};
-use validation::{ChatPlan, RawObject};
+use validation::{ChatPlan, RawBody};
 
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
@@ -35,14 +35,14 @@ fn enforced_sampling(def: &ModelDef) -> Option<(String, String)> {
 /// The upstream request body: the client's members as they came (raw text, never parsed into a
 /// tree), with the upstream model id, the enforced sampling, the output cap that bounds reasoning
 /// (see [`validation::ChatPlan::bounds_reasoning`]) and usage in streams put in their place.
-fn upstream_body(def: &ModelDef, body: &RawObject<'_>, plan: &ChatPlan) -> Result<Vec<u8>, ServiceError> {
+fn upstream_body(def: &ModelDef, body: &RawBody<'_>, plan: &ChatPlan) -> Result<Vec<u8>, ServiceError> {
     let model = serde_json::to_string(&def.upstream.model_id).map_err(|e| ServiceError::Internal(e.to_string()))?;
     let cap = plan.max_output_tokens.to_string();
     let sampling = enforced_sampling(def);
     let stream_options = if plan.stream {
         // The validation read `stream_options` as an object when present.
         let options = match body.get("stream_options") {
-            Some(raw) => RawObject::of(raw)?.write(&[("include_usage", Some("true"))]),
+            Some(raw) => RawBody::of(raw)?.write(&[("include_usage", Some("true"))]),
             None => br#"{"include_usage":true}"#.to_vec(),
         };
         Some(String::from_utf8(options).map_err(|e| ServiceError::Internal(e.to_string()))?)
@@ -125,7 +125,7 @@ impl Gateway {
         let upstream = self.upstream()?;
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
         let size = body.len();
-        let body = cpu_bound(size, || RawObject::parse_body(body))?;
+        let body = cpu_bound(size, || RawBody::parse_body(body))?;
         let name = body
             .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
@@ -244,7 +244,7 @@ mod tests {
     /// The plan of `request` and the upstream body written for it.
     fn plan_and_body(name: &str, request: &serde_json::Map<String, Value>) -> (ChatPlan, Vec<u8>) {
         let bytes = serde_json::to_vec(request).expect("json");
-        let raw = RawObject::parse_body(&bytes).expect("object");
+        let raw = RawBody::parse_body(&bytes).expect("object");
         let plan = validation::chat_request(&def(name), &raw).expect("valid");
         let out = upstream_body(&def(name), &raw, &plan).expect("body");
         (plan, out)
@@ -275,7 +275,7 @@ mod tests {
     fn a_key_named_twice_is_read_and_sent_once_with_its_last_value() {
         let bytes = br#"{"model":"LangA-V4-flash","max_tokens":999999999,"x":1,
             "messages":[{"role":"user","content":"hi"}],"max_tokens":5,"x":{"k":[2]}}"#;
-        let raw = RawObject::parse_body(bytes).expect("object");
+        let raw = RawBody::parse_body(bytes).expect("object");
         let plan = validation::chat_request(&def("LangA-V4-flash"), &raw).expect("the last max_tokens is read");
         assert_eq!(plan.max_output_tokens, 5);
         let out = upstream_body(&def("LangA-V4-flash"), &raw, &plan).expect("body");

@@ -27,7 +27,7 @@ use billing::LanguageUsage;
 use domain::ports::{Endpoint, ResponseOwners, SseEvent, UpstreamError};
 use domain::{ModelKind, PriceSheet, TaskId, UsdAmount, UserId};
 use serde_json::{Value, json};
-use validation::RawObject;
+use validation::RawBody;
 
 use crate::answer::object_member;
 use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
@@ -93,7 +93,7 @@ impl Gateway {
     async fn native(&self, who: &Principal, raw: &[u8], format: Format) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
-        let body = cpu_bound(raw.len(), || RawObject::parse_body(raw))?;
+        let body = cpu_bound(raw.len(), || RawBody::parse_body(raw))?;
         let name = body
             .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;

@@ -10,7 +10,7 @@ mod messages;
 mod request;
 
 use crate::ValidationError;
-use crate::raw::RawObject;
+use crate::raw::RawBody;
 use catalog::{LanguageLimits, ModelDef};
 pub use request::{
     ChatMessage, ChatRequest, ContentPart, MessageContent, Object, Role, Stop, StreamOptions, Thinking, ToolChoice,
@@ -63,7 +63,7 @@ pub struct ChatPlan {
 /// gateway reads, typed; a JSON `null` is a wrong type for every optional field), then the model's
 /// limits are applied to those values. Every rule names the field and the bound in its message;
 /// parameters the interface does not list are allowed and left alone.
-pub fn chat_request(def: &ModelDef, body: &RawObject<'_>) -> Result<ChatPlan, ValidationError> {
+pub fn chat_request(def: &ModelDef, body: &RawBody<'_>) -> Result<ChatPlan, ValidationError> {
     let Some(limits) = def.language_limits() else {
         return Err(invalid(format!("model {} is not a language model", def.name)));
     };
@@ -236,7 +236,7 @@ mod tests {
         let Value::Object(extra) = extra else { panic!("extra must be an object") };
         body.extend(extra);
         let bytes = serde_json::to_vec(&body).expect("json");
-        chat_request(def, &RawObject::parse_body(&bytes).expect("object"))
+        chat_request(def, &RawBody::parse_body(&bytes).expect("object"))
     }
 
     /// Runs `(model, extra, ok?)` rows and reports every row whose outcome differs.
@@ -294,7 +294,7 @@ mod tests {
         ]);
         let def = CATALOG.get("LangA-V4-flash").expect("model");
         let missing =
-            chat_request(def, &RawObject::parse_body(b"{}").expect("object")).expect_err("messages is required");
+            chat_request(def, &RawBody::parse_body(b"{}").expect("object")).expect_err("messages is required");
         assert!(missing.message().contains("messages"), "{missing}");
     }
 

@@ -32,7 +32,7 @@ pub use image::{
 pub use native::{
     MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,
 };
-pub use raw::RawObject;
+pub use raw::RawBody;
 pub use video::{
     MediaInput, MediaType, Ratio, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest,
     check_video_request, parse_video_request,

@@ -14,7 +14,7 @@ use validator::Validate;
 
 use crate::ValidationError;
 use crate::chat::{MAX_OUTPUT_TOKENS, Object, TEMPLATE_OVERHEAD_TOKENS, ToolChoice};
-use crate::raw::RawObject;
+use crate::raw::RawBody;
 use crate::shape::{present, present_plain, validator_message};
 
 /// What the gateway needs to know about a valid native-format request.
@@ -173,7 +173,7 @@ fn output_cap(def: &ModelDef, field: &str, value: u64, max: u64) -> Result<u64, 
     }
 }
 
-fn prompt_bound(body: &RawObject<'_>, body_bytes: usize, window: u64, unbounded: bool) -> u64 {
+fn prompt_bound(body: &RawBody<'_>, body_bytes: usize, window: u64, unbounded: bool) -> u64 {
     if unbounded || body.has_media() {
         return window;
     }
@@ -184,11 +184,7 @@ fn prompt_bound(body: &RawObject<'_>, body_bytes: usize, window: u64, unbounded:
 /// Checks a message-style body for `def` (the caller matched `model`): read as a
 /// [`MessagesRequest`] (types, at least one message, `max_tokens` present, `temperature` and
 /// `top_p` 0..1), then `max_tokens` against the model's bound. `body_bytes` is the body's size.
-pub fn messages_request(
-    def: &ModelDef,
-    body: &RawObject<'_>,
-    body_bytes: usize,
-) -> Result<NativePlan, ValidationError> {
+pub fn messages_request(def: &ModelDef, body: &RawBody<'_>, body_bytes: usize) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
     let request: MessagesRequest = body.read()?;
     request.validate().map_err(|e| invalid(validator_message(&e)))?;
@@ -205,11 +201,7 @@ pub fn messages_request(
 /// [`ResponsesRequest`] (types, `temperature` 0..2, `top_p` 0..1, `truncation`, a non-empty
 /// `previous_response_id`), then `max_output_tokens` against the model's bound. `body_bytes` is
 /// the body's size.
-pub fn responses_request(
-    def: &ModelDef,
-    body: &RawObject<'_>,
-    body_bytes: usize,
-) -> Result<NativePlan, ValidationError> {
+pub fn responses_request(def: &ModelDef, body: &RawBody<'_>, body_bytes: usize) -> Result<NativePlan, ValidationError> {
     let (max_output, window) = model_bounds(def);
     let request: ResponsesRequest = body.read()?;
     request.validate().map_err(|e| invalid(validator_message(&e)))?;
@@ -251,9 +243,9 @@ mod tests {
     }
 
     /// `f` of `b` read as a raw body.
-    fn with_raw<T>(b: &Map<String, Value>, f: impl FnOnce(&RawObject<'_>) -> T) -> T {
+    fn with_raw<T>(b: &Map<String, Value>, f: impl FnOnce(&RawBody<'_>) -> T) -> T {
         let bytes = serde_json::to_vec(b).expect("json");
-        f(&RawObject::parse_body(&bytes).expect("object"))
+        f(&RawBody::parse_body(&bytes).expect("object"))
     }
 
     fn responses(extra: Value) -> Result<NativePlan, ValidationError> {

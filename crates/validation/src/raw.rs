@@ -1,10 +1,10 @@
 //! JSON bodies read without a tree. A chat-family body (chat, message-style, response-style) is
 //! checked once as JSON, exactly as a parse into `serde_json::Value` would check it (same parser,
 //! same recursion limit, same messages), but nothing is built; then its top-level members are kept
-//! as raw JSON text borrowed from the body ([`RawObject`]), the typed request is read from them, and
+//! as raw JSON text borrowed from the body ([`RawBody`]), the typed request is read from them, and
 //! the upstream body is written by concatenating the raw members with the replaced ones.
 //!
-//! A parsed map keeps the last of duplicate keys, so [`RawObject`] does too at the top level (the
+//! A parsed map keeps the last of duplicate keys, so [`RawBody`] does too at the top level (the
 //! earlier ones are neither read nor forwarded). Inside members nothing is deduplicated: the text
 //! is forwarded as sent, sizes count it as sent, and a typed field named twice inside an object
 //! (a message's `content`, say) is refused as serde refuses it.
@@ -25,7 +25,7 @@ use crate::ValidationError;
 /// A JSON object body: its top-level members as raw JSON text borrowed from the body, sorted by key
 /// (as a parsed map iterates them), the last of duplicate keys kept.
 #[derive(Debug, Clone)]
-pub struct RawObject<'a> {
+pub struct RawBody<'a> {
     members: Vec<(Cow<'a, str>, &'a RawValue)>,
     /// What the checking pass found in each member (same order as `members`), when it ran.
     summaries: Vec<Summary>,
@@ -43,10 +43,10 @@ pub(crate) struct Summary {
     media_name: bool,
 }
 
-impl<'a> RawObject<'a> {
+impl<'a> RawBody<'a> {
     /// Reads `body` as a JSON object: `the body is not valid JSON: …` (serde_json's message, as a
     /// parse into a `Value` gives it) or `the body must be a JSON object`.
-    pub fn parse_body(body: &'a [u8]) -> Result<RawObject<'a>, ValidationError> {
+    pub fn parse_body(body: &'a [u8]) -> Result<RawBody<'a>, ValidationError> {
         let not_json = |e: serde_json::Error| ValidationError::Invalid(format!("the body is not valid JSON: {e}"));
         let mut checker = serde_json::Deserializer::from_slice(body);
         let summaries = Top.deserialize(&mut checker).map_err(not_json)?;
@@ -58,19 +58,19 @@ impl<'a> RawObject<'a> {
         if members.0.len() != summaries.len() {
             return Err(ValidationError::Invalid("the body must be a JSON object".into()));
         }
-        Ok(RawObject::from_members(members.0, summaries))
+        Ok(RawBody::from_members(members.0, summaries))
     }
 
     /// The members of the raw object `raw` (already checked to be a JSON object).
-    pub fn of(raw: &'a RawValue) -> Result<RawObject<'a>, ValidationError> {
+    pub fn of(raw: &'a RawValue) -> Result<RawBody<'a>, ValidationError> {
         let members: Members<'a> = serde_json::from_str(raw.get())
             .map_err(|e| ValidationError::Invalid(format!("the body is not valid JSON: {e}")))?;
-        Ok(RawObject::from_members(members.0, Vec::new()))
+        Ok(RawBody::from_members(members.0, Vec::new()))
     }
 
     /// `members` (in document order, with `summaries` in the same order or none) sorted by key, the
     /// last of each key kept.
-    fn from_members(members: Vec<(Cow<'a, str>, &'a RawValue)>, summaries: Vec<Summary>) -> RawObject<'a> {
+    fn from_members(members: Vec<(Cow<'a, str>, &'a RawValue)>, summaries: Vec<Summary>) -> RawBody<'a> {
         let with_summaries = summaries.len() == members.len();
         let mut all: Vec<((Cow<'a, str>, &'a RawValue), Summary)> = if with_summaries {
             members.into_iter().zip(summaries).collect()
@@ -87,7 +87,7 @@ impl<'a> RawObject<'a> {
             }
         }
         let (members, summaries): (Vec<_>, Vec<_>) = kept.into_iter().unzip();
-        RawObject { members, summaries: if with_summaries { summaries } else { Vec::new() } }
+        RawBody { members, summaries: if with_summaries { summaries } else { Vec::new() } }
     }
 
     /// The size of each member's `"key": value,` entry (see [`entry_size`]), from the checking pass
@@ -586,18 +586,18 @@ mod tests {
     #[test]
     fn the_checking_pass_gives_the_same_sizes_and_media() {
         let body = br#"{"b": [1.5, {"type": "image"}], "a": {"x\n": "y"}, "a": "last", "c": null}"#;
-        let raw = RawObject::parse_body(body).expect("object");
+        let raw = RawBody::parse_body(body).expect("object");
         let sizes: Vec<(&str, u64)> = raw.entry_sizes().collect();
         let direct: Vec<(&str, u64)> = raw.members().map(|(k, v)| (k, entry_size(k, v))).collect();
         assert_eq!(sizes, direct);
         assert!(raw.has_media());
-        let plain = RawObject::parse_body(br#"{"type": "image"}"#).expect("object");
+        let plain = RawBody::parse_body(br#"{"type": "image"}"#).expect("object");
         assert!(!plain.has_media(), "a top-level type is not a part");
     }
 
     #[test]
     fn bodies_parse_like_values() {
-        let err = |body: &str| RawObject::parse_body(body.as_bytes()).expect_err(body).message().to_owned();
+        let err = |body: &str| RawBody::parse_body(body.as_bytes()).expect_err(body).message().to_owned();
         for body in ["{", "{\"a\":1,}", "[1] x", "{\"a\": 1e400}", "{\"a\": \"\\ud800\"}", "nul"] {
             let value = serde_json::from_str::<Value>(body).expect_err(body);
             assert_eq!(err(body), format!("the body is not valid JSON: {value}"), "{body}");
@@ -612,7 +612,7 @@ mod tests {
     #[test]
     fn last_key_wins_and_writes_replace_in_place() {
         let body = br#"{"z": 1, "model": "a", "m\u00e9": [1, 2], "z": {"k": 2}, "drop": true}"#;
-        let raw = RawObject::parse_body(body).expect("object");
+        let raw = RawBody::parse_body(body).expect("object");
         let keys: Vec<&str> = raw.members().map(|(k, _)| k).collect();
         assert_eq!(keys, ["drop", "model", "mé", "z"]);
         assert_eq!(raw.get("z").map(RawValue::get), Some(r#"{"k": 2}"#));
@@ -630,7 +630,7 @@ mod tests {
             n: u64,
             s: Option<String>,
         }
-        let raw = |body: &str| RawObject::parse_body(body.as_bytes()).expect("object").read::<T>();
+        let raw = |body: &str| RawBody::parse_body(body.as_bytes()).expect("object").read::<T>();
         assert_eq!(raw(r#"{"n": "7"}"#).expect_err("type").message(), r#"n must be a non-negative integer, got "7""#);
         assert_eq!(raw(r#"{"s": "x"}"#).expect_err("missing").message(), "n is required");
         assert!(raw(r#"{"n": 1, "n": 2, "other": [1]}"#).is_ok(), "the last n is read");

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use super::media::{self, MediaKind, MediaTally};
 use super::{ChatMessage, MessageContent, Role, count, invalid};
 use crate::ValidationError;
-use crate::raw::{self, RawObject, entry_size, json_size};
+use crate::raw::{self, RawBody, entry_size, json_size};
 
 /// What the messages contribute to the plan.
 pub(super) struct Messages {
@@ -25,7 +25,7 @@ pub(super) fn check(
     def: &ModelDef,
     limits: &LanguageLimits,
     typed: &[ChatMessage],
-    body: &RawObject<'_>,
+    body: &RawBody<'_>,
 ) -> Result<Messages, ValidationError> {
     let (min, max) = (limits.messages.min, limits.messages.max);
     let n = count(typed.len());
