@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -183,7 +182,7 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 let busy = Busy::begin(&activity);
                 async move {
                     let response = respond(&state, req).await;
-                    Ok::<_, Infallible>(response.map(|body| BusyBody { body, _busy: busy }.boxed()))
+                    Ok::<_, Infallible>(response.map(|body| BusyBody { body, _busy: busy }))
                 }
             })
         };
@@ -346,8 +345,13 @@ impl Future for Watchdog {
             return this.sleep.as_mut().poll(cx).map(|()| Wake::TimeUp);
         }
         loop {
-            if let Some(at) = this.activity.deadline(&this.limits) {
-                this.arm(at);
+            match this.activity.deadline(&this.limits) {
+                Some(at) => this.arm(at),
+                // A request in flight: nothing to time. The poll of the connection that ends it is
+                // followed by this one (the select is biased), which arms the timer then; HTTP/2
+                // streams that end on their own tasks are seen at the connection's next wake-up at
+                // the latest (a keep-alive PING wakes it).
+                None => return Poll::Pending,
             }
             if this.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
@@ -355,8 +359,7 @@ impl Future for Watchdog {
             match this.activity.deadline(&this.limits) {
                 Some(at) if at <= tokio::time::Instant::now() => return Poll::Ready(Wake::Stalled),
                 Some(at) => this.arm(at),
-                // Busy: look again in a while (an ending request re-arms it sooner).
-                None => this.arm(tokio::time::Instant::now() + this.limits.idle_timeout),
+                None => return Poll::Pending,
             }
         }
     }
