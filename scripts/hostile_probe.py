@@ -5,8 +5,8 @@ body without its boundary, 2,000 idle connections and a half-sent header, and tw
 image bodies while another user sends a 2-MiB one.
 
 Usage: python3 scripts/hostile_probe.py [path/to/gateway]   (default target/release/gateway)
-It starts `gateway serve` on a fresh SQLite file with the built-in simulator, on 127.0.0.1 only, and
-stops it at the end. Every loop is bounded in count and time.
+It starts the upstream simulator (`gateway sim-upstream`, a process of its own) and `gateway serve` on a
+fresh SQLite file, on 127.0.0.1 only, and stops both at the end. Every loop is bounded in count and time.
 """
 
 import json
@@ -70,6 +70,14 @@ def main():
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(GATEWAY_LISTEN="127.0.0.1:0", GATEWAY_DATABASE_URL=f"sqlite://{work}/gw.db?mode=rwc",
                GATEWAY_MEDIA_DIR=f"{work}/media", GATEWAY_LOG="warn")
+    # The upstream simulator in a process of its own, so that the gateway's memory is the gateway's.
+    sim = subprocess.Popen([binary, "sim-upstream", "--listen", "127.0.0.1:0"], env=env, cwd=work,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    sim_base = json.loads(sim.stdout.readline())["simulator"]
+    origin = sim_base.rsplit("/api/v3", 1)[0]
+    env.update(GATEWAY_UPSTREAM_URL=sim_base, GATEWAY_UPSTREAM_API_KEY="sim-platform-key",
+               GATEWAY_SPEECH_URL=origin, GATEWAY_SPEECH_API_KEY="sim-speech-key",
+               GATEWAY_MESSAGES_URL=f"{origin}/api/compatible")
     admin = lambda *args: json.loads(subprocess.run([binary, "admin", *args], env=env, cwd=work, check=True,
                                                     capture_output=True, text=True).stdout)
     server = subprocess.Popen([binary, "serve"], env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -135,9 +143,12 @@ def main():
         t = time.time()
         try:
             closed = half.recv(1) == b""
+        except socket.timeout:
+            closed = False
         except OSError:
             closed = True
-        print(f"half-sent header: closed={closed} after {time.time() - t:.1f} s (header timeout 10 s)")
+        print(f"half-sent header: {'closed' if closed else 'still open'} after {time.time() - t:.1f} s "
+              "(header timeout 10 s; the probe waits 30 s)")
         for c in idle:
             c.close()
 
@@ -174,6 +185,8 @@ def main():
     finally:
         server.terminate()
         server.wait(20)
+        sim.terminate()
+        sim.wait(20)
 
 
 if __name__ == "__main__":
