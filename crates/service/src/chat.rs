@@ -151,8 +151,13 @@ impl Gateway {
         if plan.stream {
             let (call, events) =
                 self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body).await?;
-            let meter =
-                ChatMeter { public_model, sheet, prompt_bound: plan.prompt_bound_tokens, ..ChatMeter::default() };
+            let meter = ChatMeter {
+                public_model,
+                sheet,
+                prompt_bound: plan.prompt_bound_tokens,
+                output_cap: output,
+                ..ChatMeter::default()
+            };
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
         self.run_sync(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body, |bytes| {
@@ -177,6 +182,8 @@ struct ChatMeter {
     public_model: String,
     sheet: PriceSheet,
     prompt_bound: u64,
+    /// The output the call's hold covers (all choices): an estimate never passes it.
+    output_cap: u64,
     usage: Option<(LanguageUsage, Value)>,
     delivered_bytes: u64,
 }
@@ -211,7 +218,8 @@ impl StreamMeter for ChatMeter {
             None if self.delivered_bytes > 0 => {
                 let estimate = LanguageUsage {
                     prompt_tokens: self.prompt_bound.div_ceil(4),
-                    completion_tokens: self.delivered_bytes.div_ceil(4),
+                    // An estimate, never more than the output the hold covers.
+                    completion_tokens: self.delivered_bytes.div_ceil(4).min(self.output_cap),
                     ..LanguageUsage::default()
                 };
                 let json = json!({"prompt_tokens": estimate.prompt_tokens, "completion_tokens": estimate.completion_tokens,
@@ -338,5 +346,25 @@ mod tests {
         assert!(usage_fields(&json!({"prompt_tokens": 1})).is_none());
         let chunk = json!({"choices": [{"delta": {"content": "héllo", "reasoning_content": "ab"}}]});
         assert_eq!(crate::answer::chunk_facts(chunk.to_string().as_bytes()).expect("chunk").text_bytes, 8);
+    }
+
+    /// A stream cut before its usage chunk is settled on an estimate that never passes the output
+    /// its hold covers.
+    #[tokio::test]
+    async fn a_stream_estimate_never_passes_the_output_the_hold_covers() {
+        let catalog = catalog::Catalog::builtin().expect("catalog");
+        let sheet = catalog.get("LangA-V4-flash").and_then(|d| d.pricing.clone()).expect("priced");
+        let mut meter = ChatMeter {
+            public_model: "Public".into(),
+            sheet,
+            prompt_bound: 400,
+            output_cap: 3,
+            ..ChatMeter::default()
+        };
+        let chunk = json!({"choices": [{"delta": {"content": "x".repeat(400)}}]});
+        meter.observe(SseEvent { event: None, data: chunk.to_string().into_bytes() }).await.expect("chunk");
+        let (_, usage) = meter.charge().expect("priced").expect("charged");
+        let usage: Value = serde_json::from_str(&usage).expect("usage");
+        assert_eq!((&usage["completion_tokens"], &usage["estimated"]), (&json!(3), &json!(true)), "{usage}");
     }
 }

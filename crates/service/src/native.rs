@@ -124,7 +124,13 @@ impl Gateway {
         );
         let upstream_body = cpu_bound(raw.len(), || body.write(&replace));
         drop(body);
-        let meter = NativeMeter::new(format, &def.name, pricing.sheet.clone(), plan.prompt_bound_tokens);
+        let meter = NativeMeter::new(
+            format,
+            &def.name,
+            pricing.sheet.clone(),
+            plan.prompt_bound_tokens,
+            plan.max_output_tokens,
+        );
         let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
@@ -165,6 +171,8 @@ struct NativeMeter {
     public_model: String,
     sheet: PriceSheet,
     prompt_bound: u64,
+    /// The output the call's hold covers: an estimate from the text delivered never passes it.
+    output_cap: u64,
     /// The latest usage object seen (cumulative in both formats).
     usage: Option<Value>,
     /// Whether the final usage (message_delta / response.completed) was seen.
@@ -175,12 +183,13 @@ struct NativeMeter {
 }
 
 impl NativeMeter {
-    fn new(format: Format, public_model: &str, sheet: PriceSheet, prompt_bound: u64) -> NativeMeter {
+    fn new(format: Format, public_model: &str, sheet: PriceSheet, prompt_bound: u64, output_cap: u64) -> NativeMeter {
         NativeMeter {
             format,
             public_model: public_model.to_owned(),
             sheet,
             prompt_bound,
+            output_cap,
             usage: None,
             final_usage: false,
             delivered_bytes: 0,
@@ -304,7 +313,8 @@ impl StreamMeter for NativeMeter {
                 LanguageUsage {
                     prompt_tokens: prompt,
                     cached_tokens: cached,
-                    completion_tokens: self.delivered_bytes.div_ceil(4),
+                    // An estimate, never more than the output the hold covers.
+                    completion_tokens: self.delivered_bytes.div_ceil(4).min(self.output_cap),
                     ..LanguageUsage::default()
                 }
             }
@@ -352,7 +362,7 @@ mod tests {
 
     #[tokio::test]
     async fn message_stream_meters_cumulative_usage_and_its_end() {
-        let mut meter = NativeMeter::new(Format::Messages, "Public", sheet(), 400);
+        let mut meter = NativeMeter::new(Format::Messages, "Public", sheet(), 400, 1000);
         let start = json!({"type": "message_start", "message": {"model": "up", "usage": {"input_tokens": 1000, "output_tokens": 1}}});
         let item = meter.observe(event("message_start", start)).await.expect("event");
         assert!(
@@ -377,7 +387,7 @@ mod tests {
 
     #[tokio::test]
     async fn response_stream_ends_at_completed_and_nothing_delivered_is_free() {
-        let mut meter = NativeMeter::new(Format::Responses, "Public", sheet(), 400);
+        let mut meter = NativeMeter::new(Format::Responses, "Public", sheet(), 400, 1000);
         assert_eq!(meter.charge().expect("priced"), None);
         let created = json!({"type": "response.created", "response": {"id": "resp_1", "model": "up"}});
         let item = meter.observe(event("response.created", created)).await.expect("event");
@@ -389,5 +399,20 @@ mod tests {
         let (amount, _) = meter.charge().expect("priced").expect("charged");
         assert_eq!(amount.micros(), 2, "10 × 0.14 + 3 × 0.28 = 2.24 → 2");
         assert!(meter.observe(SseEvent { event: None, data: b"not json".to_vec() }).await.is_err());
+    }
+
+    /// A stream cut before its usage is settled on an estimate from the text delivered, which never
+    /// passes the output the hold covers (long tokens are more than 4 bytes each).
+    #[tokio::test]
+    async fn an_estimate_never_passes_the_output_the_hold_covers() {
+        let mut meter = NativeMeter::new(Format::Messages, "Public", sheet(), 400, 2);
+        let start = json!({"type": "message_start", "message": {"model": "up", "usage": {"input_tokens": 1000, "output_tokens": 1}}});
+        meter.observe(event("message_start", start)).await.expect("event");
+        let delta = json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "a-very-long-token-of-forty-bytes-and-more"}});
+        meter.observe(event("content_block_delta", delta)).await.expect("event");
+        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        assert_eq!(amount.micros(), 141, "1000 × 0.14 + 2 (the cap, not 11) × 0.28 = 140.56 → 141");
+        assert!(usage.contains("\"completion_tokens\":2"), "{usage}");
     }
 }
