@@ -15,7 +15,7 @@ use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 use crate::{Backend, Store, backend_err};
 
 /// Non-terminal task states, as stored.
-const RUNNING: &str = "('submitting', 'queued', 'processing')";
+const RUNNING: &str = running_statuses!();
 
 impl Store {
     /// The cap's state read by `conn` (inside the grant's lock).

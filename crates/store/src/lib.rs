@@ -8,6 +8,17 @@
 //! `pg_book.rs`). No concurrency can overdraw a balance, whether the writers are tasks of one
 //! process or replicas sharing one PostgreSQL.
 
+/// The SQL list of the running task statuses, `('submitting', 'queued', 'processing')`: the one
+/// place it is written (a test checks it against `domain::TaskStatus::RUNNING` and the partial
+/// indexes of the migrations). A macro, not a bound value or a `const`, because the statements
+/// must carry it as a literal (a bound value cannot prove a partial index's condition) and
+/// `concat!` takes only literals.
+macro_rules! running_statuses {
+    () => {
+        "('submitting', 'queued', 'processing')"
+    };
+}
+
 mod accounts;
 mod caps;
 mod entities;
@@ -248,5 +259,22 @@ mod tests {
         assert_eq!(backend_of("sqlite://data/x.db?mode=rwc"), Ok(Backend::Sqlite));
         assert_eq!(backend_of("postgres://u@h/db"), Ok(Backend::Postgres));
         assert!(backend_of("mysql://h/db").is_err());
+    }
+
+    #[test]
+    fn the_running_statuses_of_the_sql_are_the_domain_s() {
+        let list: Vec<String> = domain::TaskStatus::RUNNING.iter().map(|s| format!("'{}'", s.as_str())).collect();
+        assert_eq!(running_statuses!(), format!("({})", list.join(", ")));
+        // The partial indexes that the statements rely on carry the same list.
+        for migration in [
+            include_str!("../../../migrations/sqlite/0004_video_work.sql"),
+            include_str!("../../../migrations/postgres/0004_video_work.sql"),
+            include_str!("../../../migrations/sqlite/0005_running_calls.sql"),
+            include_str!("../../../migrations/postgres/0005_running_calls.sql"),
+            include_str!("../../../migrations/sqlite/0007_call_runners.sql"),
+            include_str!("../../../migrations/postgres/0007_call_runners.sql"),
+        ] {
+            assert!(migration.contains(concat!("status IN ", running_statuses!())), "{migration}");
+        }
     }
 }

@@ -280,8 +280,11 @@ impl TaskStore for Store {
         // appearance, as SQLite numbers them.
         let kind_slots: Vec<String> = (1..=kinds.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT id FROM tasks WHERE kind IN ({}) AND status IN ('submitting', 'queued', 'processing') \
-             AND updated_at < ${} ORDER BY updated_at LIMIT ${}",
+            concat!(
+                "SELECT id FROM tasks WHERE kind IN ({}) AND status IN ",
+                running_statuses!(),
+                " AND updated_at < ${} ORDER BY updated_at LIMIT ${}"
+            ),
             kind_slots.join(", "),
             kinds.len() + 1,
             kinds.len() + 2
@@ -297,9 +300,12 @@ impl TaskStore for Store {
         // Literal predicates, so that both databases use the partial indexes on open
         // reservations and active video tasks (a bound parameter cannot prove a partial index's
         // condition): a scrape never reads the whole table.
-        let sql = "SELECT (SELECT COUNT(*) FROM reservations WHERE status = 'reserved') AS open_reservations, \
-                   (SELECT MIN(created_at) FROM tasks WHERE kind = 'video' \
-                   AND status IN ('submitting', 'queued', 'processing')) AS oldest";
+        let sql = concat!(
+            "SELECT (SELECT COUNT(*) FROM reservations WHERE status = 'reserved') AS open_reservations, \
+             (SELECT MIN(created_at) FROM tasks WHERE kind = 'video' AND status IN ",
+            running_statuses!(),
+            ") AS oldest"
+        );
         let row = self.db.query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("open work: no row".into()))?;
         let open_reservations: i64 = row.try_get("", "open_reservations").map_err(backend_err)?;

@@ -24,8 +24,11 @@ const DUE_TASKS: ClaimQuery = ClaimQuery {
     table: "tasks",
     from: "tasks",
     columns: "id, user_id, next_poll_at, created_at",
-    due: "kind = 'video' AND status IN ('submitting', 'queued', 'processing') \
-        AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3)",
+    due: concat!(
+        "kind = 'video' AND status IN ",
+        running_statuses!(),
+        " AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3)"
+    ),
     order: "next_poll_at NULLS FIRST, created_at, id",
     one_per_task: false,
 };
@@ -200,10 +203,13 @@ impl Store {
         // Kind and statuses written literally, so that both databases can read the partial
         // indexes of active video tasks (a bound value cannot prove a partial index's condition:
         // SQLite scanned the whole task table for the model's count).
-        let sql = "SELECT (SELECT COUNT(*) FROM tasks WHERE user_id = $1 AND kind = 'video' \
-                   AND status IN ('submitting', 'queued', 'processing')) AS of_user, \
-                   (SELECT COUNT(*) FROM tasks WHERE model = $2 AND kind = 'video' \
-                   AND status IN ('submitting', 'queued', 'processing')) AS of_model";
+        let sql = concat!(
+            "SELECT (SELECT COUNT(*) FROM tasks WHERE user_id = $1 AND kind = 'video' AND status IN ",
+            running_statuses!(),
+            ") AS of_user, (SELECT COUNT(*) FROM tasks WHERE model = $2 AND kind = 'video' AND status IN ",
+            running_statuses!(),
+            ") AS of_model"
+        );
         let values = vec![user.as_str().into(), model.into()];
         let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("active video tasks: no row".into()))?;

@@ -274,6 +274,12 @@ pub(crate) fn shape_message(path: &Path, raw: &str) -> String {
             format!("unknown field {name:?} at {parent}")
         };
     }
+    if let Some(rest) = raw.strip_prefix("duplicate field `") {
+        let name = rest.split('`').next().unwrap_or_default();
+        let parent = dotted(segments.split_last().map_or(&[][..], |(_, parent)| parent));
+        let at = if parent.is_empty() { String::new() } else { format!(" at {parent}") };
+        return format!("field {name:?}{at} is given more than once");
+    }
     if let Some(rest) = raw.strip_prefix("missing field `") {
         let name = rest.split('`').next().unwrap_or_default();
         return if field.is_empty() { format!("{name} is required") } else { format!("{field}.{name} is required") };

@@ -368,19 +368,43 @@ fn fixed_bounds_match_the_catalog() {
 
 #[test]
 fn hostile_input_never_panics() {
-    let bodies: Vec<Vec<u8>> = vec![
-        Vec::new(),
-        b"\xc3\x28".to_vec(),
-        format!("{}{}", "{\"a\":".repeat(50_000), "}".repeat(50_000)).into_bytes(),
-        br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"speech_rate": 1e400}}"#.to_vec(),
-        br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"speech_rate": -1e308}}"#.to_vec(),
-        br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"sample_rate": 1e20}}"#.to_vec(),
-        br#"{"model": "AudioGen-1.0", "text_prompt": "x", "references": [[[[[[]]]]]]}"#.to_vec(),
-        br#"{"model": "AudioGen-1.0", "text_prompt": "x", "watermark": {"a": [[[[{"b": null}]]]]}}"#.to_vec(),
+    // Each hostile body, and the start of the 400 it must get (`None`: it is a valid request).
+    let rows: Vec<(Vec<u8>, Option<&str>)> = vec![
+        (Vec::new(), Some("request body is not valid JSON: EOF while parsing")),
+        (b"\xc3\x28".to_vec(), Some("request body is not valid JSON: expected value")),
+        (
+            format!("{}{}", "{\"a\":".repeat(50_000), "}".repeat(50_000)).into_bytes(),
+            Some("request body is not valid JSON: expected value"),
+        ),
+        (
+            br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"speech_rate": 1e400}}"#.to_vec(),
+            Some("audio_config.speech_rate: number out of range"),
+        ),
+        (
+            br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"speech_rate": -1e308}}"#.to_vec(),
+            Some("audio_config.speech_rate must be from -50 to 100"),
+        ),
+        (
+            br#"{"model": "AudioGen-1.0", "text_prompt": "x", "audio_config": {"sample_rate": 1e20}}"#.to_vec(),
+            Some("audio_config.sample_rate must be a non-negative integer"),
+        ),
+        (
+            br#"{"model": "AudioGen-1.0", "text_prompt": "x", "references": [[[[[[]]]]]]}"#.to_vec(),
+            Some("references[0] must be an object, got an array"),
+        ),
+        // The watermark is an open object: anything inside it passes through.
+        (br#"{"model": "AudioGen-1.0", "text_prompt": "x", "watermark": {"a": [[[[{"b": null}]]]]}}"#.to_vec(), None),
     ];
-    for body in bodies {
-        let _ = run_bytes(&body);
-    }
+    let wrong: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (body, want))| match (run_bytes(body), want) {
+            (Ok(_), None) => None,
+            (Err(ValidationError::Invalid(m)), Some(want)) if m.starts_with(want) => None,
+            (other, _) => Some(format!("row {i}: wanted {want:?}, got {:?}", other.map(|p| p.reserve_seconds))),
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 mod props {

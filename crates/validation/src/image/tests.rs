@@ -612,24 +612,37 @@ fn catalog_values_are_request_enum_values() {
 fn hostile_input_never_panics() {
     let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let deep_field = format!(r#"{{"model": "{V45}", "prompt": {}1{}}}"#, "[".repeat(5_000), "]".repeat(5_000));
-    let bodies: Vec<Vec<u8>> = vec![
-        Vec::new(),
-        b"null".to_vec(),
-        b"\xff\xfe\x00".to_vec(),
-        b"{\"model\": \"\xff\", \"prompt\": \"x\"}".to_vec(),
-        deep_array.into_bytes(),
-        deep_field.into_bytes(),
-        format!(r#"{{"model": "{PRO}", "prompt": "x", "seed": 1e400}}"#).into_bytes(),
-        format!(r#"{{"model": "{PRO}", "prompt": "x", "seed": -0}}"#).into_bytes(),
-        format!(r#"{{"model": "{PRO}", "prompt": "x", "size": "99999x99999"}}"#).into_bytes(),
-        format!(r#"{{"model": "{PRO}", "prompt": "x", "size": "00x00"}}"#).into_bytes(),
-        format!(r#"{{"model": "{V45}", "prompt": "x", "sequential_image_generation": "auto", "sequential_image_generation_options": {{"max_images": 18446744073709551615}}}}"#).into_bytes(),
-        format!(r#"{{"model": "{V45}", "prompt": "\u0000", "image": "data:image/png;base64,{}"}}"#, "=".repeat(1000)).into_bytes(),
-        format!(r#"{{"model": "{V45}", "prompt": "x", "model": "{PRO}"}}"#).into_bytes(),
+    // Each hostile body, and the start of the 400 it must get (none is a panic, a 5xx or a pass).
+    let rows: Vec<(Vec<u8>, &str)> = vec![
+        (Vec::new(), "request body is not valid JSON: EOF while parsing"),
+        (b"null".to_vec(), "request body must be a JSON object, got null"),
+        (b"\xff\xfe\x00".to_vec(), "request body is not valid JSON: expected value"),
+        (b"{\"model\": \"\xff\", \"prompt\": \"x\"}".to_vec(), "model: invalid unicode code point"),
+        (deep_array.into_bytes(), "request body must be a JSON object, got an array"),
+        (deep_field.into_bytes(), "prompt must be a string, got an array"),
+        (format!(r#"{{"model": "{PRO}", "prompt": "x", "seed": 1e400}}"#).into_bytes(), "seed: number out of range"),
+        (format!(r#"{{"model": "{PRO}", "prompt": "x", "seed": -0}}"#).into_bytes(), "seed must be an integer"),
+        (format!(r#"{{"model": "{PRO}", "prompt": "x", "size": "99999x99999"}}"#).into_bytes(), "size 99999x99999 has"),
+        (format!(r#"{{"model": "{PRO}", "prompt": "x", "size": "00x00"}}"#).into_bytes(), "size 0x0 has 0 pixels"),
+        (
+            format!(r#"{{"model": "{V45}", "prompt": "x", "sequential_image_generation": "auto", "sequential_image_generation_options": {{"max_images": 18446744073709551615}}}}"#).into_bytes(),
+            "sequential_image_generation_options.max_images must be an integer",
+        ),
+        (
+            format!(r#"{{"model": "{V45}", "prompt": "\u0000", "image": "data:image/png;base64,{}"}}"#, "=".repeat(1000)).into_bytes(),
+            "image: the data after base64, is not valid Base64",
+        ),
+        (format!(r#"{{"model": "{V45}", "prompt": "x", "model": "{PRO}"}}"#).into_bytes(), "field \"model\" is given more than once"),
     ];
-    for body in bodies {
-        let _ = run_bytes(V45, &body);
-    }
+    let wrong: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (body, want))| match run_bytes(V45, body) {
+            Err(ValidationError::Invalid(m)) if m.starts_with(want) => None,
+            other => Some(format!("row {i}: wanted a 400 starting {want:?}, got {:?}", other.map(|p| p.max_images))),
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 mod props {
