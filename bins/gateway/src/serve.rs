@@ -61,10 +61,15 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
     let replica_lease = Duration::from_millis(config.replica_lease_ms.max(1_000));
     gateway.keep_alive(replica_lease).await.map_err(|e| format!("replica lease: {e}"))?;
-    spawn_recovery(gateway.clone(), gateway.recovery_age());
-    spawn_liveness(gateway.clone(), replica_lease);
+    // The periodic loops run until the very end (the liveness lease must be renewed while calls
+    // still finish after the drain) and are stopped, and waited for, before the lease is ended: a
+    // renewal after `retire` would bring this replica's liveness row back.
+    let (stop_loops, loops_stop) = tokio::sync::watch::channel(false);
+    let mut loops = vec![spawn_recovery(gateway.clone(), gateway.recovery_age(), loops_stop.clone())];
+    loops.extend(spawn_liveness(gateway.clone(), replica_lease, &loops_stop));
     let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown.signalled()));
-    spawn_prune(pruner, prune_policy(&config, &gateway)?, config.prune_interval().map_err(|e| e.to_string())?);
+    let prune_interval = config.prune_interval().map_err(|e| e.to_string())?;
+    loops.push(spawn_prune(pruner, prune_policy(&config, &gateway)?, prune_interval, loops_stop));
     let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
     let wants_demo = demo || backend == Backend::Sqlite;
     let demo = if wants_demo {
@@ -107,6 +112,13 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
         Ok(_) => {}
         Err(_) => tracing::warn!("the video worker did not stop in time; its claims expire on their own"),
     }
+    // Stop the periodic loops (each ends its current round) before the leases are given back.
+    let _ = stop_loops.send(true);
+    for handle in loops {
+        if tokio::time::timeout(SHUTDOWN_WAIT, handle).await.is_err() {
+            tracing::warn!("a periodic sweep did not stop in time");
+        }
+    }
     // Give the concurrency slots back to the other replicas, and end the liveness lease (no call
     // of this replica is left to end).
     if let Err(e) = gateway.release_leases().await {
@@ -124,41 +136,56 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
 /// How long shutdown waits for running calls, and then for the video worker's pass.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
-/// Refunds synchronous calls abandoned by an earlier crash, now and then every minute.
-fn spawn_recovery(gateway: Gateway, max_age: Duration) {
+/// A receiver that says when the periodic loops are to stop.
+type Stop = tokio::sync::watch::Receiver<bool>;
+
+/// Waits for the next tick of `tick`; `false` once `stop` says to stop (checked first, so a loop
+/// never starts another round after it).
+async fn next_round(tick: &mut tokio::time::Interval, stop: &mut Stop) -> bool {
+    if *stop.borrow() {
+        return false;
+    }
+    let ticked = tokio::select! {
+        _ = tick.tick() => true,
+        _ = stop.wait_for(|stop| *stop) => false,
+    };
+    ticked && !*stop.borrow()
+}
+
+/// Refunds synchronous calls abandoned by an earlier crash, now and then every minute, until `stop`.
+fn spawn_recovery(gateway: Gateway, max_age: Duration, mut stop: Stop) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
-        loop {
-            tick.tick().await;
+        while next_round(&mut tick, &mut stop).await {
             match gateway.recover_interrupted_calls(max_age).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(ended = n, "refunded calls interrupted by a restart"),
                 Err(e) => tracing::error!(error = %e, "recovery sweep failed"),
             }
         }
-    });
+    })
 }
 
 /// Renews this replica's liveness lease every third of `lease`, and, on a task of its own (so that
 /// a slow sweep never delays a renewal), refunds the calls of replicas whose lease ran out (they
-/// died mid-call).
-fn spawn_liveness(gateway: Gateway, lease: Duration) {
+/// died mid-call); both until `stop`.
+fn spawn_liveness(gateway: Gateway, lease: Duration, stop: &Stop) -> [tokio::task::JoinHandle<()>; 2] {
     let renewer = gateway.clone();
-    tokio::spawn(async move {
+    let mut renewer_stop = stop.clone();
+    let renewal = tokio::spawn(async move {
         let mut tick = tokio::time::interval(lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
+        while next_round(&mut tick, &mut renewer_stop).await {
             if let Err(e) = renewer.keep_alive(lease).await {
                 tracing::error!(error = %e, "renewing the replica lease failed");
             }
         }
     });
-    tokio::spawn(async move {
+    let mut stop = stop.clone();
+    let sweep = tokio::spawn(async move {
         let mut tick = tokio::time::interval(lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
+        while next_round(&mut tick, &mut stop).await {
             match gateway.recover_orphaned_calls(lease).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(ended = n, "refunded calls of a replica that stopped answering"),
@@ -166,6 +193,7 @@ fn spawn_liveness(gateway: Gateway, lease: Duration) {
             }
         }
     });
+    [renewal, sweep]
 }
 
 /// The prune's ages: the configured retentions; an unanswered idempotency claim is kept while its
@@ -182,13 +210,13 @@ fn prune_policy(config: &Config, gateway: &Gateway) -> Result<PrunePolicy, Strin
     })
 }
 
-/// Prunes old rows now and then every `interval` (each replica does; their batches never overlap).
-fn spawn_prune(store: Store, policy: PrunePolicy, interval: Duration) {
+/// Prunes old rows now and then every `interval` (each replica does; their batches never overlap),
+/// until `stop`.
+fn spawn_prune(store: Store, policy: PrunePolicy, interval: Duration, mut stop: Stop) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
+        while next_round(&mut tick, &mut stop).await {
             let started = std::time::Instant::now();
             match store.prune(&policy).await {
                 Ok(pruned) if pruned.total() == 0 => {}
@@ -204,7 +232,7 @@ fn spawn_prune(store: Store, policy: PrunePolicy, interval: Duration) {
                 Err(e) => tracing::error!(error = %e, "prune failed; the next pass retries"),
             }
         }
-    });
+    })
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM, listened for from the moment this is called (not from the first
