@@ -235,12 +235,11 @@ fn a_trickled_body_is_cut_and_one_user_cannot_take_another_users_room() {
         shown.join(" and ")
     );
     assert!(b_took < Duration::from_secs(2), "B waited {b_took:?}");
-    // One of A's bodies held (most of) A's share and was cut for its pace (due at 1 s + 3 MiB at 1 MiB/s);
-    // the other waited for room in A's share and was refused when the 10-s wait ran out (or, given
-    // room once the first was cut, was cut for its own pace).
-    let paced = ends.iter().filter(|(s, _)| *s == Some(408)).map(|(_, t)| *t).min();
-    assert!(paced.is_some_and(|t| t < Duration::from_millis(5500)), "{shown:?}");
-    assert!(ends.iter().all(|(s, t)| matches!(s, Some(408 | 503)) && *t < Duration::from_secs(16)), "{shown:?}");
+    // A's two bodies share A's 4-MiB share: each ends with 408 (cut by its pace, due at 1 s + what it
+    // sent at 1 MiB/s, time spent waiting for room excused) or 503 (no room in A's share within the
+    // 10-s wait), whichever way they interleave; so all within 10 s + 1 s + 4 MiB at 1 MiB/s, plus slack.
+    assert!(ends.iter().any(|(s, _)| matches!(s, Some(408 | 503))), "{shown:?}");
+    assert!(ends.iter().all(|(s, t)| matches!(s, Some(408 | 503)) && *t < Duration::from_secs(20)), "{shown:?}");
     // Once cut, A's room is back: A's own 3-MiB call goes through.
     let mut again = start_body(&addr, &a, body.len() as u64, &body);
     assert_eq!(read_status(&mut again, Duration::from_secs(10)).map(|(s, _)| s), Some(200));
