@@ -436,3 +436,17 @@ pub fn books_when_settled(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// `VmRSS` and `VmHWM` (peak) of process `pid`, in KiB.
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common;
+use crate::common::memory_kib;
 use crate::connections::read_status;
-use crate::multipart::memory_kib;
 
 const MIB: u64 = 1024 * 1024;
 

@@ -178,16 +178,8 @@ fn post(addr: &str, path: &str, key: &str, headers: &str, body: &[u8]) -> (u16, 
 
 /// `VmHWM` (peak resident set) and `VmRSS` of process `pid`, in bytes.
 fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    let (rss, peak) = crate::common::memory_kib(pid);
+    (peak * 1024, rss * 1024)
 }
 
 #[test]

@@ -7,25 +7,11 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, sandbox};
+use crate::common::{self, memory_kib, sandbox};
 use crate::connections::read_status;
 
 const BOUNDARY: &str = "hostileboundary";
 const MIB: u64 = 1024 * 1024;
-
-/// `VmRSS` and `VmHWM` (peak) of process `pid`, in KiB.
-pub fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 /// Files under `dir` (temporary ones included), recursively.
 fn files_under(dir: &Path) -> usize {
