@@ -18,8 +18,9 @@
 //! step each. The rules themselves live once, in [`book`]: a pure planner that decides a batch of
 //! operations against the state they touch and lists the rows to write. [`InMemoryLedger`] runs
 //! it under a mutex with no runtime; the `store` crate runs it in batched database transactions.
-//! [`conformance`] holds the one test suite every implementation must pass (plain async code, no
-//! runtime of its own; each implementation's tests drive it).
+//! `conformance` (behind the feature of that name, for tests only) holds the one test suite every
+//! implementation must pass (plain async code, no runtime of its own; each implementation's tests
+//! drive it).
 //!
 //! # Embedding the in-memory ledger
 //!
@@ -80,6 +81,7 @@
 pub mod audio;
 pub mod book;
 mod charge;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod image;
 pub mod language;

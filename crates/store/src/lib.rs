@@ -27,6 +27,7 @@ mod ledger;
 mod media;
 mod migrate;
 mod models;
+mod pg_assume;
 mod pg_book;
 mod pg_rows;
 mod prune;

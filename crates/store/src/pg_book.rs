@@ -15,7 +15,7 @@
 //! tasks move only from the state planned, new ids are inserted `ON CONFLICT DO NOTHING`.
 //!
 //! A batch whose operations say enough (holds, ends that name their user and amount, credits:
-//! `billing::book::assumed`) is one round trip: planned on what they assume, written, and every
+//! `pg_assume.rs`) is one round trip: planned on what they assume, written, and every
 //! assumption checked by the statement. When one is false (a hold the balance cannot cover, a
 //! reservation already ended, a user that does not exist), the statement changed nothing, and the
 //! batch takes the reading path, as does a batch that says too little or whose assumed plan
@@ -43,6 +43,7 @@ use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::{Mutex, mpsc};
 
+use crate::pg_assume::assumed;
 use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
 
 const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
@@ -316,12 +317,12 @@ async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Commit
 }
 
 /// One batch in one round trip, when its operations say enough to plan it without reading
-/// ([`book::assumed`]): the write statement checks every assumption, and changes nothing when one
+/// ([`assumed`]): the write statement checks every assumption, and changes nothing when one
 /// is false (a balance too low for a hold, a reservation already ended or of another amount, a task
 /// in another state, an id taken, a user that does not exist). `None`: the batch must take the
 /// reading path, which decides on what is stored (and refuses what it must).
 async fn commit_assumed(conn: &mut PgConnection, jobs: &[Job]) -> Result<Option<Committed>, BatchError> {
-    let Some(state) = book::assumed(jobs.iter().map(|j| &j.op)) else { return Ok(None) };
+    let Some(state) = assumed(jobs.iter().map(|j| &j.op)) else { return Ok(None) };
     let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     if plan.is_empty() || plan.refuses_any() {
         // A refusal decided on assumed balances and states is no answer: read what is stored.

@@ -1,0 +1,404 @@
+//! The rules of the money, written once: [`plan`] takes a batch of operations in arrival order and
+//! the state they touch, decides every operation's outcome, and returns the rows to write.
+//!
+//! Every ledger implementation is a thin shell around it: the in-memory ledger plans one
+//! operation at a time under its mutex; the store's writers read the balances, reservations and
+//! tasks a batch touches (or, on PostgreSQL, take what its operations assume, checked by the
+//! write: the store's `pg_assume.rs`), plan, write the rows in a few statements and commit once. The rules:
+//!
+//! - no overdraft: a hold is refused when the balance (after the batch's earlier movements) is
+//!   below it; only a settlement above its hold, or a negative adjustment, goes below zero;
+//! - each reservation ends exactly once, `reserved → settled | refunded`;
+//! - one ledger entry per balance movement, so the balance stays the sum of the entries;
+//! - a refused operation moves nothing and does not affect its neighbours in the batch;
+//! - a task changes state only through [`TaskTransition::target`] (the domain's transition
+//!   table, compare-and-set on the expected state); a terminal state comes together with the end
+//!   of the task's reservation, never before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use domain::{
+    BillingStatus, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount,
+    UserId,
+};
+
+use crate::ledger::{LedgerError, Reservation, Settlement, check_credit, settle_delta};
+
+/// One operation on the book, as a caller asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BookOp {
+    /// Holds `amount` of `user`'s balance for `task`, storing `record` (the task) with it if given.
+    Hold {
+        /// Whose balance.
+        user: UserId,
+        /// The task the hold is for.
+        task: TaskId,
+        /// The amount to hold (≥ 0).
+        amount: UsdAmount,
+        /// The task row to store with the hold (`CallBook::open_call`).
+        record: Option<Box<Task>>,
+    },
+    /// Ends the hold of `task`: charges `charge`, or refunds it when `None`.
+    End {
+        /// The task whose hold ends.
+        task: TaskId,
+        /// The user and amount the caller holds for it; checked when given.
+        expect: Option<(UserId, UsdAmount)>,
+        /// What to charge; `None` refunds.
+        charge: Option<UsdAmount>,
+        /// The task's change, made together with the end (`CallBook::close_task`); it must be terminal.
+        then: Option<TaskTransition>,
+    },
+    /// Adds money outside any task (`Ledger::credit`).
+    Credit {
+        /// Whose balance.
+        user: UserId,
+        /// The signed amount.
+        amount: UsdAmount,
+        /// `Topup` or `Adjustment`.
+        kind: LedgerKind,
+        /// The entry's note; empty means the kind's name.
+        note: String,
+    },
+    /// Changes a task's state; no money moves (`TaskStore::transition_task`).
+    Move {
+        /// The task.
+        task: TaskId,
+        /// The change.
+        change: TaskTransition,
+    },
+}
+
+/// A reservation as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Whose balance is held.
+    pub user: UserId,
+    /// The amount held.
+    pub amount: UsdAmount,
+    /// Where it stands.
+    pub status: BillingStatus,
+}
+
+/// What a batch reads before it is planned: the balances of the users it touches (read under
+/// their row locks, or guarded by the batch's write: see the dialects; a user missing here does
+/// not exist), and the reservations and tasks of the
+/// tasks it names (each missing one does not exist).
+#[derive(Debug, Clone, Default)]
+pub struct BookState {
+    /// Balances by user.
+    pub balances: HashMap<UserId, UsdAmount>,
+    /// Reservations by task.
+    pub holds: HashMap<TaskId, Held>,
+    /// Tasks: owner and state.
+    pub tasks: HashMap<TaskId, (UserId, TaskStatus)>,
+}
+
+/// What a batch must read, in the fixed order that keeps concurrent writers from deadlocking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BookKeys {
+    /// Users to lock (sorted).
+    pub users: BTreeSet<UserId>,
+    /// Tasks whose reservation and task row to read (sorted).
+    pub tasks: BTreeSet<TaskId>,
+    /// Tasks named without their user: read their owner (reservation or task row) before locking,
+    /// and lock that user too. Owners never change, so reading them unlocked is safe.
+    pub owners_unknown: BTreeSet<TaskId>,
+}
+
+/// What a batch touches.
+pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
+    let mut keys = BookKeys::default();
+    for op in ops {
+        match op {
+            BookOp::Hold { user, task, .. } => {
+                keys.users.insert(user.clone());
+                keys.tasks.insert(task.clone());
+            }
+            BookOp::End { task, expect, .. } => {
+                keys.tasks.insert(task.clone());
+                match expect {
+                    Some((user, _)) => drop(keys.users.insert(user.clone())),
+                    None => drop(keys.owners_unknown.insert(task.clone())),
+                }
+            }
+            BookOp::Credit { user, .. } => drop(keys.users.insert(user.clone())),
+            BookOp::Move { task, .. } => {
+                keys.tasks.insert(task.clone());
+                keys.owners_unknown.insert(task.clone());
+            }
+        }
+    }
+    keys
+}
+
+/// A user's balance before and after the batch, and what the batch's settlements charged: one
+/// conditional update per user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceWrite {
+    /// The user.
+    pub user: UserId,
+    /// The balance that was read (the update's guard).
+    pub from: UsdAmount,
+    /// The balance after every movement of the batch.
+    pub to: UsdAmount,
+    /// What the batch's settlements charged the user, added to the running total the account
+    /// overview shows (`spent`); refunds add nothing.
+    pub spent: UsdAmount,
+}
+
+/// What the plan's decisions for one user assumed of that user's balance. A dialect that writes
+/// without locking the users' rows may apply the batch's change (`to − from` of
+/// [`BalanceRead`]) to whatever balance it finds at write time, not only to the one it read, as
+/// long as that balance satisfies this; the balances after each movement then shift by the
+/// difference ([`Plan::rebase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relies {
+    /// Nothing: no decision looked at the amount (credits, settlements, refunds, task changes).
+    Nothing,
+    /// At least this balance: every hold the batch granted the user still fits in it.
+    AtLeast(UsdAmount),
+    /// Exactly the balance read: a hold was refused for want of balance (a larger balance might
+    /// have granted it), or a task ended while it had no reservation (a hold placed on it
+    /// meanwhile would change the balance, so an unchanged balance vouches for its absence).
+    Exactly,
+}
+
+impl Relies {
+    /// Both assumptions at once.
+    fn and(self, other: Relies) -> Relies {
+        match (self, other) {
+            (Relies::Exactly, _) | (_, Relies::Exactly) => Relies::Exactly,
+            (Relies::AtLeast(a), Relies::AtLeast(b)) => Relies::AtLeast(a.max(b)),
+            (Relies::AtLeast(a), Relies::Nothing) | (Relies::Nothing, Relies::AtLeast(a)) => Relies::AtLeast(a),
+            (Relies::Nothing, Relies::Nothing) => Relies::Nothing,
+        }
+    }
+}
+
+/// A balance the batch read: every user it touches, whether or not the balance changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceRead {
+    /// The user.
+    pub user: UserId,
+    /// The balance that was read.
+    pub from: UsdAmount,
+    /// The balance after every movement of the batch, counted from `from`.
+    pub to: UsdAmount,
+    /// What the batch's settlements charged the user ([`BalanceWrite::spent`]).
+    pub spent: UsdAmount,
+    /// What the batch's decisions assumed of the balance.
+    pub relies: Relies,
+}
+
+/// A reservation to insert (possibly already ended within the same batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewHold {
+    /// The task.
+    pub task: TaskId,
+    /// Whose balance.
+    pub user: UserId,
+    /// The amount held.
+    pub amount: UsdAmount,
+    /// `Reserved`, or how it ended later in the batch.
+    pub status: BillingStatus,
+    /// The charge, once ended.
+    pub actual: Option<UsdAmount>,
+    /// The balance after its last movement.
+    pub balance_after: UsdAmount,
+}
+
+/// A stored reservation that ends (guard: it is still `reserved`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedHold {
+    /// The task.
+    pub task: TaskId,
+    /// Whose balance was held (guard: the stored reservation's).
+    pub user: UserId,
+    /// The amount held (guard: the stored reservation's).
+    pub amount: UsdAmount,
+    /// `Settled` or `Refunded`.
+    pub status: BillingStatus,
+    /// The charge (zero when refunded).
+    pub actual: UsdAmount,
+    /// The balance right after.
+    pub balance_after: UsdAmount,
+}
+
+/// A ledger entry to append; entries are appended in plan order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEntry {
+    /// Whose balance moved.
+    pub user: UserId,
+    /// The task it belongs to.
+    pub task: Option<TaskId>,
+    /// Why.
+    pub kind: LedgerKind,
+    /// The signed change.
+    pub amount: UsdAmount,
+    /// The balance right after.
+    pub balance_after: UsdAmount,
+    /// The note.
+    pub description: String,
+}
+
+/// A task to insert, in the state the batch leaves it in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    /// The row.
+    pub task: Task,
+    /// The upstream's id, if a change of the same batch recorded one.
+    pub upstream_id: Option<String>,
+}
+
+/// A stored task's change (guard: it is still in `from`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskWrite {
+    /// The task.
+    pub task: TaskId,
+    /// Its owner (guard: the stored task's).
+    pub owner: UserId,
+    /// Its state when read.
+    pub from: TaskStatus,
+    /// Its state after the batch.
+    pub to: TaskStatus,
+    /// Fields to record (each `None` keeps the stored value).
+    pub update: TaskUpdate,
+}
+
+/// How an operation was answered once its batch committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BookAnswer {
+    /// A hold was placed.
+    Held(Reservation),
+    /// A hold ended.
+    Ended(Settlement),
+    /// Money was credited.
+    Credited(LedgerEntry),
+    /// A task moved to this state.
+    Moved(TaskStatus),
+}
+
+/// The outcome of an operation before its entry ids are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decided {
+    Held(Reservation),
+    Ended(Settlement),
+    /// The index of its entry in [`Plan::entries`].
+    Credited(usize),
+    Moved(TaskStatus),
+}
+
+/// The decisions of one batch and the rows that carry them out.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    decided: Vec<Result<Decided, LedgerError>>,
+    now: Timestamp,
+    /// One per user whose balance changed or who was charged, sorted by user.
+    pub balances: Vec<BalanceWrite>,
+    /// One per user the batch read (changed or not), sorted by user.
+    pub reads: Vec<BalanceRead>,
+    /// Reservations to insert, sorted by task.
+    pub new_holds: Vec<NewHold>,
+    /// Reservations that end, sorted by task.
+    pub ended_holds: Vec<EndedHold>,
+    /// Entries to append, in order.
+    pub entries: Vec<NewEntry>,
+    /// Tasks to insert, sorted by id.
+    pub new_tasks: Vec<NewTask>,
+    /// Task changes, sorted by task.
+    pub task_writes: Vec<TaskWrite>,
+}
+
+impl Plan {
+    /// The batch's time: every row it writes carries it.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// True when some operation was refused.
+    pub fn refuses_any(&self) -> bool {
+        self.decided.iter().any(Result::is_err)
+    }
+
+    /// True when the batch writes nothing (every operation was refused).
+    pub fn is_empty(&self) -> bool {
+        self.balances.is_empty()
+            && self.new_holds.is_empty()
+            && self.ended_holds.is_empty()
+            && self.entries.is_empty()
+            && self.new_tasks.is_empty()
+            && self.task_writes.is_empty()
+    }
+
+    /// Shifts every balance after a movement of `user` by `by`: the batch's change was applied to
+    /// a balance `by` away from the one it read (see [`Relies`]); the write already stored the
+    /// shifted amounts, and this makes the answers say the same.
+    pub fn rebase(&mut self, user: &UserId, by: UsdAmount) -> Result<(), LedgerError> {
+        let shift = |a: &mut UsdAmount| -> Result<(), LedgerError> {
+            *a = a.checked_add(by).map_err(|_| LedgerError::Overflow)?;
+            Ok(())
+        };
+        for d in self.decided.iter_mut().flatten() {
+            match d {
+                Decided::Held(r) if r.user_id == *user => shift(&mut r.balance_after)?,
+                Decided::Ended(s) if s.user_id == *user => shift(&mut s.balance_after)?,
+                _ => {}
+            }
+        }
+        for e in self.entries.iter_mut().filter(|e| e.user == *user) {
+            shift(&mut e.balance_after)?;
+        }
+        for h in self.new_holds.iter_mut().filter(|h| h.user == *user) {
+            shift(&mut h.balance_after)?;
+        }
+        for h in self.ended_holds.iter_mut().filter(|h| h.user == *user) {
+            shift(&mut h.balance_after)?;
+        }
+        for r in self.reads.iter_mut().filter(|r| r.user == *user) {
+            shift(&mut r.from)?;
+            shift(&mut r.to)?;
+        }
+        for b in self.balances.iter_mut().filter(|b| b.user == *user) {
+            shift(&mut b.from)?;
+            shift(&mut b.to)?;
+        }
+        Ok(())
+    }
+
+    /// Every operation's answer, in arrival order, given the ids the database assigned to
+    /// [`Plan::entries`] (same order). Missing ids answer a credit with a backend error.
+    pub fn answers(self, entry_ids: &[i64]) -> Vec<Result<BookAnswer, LedgerError>> {
+        let (entries, now) = (self.entries, self.now);
+        self.decided
+            .into_iter()
+            .map(|d| match d? {
+                Decided::Held(r) => Ok(BookAnswer::Held(r)),
+                Decided::Ended(s) => Ok(BookAnswer::Ended(s)),
+                Decided::Moved(s) => Ok(BookAnswer::Moved(s)),
+                Decided::Credited(i) => {
+                    let (e, id) = entries
+                        .get(i)
+                        .zip(entry_ids.get(i))
+                        .ok_or_else(|| LedgerError::Backend(format!("no id for ledger entry {i} of the batch")))?;
+                    Ok(BookAnswer::Credited(LedgerEntry {
+                        id: *id,
+                        user_id: e.user.clone(),
+                        task_id: e.task.clone(),
+                        kind: e.kind,
+                        amount: e.amount,
+                        balance_after: e.balance_after,
+                        description: e.description.clone(),
+                        created_at: now,
+                    }))
+                }
+            })
+            .collect()
+    }
+}
+
+mod rules;
+#[cfg(test)]
+mod tests;
+
+pub use rules::plan;

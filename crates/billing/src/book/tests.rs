@@ -1,0 +1,133 @@
+//! The plan's decisions on small batches: balances, what each decision assumed, rebasing.
+
+use super::*;
+use domain::TaskEvent;
+
+fn usd(micros: i64) -> UsdAmount {
+    UsdAmount::from_micros(micros)
+}
+
+fn hold(user: &str, task: &str, amount: i64) -> BookOp {
+    BookOp::Hold { user: UserId(user.into()), task: TaskId(task.into()), amount: usd(amount), record: None }
+}
+
+fn end(task: &str, charge: Option<i64>) -> BookOp {
+    BookOp::End { task: TaskId(task.into()), expect: None, charge: charge.map(usd), then: None }
+}
+
+fn state(balances: &[(&str, i64)]) -> BookState {
+    BookState { balances: balances.iter().map(|&(u, b)| (UserId(u.into()), usd(b))).collect(), ..BookState::default() }
+}
+
+#[test]
+fn a_hot_user_gets_one_balance_write_checked_in_order() {
+    let ops = [hold("u", "t1", 40), hold("u", "t2", 50), hold("u", "t3", 30), hold("v", "t4", 1), end("t1", Some(10))];
+    let mut read = state(&[("u", 100)]);
+    read.balances.insert(UserId("v".into()), usd(0));
+    let plan = plan(&ops, read, Timestamp(7));
+    assert_eq!(
+        plan.balances,
+        vec![BalanceWrite { user: UserId("u".into()), from: usd(100), to: usd(40), spent: usd(10) }],
+        "one write for u; none for v, whose hold was refused"
+    );
+    let answers = plan.clone().answers(&[1, 2, 3, 4]);
+    assert!(matches!(answers[2], Err(LedgerError::InsufficientBalance { available, .. }) if available == usd(10)));
+    assert!(matches!(answers[3], Err(LedgerError::InsufficientBalance { .. })));
+    assert_eq!(plan.entries.iter().map(|e| e.balance_after.micros()).collect::<Vec<_>>(), vec![60, 10, 40]);
+    // t1 was held and settled in this batch: one insert that is already settled, no update.
+    assert!(plan.ended_holds.is_empty());
+    let t1 = plan.new_holds.iter().find(|h| h.task.as_str() == "t1").map(|h| (h.status, h.actual, h.balance_after));
+    assert_eq!(t1, Some((BillingStatus::Settled, Some(usd(10)), usd(40))));
+    assert_eq!(plan.new_holds.len(), 2);
+}
+
+#[test]
+fn a_plan_says_what_it_assumed_of_each_balance() {
+    let ops = [hold("u", "t1", 40), hold("u", "t2", 50), end("t1", Some(10)), hold("w", "t3", 5), hold("w", "t4", 6)];
+    let mut read = state(&[("u", 100), ("v", 7), ("w", 10)]);
+    read.holds.insert(
+        TaskId("t0".into()),
+        Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved },
+    );
+    let plan = plan(&ops, read, Timestamp(7));
+    let relies: Vec<(&str, i64, i64, Relies)> =
+        plan.reads.iter().map(|r| (r.user.as_str(), r.from.micros(), r.to.micros(), r.relies)).collect();
+    assert_eq!(
+        relies,
+        vec![
+            // u's lowest point was 10 after the second hold: any start ≥ 90 still grants both.
+            ("u", 100, 40, Relies::AtLeast(usd(90))),
+            ("v", 7, 7, Relies::Nothing),
+            // t4 was refused for want of balance: only the balance read justifies that.
+            ("w", 10, 5, Relies::Exactly),
+        ]
+    );
+}
+
+#[test]
+fn a_rebased_plan_answers_with_the_balances_written() {
+    let ops = [hold("u", "t1", 40), end("t1", Some(10)), hold("v", "t2", 1)];
+    let mut plan = plan(&ops, state(&[("u", 100), ("v", 5)]), Timestamp(7));
+    plan.rebase(&UserId("u".into()), usd(1_000)).expect("no overflow");
+    assert_eq!(plan.entries.iter().map(|e| e.balance_after.micros()).collect::<Vec<_>>(), vec![1_060, 1_090, 4]);
+    let answers = plan.answers(&[1, 2, 3]);
+    assert!(matches!(&answers[0], Ok(BookAnswer::Held(r)) if r.balance_after == usd(1_060)));
+    assert!(matches!(&answers[1], Ok(BookAnswer::Ended(s)) if s.balance_after == usd(1_090)));
+    assert!(matches!(&answers[2], Ok(BookAnswer::Held(r)) if r.balance_after == usd(4)));
+}
+
+#[test]
+fn ending_a_task_without_a_hold_relies_on_the_exact_balance() {
+    let t = TaskId("t".into());
+    let mut read = state(&[("u", 50)]);
+    read.tasks.insert(t.clone(), (UserId("u".into()), TaskStatus::Queued));
+    let ops = [BookOp::Move { task: t, change: TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel) }];
+    let plan = plan(&ops, read, Timestamp(7));
+    assert_eq!(plan.task_writes.len(), 1);
+    assert_eq!(plan.reads.iter().map(|r| r.relies).collect::<Vec<_>>(), vec![Relies::Exactly]);
+}
+
+#[test]
+fn refused_operations_write_nothing() {
+    let ops = [hold("ghost", "t1", 1), hold("u", "t2", -1), end("t9", None), hold("u", "t3", 101)];
+    let plan = plan(&ops, state(&[("u", 100)]), Timestamp(7));
+    assert!(plan.is_empty());
+    assert!(plan.answers(&[]).iter().all(Result::is_err));
+}
+
+#[test]
+fn task_changes_merge_and_need_their_owner_locked() {
+    let t = TaskId("t".into());
+    let mut read = state(&[("u", 0)]);
+    read.tasks.insert(t.clone(), (UserId("u".into()), TaskStatus::Submitting));
+    let mut accepted = TaskTransition::new(TaskStatus::Submitting, TaskEvent::Accepted);
+    accepted.update.upstream_id = Some("up".into());
+    let ops = [
+        BookOp::Move { task: t.clone(), change: accepted.clone() },
+        BookOp::Move { task: t.clone(), change: accepted },
+        BookOp::Move { task: t.clone(), change: TaskTransition::new(TaskStatus::Queued, TaskEvent::Started) },
+    ];
+    let plan = plan(&ops, read.clone(), Timestamp(7));
+    assert_eq!(plan.task_writes.len(), 1);
+    let w = &plan.task_writes[0];
+    assert_eq!(
+        (w.from, w.to, w.update.upstream_id.as_deref()),
+        (TaskStatus::Submitting, TaskStatus::Processing, Some("up"))
+    );
+    let answers = plan.answers(&[]);
+    assert_eq!(answers[0], Ok(BookAnswer::Moved(TaskStatus::Queued)));
+    assert!(matches!(answers[1], Err(LedgerError::TaskConflict { status: Some(TaskStatus::Queued), .. })));
+    // Without its owner's balance (not locked), a task is not changed.
+    read.balances.clear();
+    let refused = super::plan(&ops[..1], read, Timestamp(7));
+    assert!(refused.is_empty());
+}
+
+#[test]
+fn keys_are_sorted_and_name_unknown_owners() {
+    let ops = [hold("b", "t2", 1), hold("a", "t1", 1), end("t3", None)];
+    let k = keys(&ops);
+    assert_eq!(k.users.iter().map(UserId::as_str).collect::<Vec<_>>(), vec!["a", "b"]);
+    assert_eq!(k.tasks.len(), 3);
+    assert_eq!(k.owners_unknown.iter().map(TaskId::as_str).collect::<Vec<_>>(), vec!["t3"]);
+}
