@@ -12,6 +12,7 @@ use domain::ports::StoreError;
 use domain::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest, TaskId, Timestamp};
 use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 
+use crate::db::advisory_lock;
 use crate::{Backend, Store, backend_err};
 
 /// Non-terminal task states, as stored.
@@ -104,11 +105,9 @@ impl CapLeases for Store {
         now: Timestamp,
         expires_at: Timestamp,
     ) -> Result<LeaseGrant, StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         if self.backend() == Backend::Postgres {
-            let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
-            txn.execute_raw(self.statement(lock, vec![request.scope.key().into()])).await.map_err(backend_err)?;
+            txn.execute_raw(advisory_lock(&request.scope.key())).await.map_err(backend_err)?;
         }
         let grant = self.write_grant(&txn, replica, request, now, expires_at).await?;
         txn.commit().await.map_err(backend_err)?;
@@ -116,9 +115,8 @@ impl CapLeases for Store {
     }
 
     async fn release_leases(&self, replica: &str) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
         let sql = "DELETE FROM cap_leases WHERE replica_id = $1";
-        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        self.db.writes().execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
@@ -126,7 +124,7 @@ impl CapLeases for Store {
         let sql = "SELECT CAST(COALESCE(SUM(in_use), 0) AS BIGINT) AS n FROM cap_leases \
                    WHERE scope = $1 AND expires_at > $2";
         let values: Vec<Value> = vec![scope.key().into(), now.millis().into()];
-        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let row = self.db.reads().query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         let n = match row {
             Some(row) => row.try_get::<i64>("", "n").map_err(backend_err)?,
             None => 0,
@@ -141,15 +139,13 @@ impl CapLeases for Store {
         now: Timestamp,
         expires_at: Timestamp,
     ) -> Result<Option<CapScope>, StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let mut keys: Vec<String> = scopes.iter().map(CapScope::key).collect();
         keys.sort();
         if self.backend() == Backend::Postgres {
             // The grants' locks, taken in one order (a grant holds one at a time).
             for key in &keys {
-                let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
-                txn.execute_raw(self.statement(lock, vec![key.clone().into()])).await.map_err(backend_err)?;
+                txn.execute_raw(advisory_lock(key)).await.map_err(backend_err)?;
             }
         }
         // Written first, so that on SQLite the transaction holds the write lock before it reads.
@@ -180,6 +176,7 @@ impl CapLeases for Store {
         let upsert = "INSERT INTO replicas (id, expires_at) VALUES ($1, $2) \
                       ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at";
         self.db
+            .writes()
             .execute_raw(self.statement(upsert, vec![replica.into(), expires_at.millis().into()]))
             .await
             .map_err(backend_err)?;
@@ -187,13 +184,13 @@ impl CapLeases for Store {
         // expired one mean the same to the sweep).
         let forget = "DELETE FROM replicas WHERE expires_at < $1";
         let long_ago = now.millis().saturating_sub(3_600_000);
-        self.db.execute_raw(self.statement(forget, vec![long_ago.into()])).await.map_err(backend_err)?;
+        self.db.writes().execute_raw(self.statement(forget, vec![long_ago.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
     async fn retire(&self, replica: &str) -> Result<(), StoreError> {
         let sql = "DELETE FROM replicas WHERE id = $1";
-        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        self.db.writes().execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
@@ -206,7 +203,7 @@ impl CapLeases for Store {
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let values: Vec<Value> = vec![now.millis().into(), before.millis().into(), limit.into()];
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        let rows = self.db.reads().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         rows.iter().map(|row| row.try_get::<String>("", "id").map(TaskId).map_err(backend_err)).collect()
     }
 }

@@ -179,16 +179,14 @@ impl Store {
 
     /// Runs one single-statement batch; the rows it deleted.
     async fn delete_batch(&self, sql: &str, values: Vec<Value>) -> Result<u64, StoreError> {
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done = self.db.writes().execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         Ok(done.rows_affected())
     }
 
     /// Deletes up to `batch` ended deliveries created before `before`, their attempts first, in one
     /// transaction; (deliveries, attempts) deleted.
     async fn delete_deliveries(&self, before: i64, batch: u64) -> Result<(u64, u64), StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let limit = to_i64(batch);
         let (deliveries, attempts) = match self.backend() {
             // The first statement writes, so the transaction takes SQLite's write lock at once (a

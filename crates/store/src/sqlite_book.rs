@@ -19,7 +19,10 @@ use domain::{Task, TaskId, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
-use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, answer, batch_time, drain, fail};
+use crate::writer::{
+    ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, Queued, Running, answer, batch_time, blocking_next,
+    drain, fail,
+};
 
 /// When the checkpointer copies the WAL into the database file, and when it has the WAL start over.
 #[derive(Debug, Clone, Copy)]
@@ -64,18 +67,23 @@ fn start_counting(path: &Path, checkpoints: Checkpoints) -> Result<(BookWriter, 
         flags: Arc::clone(&flags),
         committed: Arc::clone(&committed),
     });
-    std::thread::Builder::new()
+    let checkpointer = std::thread::Builder::new()
         .name("ledger-ckpt".into())
         .spawn(move || checkpoint_loop(&ckpt_conn, checkpoints, &flags, &done_rx))
         .map_err(|e| StoreError::Backend(format!("cannot start the checkpoint thread: {e}")))?;
-    std::thread::Builder::new()
+    let writer = std::thread::Builder::new()
         .name("ledger-writer".into())
         .spawn(move || {
             run(&conn, rx, &writer_flags);
+            // From now on a lone operation goes to the closed queue (and fails) instead of
+            // committing on its caller's thread.
+            writer_flags.stopped.store(true, Ordering::Release);
             drop(done_tx);
         })
         .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-    Ok((BookWriter::with_direct(tx, direct), committed))
+    // The writer first: when it ends, the checkpointer runs its last checkpoint and ends too.
+    let running = vec![Running::Thread(writer), Running::Thread(checkpointer)];
+    Ok((BookWriter::with_direct(tx, direct, running), committed))
 }
 
 /// How long a statement waits for another connection's write lock (another replica on the same
@@ -95,7 +103,7 @@ impl Direct for DirectCommit {
     /// connection's write lock (the busy handler is off for this attempt), and not for a WAL
     /// catch-up, which the writer thread runs before its next batch.
     fn try_commit(&self, job: Job) -> Option<Job> {
-        if self.flags.catch_up.load(Ordering::Acquire) {
+        if self.flags.catch_up.load(Ordering::Acquire) || self.flags.stopped.load(Ordering::Acquire) {
             return Some(job);
         }
         let Ok(mut conn) = self.conn.try_lock() else { return Some(job) };
@@ -173,10 +181,12 @@ fn checkpoint(conn: &Connection) -> Option<i64> {
 struct Flags {
     /// The WAL is long: the writer should checkpoint once itself before its next batch.
     catch_up: AtomicBool,
+    /// The writer thread has ended ([`BookWriter::stop`]).
+    stopped: AtomicBool,
 }
 
-fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Job>, flags: &Flags) {
-    while let Some(first) = rx.blocking_recv() {
+fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Queued>, flags: &Flags) {
+    while let Some(first) = blocking_next(&mut rx) {
         // A caller committing directly holds it for one short transaction at most.
         let mut conn = conn.lock().unwrap_or_else(|poisoned| {
             // A direct commit panicked, maybe with the busy handler still off: restore it, and

@@ -13,7 +13,7 @@ use domain::{
     ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob,
     VideoStore, WebhookDelivery,
 };
-use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use crate::entities::tasks;
 use crate::{Backend, Store, backend_err};
@@ -135,12 +135,6 @@ pub(crate) fn to_u64(what: &str, n: i64) -> Result<u64, StoreError> {
 }
 
 impl Store {
-    /// A statement for this store's database; the text uses `$1`, `$2`, … on both (sqlx binds
-    /// SQLite's `$N` parameters by number too).
-    pub(crate) fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
-        Statement::from_sql_and_values(self.db.get_database_backend(), sql, values)
-    }
-
     async fn claim_tasks(
         &self,
         owner: &str,
@@ -152,9 +146,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let (sql, values) = claim_sql(self.backend(), &DUE_TASKS, owner, now, lease_until, share)?;
-        let _guard = self.write_guard().await;
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
-        drop(_guard);
+        let rows = self.db.writes().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let task = tasks::Model::from_query_result(row, "").map_err(backend_err)?;
@@ -170,7 +162,7 @@ impl Store {
         });
         let failures: Vec<u32> = claimed.iter().map(|c| c.1).collect();
         let upstream_ids: Vec<Option<String>> = claimed.iter().map(|c| c.2.upstream_id.clone()).collect();
-        let tasks = self.with_billing(&self.db, claimed.into_iter().map(|c| c.2).collect()).await?;
+        let tasks = self.with_billing(self.db.reads(), claimed.into_iter().map(|c| c.2).collect()).await?;
         Ok(tasks
             .into_iter()
             .zip(upstream_ids)
@@ -190,8 +182,7 @@ impl Store {
             vec![next_poll_at.millis().into(), i64::from(poll_failures).into(), task.as_str().into(), owner.into()];
         let sql = "UPDATE tasks SET lease_owner = NULL, lease_until = NULL, next_poll_at = $1, poll_failures = $2 \
                    WHERE id = $3 AND lease_owner = $4";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done = self.db.writes().execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         if done.rows_affected() == 1 {
             Ok(())
         } else {
@@ -211,7 +202,7 @@ impl Store {
             ") AS of_model"
         );
         let values = vec![user.as_str().into(), model.into()];
-        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let row = self.db.reads().query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("active video tasks: no row".into()))?;
         let count = |name: &str| -> Result<u64, StoreError> {
             let n: i64 = row.try_get("", name).map_err(backend_err)?;
@@ -246,8 +237,7 @@ impl VideoStore for Store {
     async fn renew_video_lease(&self, task: &TaskId, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError> {
         let values = vec![lease_until.millis().into(), task.as_str().into(), owner.into()];
         let sql = "UPDATE tasks SET lease_until = $1 WHERE id = $2 AND lease_owner = $3";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done = self.db.writes().execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -83,8 +83,7 @@ impl Store {
         payload: &str,
     ) -> Result<bool, StoreError> {
         let now = self.now();
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let values = vec![status.as_str().into(), task.as_str().into()];
         let Some(row) = txn.query_one_raw(self.statement(ANNOUNCE, values)).await.map_err(backend_err)? else {
             return Ok(false);
@@ -141,8 +140,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let (sql, values) = claim_sql(self.backend(), &DUE_DELIVERIES, owner, now, lease_until, share)?;
-        let _guard = self.write_guard().await;
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        let rows = self.db.writes().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let mut rows = rows
             .iter()
             .map(|r| webhook_deliveries::Model::from_query_result(r, ""))
@@ -161,8 +159,7 @@ impl Store {
         let values = vec![lease_until.millis().into(), id.into(), owner.into()];
         let sql = "UPDATE webhook_deliveries SET lease_until = $1 WHERE id = $2 AND lease_owner = $3 \
                    AND delivered_at IS NULL AND given_up_at IS NULL";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done = self.db.writes().execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -181,8 +178,7 @@ impl Store {
             retry_at.map(|t| t.millis()).into(),
             id.into(),
         ];
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let row = txn.query_one_raw(self.statement(RECORD, values)).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::NotFound(format!("webhook delivery {id}")))?;
         let number: i64 = row.try_get("", "attempts").map_err(backend_err)?;
