@@ -24,6 +24,7 @@ mod caps;
 mod db;
 mod entities;
 mod idempotency;
+mod lease;
 mod ledger;
 mod media;
 mod migrate;
