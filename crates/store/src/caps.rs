@@ -4,7 +4,7 @@
 //! writes this replica's row, with nobody else granting on that cap in between: on PostgreSQL the
 //! transaction takes an advisory lock on the cap's key first (replicas serialise per cap, never
 //! on the hot balance rows); on SQLite the transaction writes first, so it holds the file's write
-//! lock before it reads (and grants of this process queue on the store's write lock before that).
+//! lock before it reads (and grants of this process queue for the store's one write connection before that).
 //! The arithmetic is `domain::CapState::grant`, the same for both.
 
 use async_trait::async_trait;

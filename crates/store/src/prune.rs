@@ -8,9 +8,9 @@
 //!
 //! Each batch deletes at most [`PrunePolicy::batch`] rows of one table, oldest first, in a
 //! transaction of its own, found through an index on the age (migration 10), so that it reads
-//! only what it deletes. On SQLite a batch holds the process's write guard (the video worker's and
-//! task writes queue behind it, the batched writer meets it through the busy timeout) for one short
-//! transaction, and the pass pauses between batches so that queued writers go first. On
+//! only what it deletes. On SQLite a batch holds the process's one write connection (`db.rs`: the
+//! other SeaORM writes queue behind it, the batched writer meets it through the busy timeout) for
+//! one short transaction, and the pass pauses between batches so that queued writers go first. On
 //! PostgreSQL a batch locks its rows with `FOR UPDATE SKIP LOCKED`: replicas pruning at the same
 //! time delete disjoint rows and never wait for each other or for a row being written.
 

@@ -87,7 +87,7 @@ fn start_counting(path: &Path, checkpoints: Checkpoints) -> Result<(BookWriter, 
 }
 
 /// How long a statement waits for another connection's write lock (another replica on the same
-/// file, or the read pool's few writes) before it fails.
+/// file, or the SeaORM write connection's few writes) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The writer's connection, borrowed by a caller that commits its lone operation itself.
@@ -142,7 +142,7 @@ fn open(path: &Path, extra: &str) -> Result<Connection, StoreError> {
 }
 
 /// Runs a passive checkpoint every `policy.every` until the writer stops (then one last one).
-/// It also copies what other connections of the file committed (the read pool's few writes:
+/// It also copies what other connections of the file committed (the SeaORM write connection's few writes:
 /// idempotency keys, cap leases), since no connection of this process checkpoints on its own.
 /// A round with nothing to copy costs a few system calls.
 ///
