@@ -142,8 +142,9 @@ fn open(path: &Path, extra: &str) -> Result<Connection, StoreError> {
 }
 
 /// Runs a passive checkpoint every `policy.every` until the writer stops (then one last one).
-/// It also copies what other connections of the file committed (the SeaORM write connection's few writes:
-/// idempotency keys, cap leases), since no connection of this process checkpoints on its own.
+/// It also copies what other connections of the file committed (the few writes of the SeaORM
+/// write connection: idempotency keys, cap leases), since no connection of this process
+/// checkpoints on its own.
 /// A round with nothing to copy costs a few system calls.
 ///
 /// Under steady load a passive checkpoint never catches up with the writer, so the WAL would
