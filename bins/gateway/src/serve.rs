@@ -51,6 +51,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
         .with_idempotency_ttl(idempotency_ttl);
     let backend = store.backend();
     let pruner = store.clone();
+    let closing = store.clone();
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -128,6 +129,10 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
         && let Err(e) = gateway.retire().await
     {
         tracing::warn!(error = %e, "ending the replica lease failed; it expires on its own");
+    }
+    // Last, the store: its batched writer commits what is queued and stops, then its pools close.
+    if let Err(e) = closing.close().await {
+        tracing::warn!(error = %e, "closing the database failed");
     }
     drop(wired.simulator);
     served

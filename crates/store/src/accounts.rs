@@ -51,7 +51,7 @@ impl AccountStore for Store {
             return Err(StoreError::Invalid("opening balance must not be negative".into()));
         }
         let now = self.now();
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let row = users::ActiveModel {
             id: Set(user.id.0.clone()),
             name: Set(user.name),
@@ -92,12 +92,12 @@ impl AccountStore for Store {
     }
 
     async fn user(&self, id: &UserId) -> Result<Option<User>, StoreError> {
-        let row = users::Entity::find_by_id(id.0.clone()).one(&self.db).await.map_err(backend_err)?;
+        let row = users::Entity::find_by_id(id.0.clone()).one(self.db.reads()).await.map_err(backend_err)?;
         Ok(row.map(user_from_row))
     }
 
     async fn count_users(&self) -> Result<u64, StoreError> {
-        users::Entity::find().count(&self.db).await.map_err(backend_err)
+        users::Entity::find().count(self.db.reads()).await.map_err(backend_err)
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<ApiKey, StoreError> {
@@ -114,7 +114,7 @@ impl AccountStore for Store {
             revoked_at: Set(key.revoked_at.map(|t| t.millis())),
             created_at: Set(key.created_at.millis()),
         };
-        let row = row.insert(&self.db).await.map_err(|e| {
+        let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
         })?;
         key_from_row(row)
@@ -125,17 +125,17 @@ impl AccountStore for Store {
             .col_expr(api_keys::Column::RevokedAt, sea_orm::sea_query::Expr::value(self.now()))
             .filter(api_keys::Column::Id.eq(id.0.clone()))
             .filter(api_keys::Column::RevokedAt.is_null())
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
-        let row = api_keys::Entity::find_by_id(id.0.clone()).one(&self.db).await.map_err(backend_err)?;
+        let row = api_keys::Entity::find_by_id(id.0.clone()).one(self.db.reads()).await.map_err(backend_err)?;
         row.map(key_from_row).unwrap_or_else(|| Err(StoreError::NotFound(format!("key {id}"))))
     }
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError> {
         let Some(key) = api_keys::Entity::find()
             .filter(api_keys::Column::KeyHash.eq(hash))
-            .one(&self.db)
+            .one(self.db.reads())
             .await
             .map_err(backend_err)?
         else {

@@ -4,7 +4,7 @@
 //! writes this replica's row, with nobody else granting on that cap in between: on PostgreSQL the
 //! transaction takes an advisory lock on the cap's key first (replicas serialise per cap, never
 //! on the hot balance rows); on SQLite the transaction writes first, so it holds the file's write
-//! lock before it reads (and grants of this process queue on the store's write lock before that).
+//! lock before it reads (and grants of this process queue for the store's one write connection before that).
 //! The arithmetic is `domain::CapState::grant`, the same for both.
 
 use async_trait::async_trait;
@@ -12,6 +12,8 @@ use domain::ports::StoreError;
 use domain::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest, TaskId, Timestamp};
 use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 
+use crate::db::advisory_lock;
+use crate::lease;
 use crate::{Backend, Store, backend_err};
 
 /// Non-terminal task states, as stored.
@@ -34,13 +36,14 @@ impl Store {
                 ("SELECT concurrency_limit FROM users WHERE id = $1", "kind = 'video' AND user_id = $1", user.as_str())
             }
         };
+        let live = lease::CAP.live("", "$4");
         let sql = format!(
             "SELECT COALESCE(({cap}), 0) AS cap, \
              (SELECT COUNT(*) FROM tasks WHERE {video} AND status IN {RUNNING}) AS video_active, \
              (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM cap_leases \
-                WHERE scope = $2 AND replica_id <> $3 AND expires_at > $4) AS others_slots, \
+                WHERE scope = $2 AND replica_id <> $3 AND {live}) AS others_slots, \
              (SELECT COUNT(*) FROM cap_leases \
-                WHERE scope = $2 AND replica_id <> $3 AND expires_at > $4 AND wanted > slots) AS others_short"
+                WHERE scope = $2 AND replica_id <> $3 AND {live} AND wanted > slots) AS others_short"
         );
         let values: Vec<Value> = vec![id.into(), scope.key().into(), replica.into(), now.millis().into()];
         let row = conn
@@ -69,9 +72,10 @@ impl Store {
         expires_at: Timestamp,
     ) -> Result<LeaseGrant, StoreError> {
         let key = request.scope.key();
-        let expired = "DELETE FROM cap_leases WHERE scope = $1 AND (expires_at <= $2 OR replica_id = $3)";
+        let expired =
+            format!("DELETE FROM cap_leases WHERE scope = $1 AND ({} OR replica_id = $3)", lease::CAP.free("", "$2"));
         let values: Vec<Value> = vec![key.clone().into(), now.millis().into(), replica.into()];
-        conn.execute_raw(self.statement(expired, values)).await.map_err(backend_err)?;
+        conn.execute_raw(self.statement(&expired, values)).await.map_err(backend_err)?;
         let state = self.cap_state(conn, replica, &request.scope, now).await?;
         let slots = state.grant(request.want, request.keep);
         if slots > 0 || request.want > 0 {
@@ -104,11 +108,9 @@ impl CapLeases for Store {
         now: Timestamp,
         expires_at: Timestamp,
     ) -> Result<LeaseGrant, StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         if self.backend() == Backend::Postgres {
-            let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
-            txn.execute_raw(self.statement(lock, vec![request.scope.key().into()])).await.map_err(backend_err)?;
+            txn.execute_raw(advisory_lock(&request.scope.key())).await.map_err(backend_err)?;
         }
         let grant = self.write_grant(&txn, replica, request, now, expires_at).await?;
         txn.commit().await.map_err(backend_err)?;
@@ -116,17 +118,18 @@ impl CapLeases for Store {
     }
 
     async fn release_leases(&self, replica: &str) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
-        let sql = "DELETE FROM cap_leases WHERE replica_id = $1";
-        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        let sql = lease::CAP.delete_held();
+        self.db.writes().execute_raw(self.statement(&sql, vec![replica.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
     async fn leased_in_use(&self, scope: &CapScope, now: Timestamp) -> Result<u64, StoreError> {
-        let sql = "SELECT CAST(COALESCE(SUM(in_use), 0) AS BIGINT) AS n FROM cap_leases \
-                   WHERE scope = $1 AND expires_at > $2";
+        let sql = format!(
+            "SELECT CAST(COALESCE(SUM(in_use), 0) AS BIGINT) AS n FROM cap_leases WHERE scope = $1 AND {}",
+            lease::CAP.live("", "$2")
+        );
         let values: Vec<Value> = vec![scope.key().into(), now.millis().into()];
-        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let row = self.db.reads().query_one_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let n = match row {
             Some(row) => row.try_get::<i64>("", "n").map_err(backend_err)?,
             None => 0,
@@ -141,22 +144,20 @@ impl CapLeases for Store {
         now: Timestamp,
         expires_at: Timestamp,
     ) -> Result<Option<CapScope>, StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let mut keys: Vec<String> = scopes.iter().map(CapScope::key).collect();
         keys.sort();
         if self.backend() == Backend::Postgres {
             // The grants' locks, taken in one order (a grant holds one at a time).
             for key in &keys {
-                let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
-                txn.execute_raw(self.statement(lock, vec![key.clone().into()])).await.map_err(backend_err)?;
+                txn.execute_raw(advisory_lock(key)).await.map_err(backend_err)?;
             }
         }
         // Written first, so that on SQLite the transaction holds the write lock before it reads.
         for key in &keys {
-            let expired = "DELETE FROM cap_leases WHERE scope = $1 AND expires_at <= $2";
+            let expired = format!("DELETE FROM cap_leases WHERE scope = $1 AND {}", lease::CAP.free("", "$2"));
             let values: Vec<Value> = vec![key.clone().into(), now.millis().into()];
-            txn.execute_raw(self.statement(expired, values)).await.map_err(backend_err)?;
+            txn.execute_raw(self.statement(&expired, values)).await.map_err(backend_err)?;
         }
         for scope in scopes {
             // Every replica's slots count (no replica is named `""`).
@@ -180,20 +181,21 @@ impl CapLeases for Store {
         let upsert = "INSERT INTO replicas (id, expires_at) VALUES ($1, $2) \
                       ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at";
         self.db
+            .writes()
             .execute_raw(self.statement(upsert, vec![replica.into(), expires_at.millis().into()]))
             .await
             .map_err(backend_err)?;
         // Each start is a new replica id: forget those gone for an hour (a missing row and an
         // expired one mean the same to the sweep).
-        let forget = "DELETE FROM replicas WHERE expires_at < $1";
+        let forget = format!("DELETE FROM replicas WHERE {}", lease::REPLICA.free("", "$1"));
         let long_ago = now.millis().saturating_sub(3_600_000);
-        self.db.execute_raw(self.statement(forget, vec![long_ago.into()])).await.map_err(backend_err)?;
+        self.db.writes().execute_raw(self.statement(&forget, vec![long_ago.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
     async fn retire(&self, replica: &str) -> Result<(), StoreError> {
-        let sql = "DELETE FROM replicas WHERE id = $1";
-        self.db.execute_raw(self.statement(sql, vec![replica.into()])).await.map_err(backend_err)?;
+        let sql = lease::REPLICA.delete_held();
+        self.db.writes().execute_raw(self.statement(&sql, vec![replica.into()])).await.map_err(backend_err)?;
         Ok(())
     }
 
@@ -201,12 +203,13 @@ impl CapLeases for Store {
         let sql = format!(
             // Placeholders in order of appearance: SQLite numbers `$n` names as it meets them.
             "SELECT t.id AS id FROM tasks t WHERE t.runner IS NOT NULL AND t.status IN {RUNNING} \
-             AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = t.runner AND r.expires_at >= $1) \
-             AND t.updated_at < $2 ORDER BY t.updated_at LIMIT $3"
+             AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = t.runner AND {}) \
+             AND t.updated_at < $2 ORDER BY t.updated_at LIMIT $3",
+            lease::REPLICA.live("r.", "$1")
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let values: Vec<Value> = vec![now.millis().into(), before.millis().into(), limit.into()];
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        let rows = self.db.reads().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         rows.iter().map(|row| row.try_get::<String>("", "id").map(TaskId).map_err(backend_err)).collect()
     }
 }

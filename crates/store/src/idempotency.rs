@@ -54,13 +54,13 @@ impl IdempotencyStore for Store {
                     .do_nothing()
                     .to_owned(),
             )
-            .exec_without_returning(&self.db)
+            .exec_without_returning(self.db.writes())
             .await
             .map_err(backend_err)?;
             if inserted == 1 {
                 return Ok(IdempotencyClaim::Claimed);
             }
-            let Some(row) = find(scope).one(&self.db).await.map_err(backend_err)? else { continue };
+            let Some(row) = find(scope).one(self.db.reads()).await.map_err(backend_err)? else { continue };
             if self.expired(&row, now, stale_after_ms) {
                 // Forgotten: the key is fresh again, whatever body it had. Only this row goes (a
                 // concurrent retry that replaced it first has a newer `created_at`).
@@ -69,7 +69,7 @@ impl IdempotencyStore for Store {
                     .filter(claims::Column::Route.eq(scope.route))
                     .filter(claims::Column::IdemKey.eq(scope.key))
                     .filter(claims::Column::CreatedAt.eq(row.created_at))
-                    .exec(&self.db)
+                    .exec(self.db.writes())
                     .await
                     .map_err(backend_err)?;
                 continue;
@@ -88,7 +88,7 @@ impl IdempotencyStore for Store {
                 .col_expr(claims::Column::CreatedAt, Expr::value(now))
                 .filter(claims::Column::ResponseStatus.is_null())
                 .filter(claims::Column::CreatedAt.lt(now.saturating_sub(stale_after_ms)))
-                .exec(&self.db)
+                .exec(self.db.writes())
                 .await
                 .map_err(backend_err)?;
             return Ok(if taken.rows_affected == 1 { IdempotencyClaim::Claimed } else { IdempotencyClaim::InProgress });
@@ -102,7 +102,7 @@ impl IdempotencyStore for Store {
         update(scope)
             .col_expr(claims::Column::ResponseStatus, Expr::value(i64::from(status)))
             .col_expr(claims::Column::ResponseBody, Expr::value(body))
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
         Ok(())
@@ -114,7 +114,7 @@ impl IdempotencyStore for Store {
             .filter(claims::Column::Route.eq(scope.route))
             .filter(claims::Column::IdemKey.eq(scope.key))
             .filter(claims::Column::ResponseStatus.is_null())
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
         Ok(())

@@ -56,20 +56,20 @@ impl Store {
 
     /// Where the reservation of `task` stands, if it has one.
     pub async fn reservation_status(&self, task: &TaskId) -> Result<Option<BillingStatus>, LedgerError> {
-        let row = reservations::Entity::find_by_id(task.as_str()).one(&self.db).await.map_err(db_err)?;
+        let row = reservations::Entity::find_by_id(task.as_str()).one(self.db.reads()).await.map_err(db_err)?;
         row.map(|r| r.status.parse().map_err(|e| LedgerError::Backend(format!("reservation of {task}: {e}"))))
             .transpose()
     }
 
     /// The upstream's id recorded for `task` (by a change carrying `TaskUpdate::upstream_id`).
     pub async fn task_upstream_id(&self, task: &TaskId) -> Result<Option<String>, LedgerError> {
-        let row = tasks::Entity::find_by_id(task.as_str()).one(&self.db).await.map_err(db_err)?;
+        let row = tasks::Entity::find_by_id(task.as_str()).one(self.db.reads()).await.map_err(db_err)?;
         Ok(row.and_then(|t| t.upstream_id))
     }
 
     /// The state of `task`, whoever owns it, if it exists.
     pub async fn task_status(&self, task: &TaskId) -> Result<Option<TaskStatus>, LedgerError> {
-        let row = tasks::Entity::find_by_id(task.as_str()).one(&self.db).await.map_err(db_err)?;
+        let row = tasks::Entity::find_by_id(task.as_str()).one(self.db.reads()).await.map_err(db_err)?;
         row.map(|t| t.status.parse().map_err(|e| LedgerError::Backend(format!("task {task}: {e}")))).transpose()
     }
 }
@@ -122,19 +122,19 @@ impl Ledger for Store {
     }
 
     async fn balance(&self, user: &UserId) -> Result<UsdAmount, LedgerError> {
-        let row = users::Entity::find_by_id(user.as_str()).one(&self.db).await.map_err(db_err)?;
+        let row = users::Entity::find_by_id(user.as_str()).one(self.db.reads()).await.map_err(db_err)?;
         row.map(|u| UsdAmount::from_micros(u.balance_micros)).ok_or_else(|| LedgerError::UnknownUser(user.clone()))
     }
 
     async fn entries(&self, user: &UserId, limit: u64) -> Result<Vec<LedgerEntry>, LedgerError> {
-        if users::Entity::find_by_id(user.as_str()).one(&self.db).await.map_err(db_err)?.is_none() {
+        if users::Entity::find_by_id(user.as_str()).one(self.db.reads()).await.map_err(db_err)?.is_none() {
             return Err(LedgerError::UnknownUser(user.clone()));
         }
         ledger_entries::Entity::find()
             .filter(ledger_entries::Column::UserId.eq(user.as_str()))
             .order_by_desc(ledger_entries::Column::Id)
             .limit(limit)
-            .all(&self.db)
+            .all(self.db.reads())
             .await
             .map_err(db_err)?
             .into_iter()

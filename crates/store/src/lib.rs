@@ -21,8 +21,10 @@ macro_rules! running_statuses {
 
 mod accounts;
 mod caps;
+mod db;
 mod entities;
 mod idempotency;
+mod lease;
 mod ledger;
 mod media;
 mod migrate;
@@ -45,8 +47,7 @@ use domain::ports::StoreError;
 use domain::{Clock, SystemClock};
 pub use pg_book::WRITER_APPLICATION_NAME;
 pub use prune::{DEFAULT_IDEMPOTENCY_TTL, PrunePolicy, Pruned};
-use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr};
+use sea_orm::{DbBackend, DbErr};
 pub use writer::MAX_BATCH;
 
 /// Which database a URL names.
@@ -58,16 +59,12 @@ pub enum Backend {
     Postgres,
 }
 
-/// The gateway's storage: a pooled connection and the clock used for timestamps.
+/// The gateway's storage: its connections, the batched writer, and the clock used for timestamps.
 #[derive(Clone)]
 pub struct Store {
-    db: DatabaseConnection,
+    /// The read and write connections (`db.rs`): every SeaORM statement goes through them.
+    db: db::Db,
     clock: Arc<dyn Clock>,
-    /// SQLite: task inserts and touches of this process, and the video worker's writes (claims,
-    /// media, webhooks), queue here rather than in SQLite's sleeping busy handler. Other SeaORM writes (accounts, keys, models, prices,
-    /// idempotency keys) and the batched writer's own connection do not take it; they meet
-    /// through SQLite's busy timeout. `None` on PostgreSQL.
-    write_lock: Option<Arc<tokio::sync::Mutex<()>>>,
     /// The batched writer of money and task states.
     writer: writer::BookWriter,
     /// Age after which an `Idempotency-Key` claim has expired: its key is fresh again, and the
@@ -87,7 +84,8 @@ pub const PG_POOL_CONNECTIONS: u32 = 8;
 /// PostgreSQL CPU per call, and two replicas on one database +35 %.
 pub const PG_WRITERS: usize = 1;
 
-/// Connections of the SQLite read pool (the writer has its own connection besides).
+/// Connections of the SQLite read pool (the SeaORM writes have one connection of their own, and
+/// the batched writer another).
 pub const SQLITE_POOL_CONNECTIONS: u32 = 8;
 
 impl std::fmt::Debug for Store {
@@ -114,28 +112,7 @@ impl Store {
         if backend == Backend::Sqlite {
             ensure_sqlite_parent(url)?;
         }
-        let mut options = ConnectOptions::new(url.to_owned());
-        options
-            .sqlx_logging(false)
-            .acquire_timeout(Duration::from_secs(30))
-            .max_connections(if backend == Backend::Sqlite { SQLITE_POOL_CONNECTIONS } else { PG_POOL_CONNECTIONS })
-            .min_connections(1)
-            // sqlx pings a connection before every use by default: a round trip per query.
-            .test_before_acquire(false)
-            .map_sqlx_sqlite_opts(|o: SqliteConnectOptions| {
-                o.journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(30))
-                    .foreign_keys(true)
-                    .create_if_missing(true)
-                    .pragma("mmap_size", "268435456")
-                    .pragma("cache_size", "-16384")
-                    // The writer's checkpointer thread copies the WAL back for every connection
-                    // (`sqlite_book.rs`); a request must not pay for a checkpoint in its commit.
-                    .pragma("wal_autocheckpoint", "0")
-            });
-        let db = Database::connect(options).await.map_err(backend_err)?;
-        let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Mutex::new(())));
+        let db = db::Db::connect(url, backend).await?;
         let writer = match sqlite_file {
             Some(path) => sqlite_book::start(std::path::Path::new(path), sqlite_book::Checkpoints::DEFAULT)?,
             None => pg_book::start(
@@ -146,7 +123,6 @@ impl Store {
         Ok(Store {
             db,
             clock: Arc::new(SystemClock),
-            write_lock,
             writer,
             idempotency_ttl_ms: prune::millis(DEFAULT_IDEMPOTENCY_TTL),
         })
@@ -174,32 +150,27 @@ impl Store {
 
     /// Applies the embedded migrations that have not run yet; returns how many ran.
     pub async fn migrate(&self) -> Result<u64, StoreError> {
-        migrate::run(&self.db).await
+        migrate::run(self.db.writes()).await
     }
 
     /// The database behind this store.
     pub fn backend(&self) -> Backend {
-        match self.db.get_database_backend() {
+        match self.db.backend() {
             DbBackend::Postgres => Backend::Postgres,
             _ => Backend::Sqlite,
         }
     }
 
-    /// Closes the pool, waiting for connections to finish.
+    /// Stops what the store started, in order, and waits for it: the batched writer (it commits
+    /// what is queued first; operations submitted afterwards, through any clone of this store,
+    /// fail), then the connection pools. Calling it again does nothing more.
     pub async fn close(self) -> Result<(), StoreError> {
-        self.db.close().await.map_err(backend_err)
+        self.writer.stop().await;
+        self.db.close().await
     }
 
     fn now(&self) -> i64 {
         self.clock.now().millis()
-    }
-
-    /// Held for the duration of a write transaction on SQLite; nothing on PostgreSQL.
-    pub(crate) async fn write_guard(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        match &self.write_lock {
-            Some(lock) => Some(Arc::clone(lock).lock_owned().await),
-            None => None,
-        }
     }
 }
 
@@ -247,7 +218,7 @@ pub(crate) fn is_unique_violation(e: &DbErr) -> bool {
 #[async_trait::async_trait]
 impl domain::ports::Readiness for Store {
     async fn pending_migrations(&self) -> Result<u64, StoreError> {
-        migrate::pending(&self.db).await
+        migrate::pending(self.db.reads()).await
     }
 }
 

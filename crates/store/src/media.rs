@@ -62,8 +62,7 @@ impl Store {
     pub(crate) async fn insert_media(&self, object: MediaObject) -> Result<(), MediaRecordError> {
         let row = row_from_media(&object)?;
         let wanted = to_i64("media size", object.bytes)?;
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let counted = users::Entity::update_many()
             .col_expr(users::Column::MediaUsedBytes, Expr::col(users::Column::MediaUsedBytes).add(wanted))
             .filter(users::Column::Id.eq(object.user.as_str()))
@@ -92,8 +91,7 @@ impl Store {
     }
 
     pub(crate) async fn delete_media(&self, key: &str) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let gone = txn
             .query_one_raw(
                 self.statement(
@@ -121,7 +119,7 @@ impl Store {
             .filter(media_objects::Column::TaskId.eq(task.as_str()))
             .order_by_asc(media_objects::Column::Position)
             .order_by_asc(media_objects::Column::Key)
-            .all(&self.db)
+            .all(self.db.reads())
             .await
             .map_err(backend_err)?
             .into_iter()
@@ -130,18 +128,17 @@ impl Store {
     }
 
     pub(crate) async fn record_asset(&self, key: &str, asset_id: &str) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
         let done = media_objects::Entity::update_many()
             .col_expr(media_objects::Column::AssetId, Expr::value(asset_id))
             .filter(media_objects::Column::Key.eq(key))
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
         if done.rows_affected == 1 { Ok(()) } else { Err(StoreError::NotFound(format!("media {key}"))) }
     }
 
     async fn user_row(&self, user: &UserId) -> Result<users::Model, StoreError> {
-        let row = users::Entity::find_by_id(user.0.clone()).one(&self.db).await.map_err(backend_err)?;
+        let row = users::Entity::find_by_id(user.0.clone()).one(self.db.reads()).await.map_err(backend_err)?;
         row.ok_or_else(|| StoreError::NotFound(format!("user {user}")))
     }
 
@@ -157,11 +154,10 @@ impl Store {
         if secret.is_empty() {
             return Err(StoreError::Invalid("a webhook secret must not be empty".into()));
         }
-        let _guard = self.write_guard().await;
         let done = users::Entity::update_many()
             .col_expr(users::Column::WebhookSecret, Expr::value(secret))
             .filter(users::Column::Id.eq(user.as_str()))
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
         if done.rows_affected == 1 { Ok(()) } else { Err(StoreError::NotFound(format!("user {user}"))) }

@@ -4,6 +4,7 @@ use domain::ports::StoreError;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 
 use crate::backend_err;
+use crate::db::advisory_lock;
 
 /// `(version, SQLite text, PostgreSQL text)`, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -59,8 +60,9 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
-/// An arbitrary constant that serialises migrating replicas on one PostgreSQL.
-const PG_MIGRATION_LOCK: i64 = 0x6761_7465_7761_7901;
+/// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:
+/// those are `user:…` and `model:…`).
+const PG_MIGRATION_LOCK: &str = "gateway migrations";
 
 /// Applies every migration not yet recorded; returns how many ran.
 pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
@@ -68,9 +70,7 @@ pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
     let txn = db.begin().await.map_err(backend_err)?;
     if backend == DbBackend::Postgres {
         // Replicas starting together take turns; the lock ends with the transaction.
-        txn.execute_raw(Statement::from_string(backend, format!("SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")))
-            .await
-            .map_err(backend_err)?;
+        txn.execute_raw(advisory_lock(PG_MIGRATION_LOCK)).await.map_err(backend_err)?;
     }
     txn.execute_unprepared(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY NOT NULL, applied_at BIGINT NOT NULL)",

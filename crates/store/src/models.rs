@@ -130,7 +130,7 @@ impl ModelStore for Store {
         let mut added = 0;
         for seed in seeds {
             check_limit(seed.concurrency_limit)?;
-            let txn = self.db.begin().await.map_err(backend_err)?;
+            let txn = self.db.writes().begin().await.map_err(backend_err)?;
             let inserted = models::Entity::insert(models::ActiveModel {
                 name: Set(seed.name.clone()),
                 kind: Set(seed.kind.as_str().to_owned()),
@@ -172,16 +172,19 @@ impl ModelStore for Store {
         let row = pricing_versions::Entity::find()
             .filter(pricing_versions::Column::Model.eq(name))
             .filter(pricing_versions::Column::Version.eq(version))
-            .one(&self.db)
+            .one(self.db.reads())
             .await
             .map_err(backend_err)?;
         row.map(version_from_row).transpose()
     }
 
     async fn models(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        let rows =
-            models::Entity::find().order_by_asc(models::Column::Name).all(&self.db).await.map_err(backend_err)?;
-        let versions = pricing_versions::Entity::find().all(&self.db).await.map_err(backend_err)?;
+        let rows = models::Entity::find()
+            .order_by_asc(models::Column::Name)
+            .all(self.db.reads())
+            .await
+            .map_err(backend_err)?;
+        let versions = pricing_versions::Entity::find().all(self.db.reads()).await.map_err(backend_err)?;
         let mut active: BTreeMap<String, pricing_versions::Model> = BTreeMap::new();
         for v in versions {
             if rows.iter().any(|m| m.name == v.model && m.active_pricing_version == Some(v.version)) {
@@ -212,7 +215,7 @@ impl ModelStore for Store {
             check_limit(limit)?;
             update = update.col_expr(models::Column::ConcurrencyLimit, Expr::value(limit));
         }
-        let done = update.exec(&self.db).await.map_err(backend_err)?;
+        let done = update.exec(self.db.writes()).await.map_err(backend_err)?;
         if done.rows_affected == 0 {
             return Err(StoreError::NotFound(format!("model {name}")));
         }
@@ -221,7 +224,7 @@ impl ModelStore for Store {
 
     async fn set_price(&self, name: &str, sheet: PriceSheet) -> Result<PricingVersion, StoreError> {
         sheet.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         if models::Entity::find_by_id(name).one(&txn).await.map_err(backend_err)?.is_none() {
             return Err(StoreError::NotFound(format!("model {name}")));
         }
@@ -231,7 +234,7 @@ impl ModelStore for Store {
     }
 
     async fn maintenance(&self) -> Result<bool, StoreError> {
-        let row = settings::Entity::find_by_id(MAINTENANCE).one(&self.db).await.map_err(backend_err)?;
+        let row = settings::Entity::find_by_id(MAINTENANCE).one(self.db.reads()).await.map_err(backend_err)?;
         Ok(row.is_some_and(|r| r.value == "on"))
     }
 
@@ -241,7 +244,7 @@ impl ModelStore for Store {
             value: Set(if on { "on" } else { "off" }.to_owned()),
         })
         .on_conflict(OnConflict::column(settings::Column::Name).update_column(settings::Column::Value).to_owned())
-        .exec_without_returning(&self.db)
+        .exec_without_returning(self.db.writes())
         .await
         .map_err(backend_err)?;
         Ok(())
@@ -258,10 +261,10 @@ impl Store {
             value: Set(candidate.to_owned()),
         })
         .on_conflict(OnConflict::column(settings::Column::Name).do_nothing().to_owned())
-        .exec_without_returning(&self.db)
+        .exec_without_returning(self.db.writes())
         .await
         .map_err(backend_err)?;
-        let row = settings::Entity::find_by_id(setting).one(&self.db).await.map_err(backend_err)?;
+        let row = settings::Entity::find_by_id(setting).one(self.db.reads()).await.map_err(backend_err)?;
         row.map(|r| r.value).ok_or_else(|| StoreError::Backend(format!("the secret {name} vanished")))
     }
 }

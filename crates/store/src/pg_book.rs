@@ -44,7 +44,9 @@ use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, 
 use tokio::sync::{Mutex, mpsc};
 
 use crate::pg_assume::assumed;
-use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Job, answer, batch_time, drain, fail};
+use crate::writer::{
+    ATTEMPTS, BatchError, BookWriter, Committed, Job, Queued, Running, answer, batch_time, drain, fail, next,
+};
 
 const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
                       UNION SELECT user_id FROM tasks WHERE id = ANY($1)";
@@ -171,16 +173,25 @@ fn start_counting(pool: PgPool, writers: usize) -> (BookWriter, Arc<AtomicU64>) 
     let (tx, rx) = mpsc::unbounded_channel();
     let rx = Arc::new(Mutex::new(rx));
     let assumed = Arc::new(AtomicU64::new(0));
-    for _ in 0..writers.max(1) {
-        tokio::spawn(run(pool.clone(), Arc::clone(&rx), Arc::clone(&assumed)));
-    }
-    (BookWriter::new(tx), assumed)
+    let tasks: Vec<_> =
+        (0..writers.max(1)).map(|_| tokio::spawn(run(pool.clone(), Arc::clone(&rx), Arc::clone(&assumed)))).collect();
+    // One handle for all: the writer tasks end (the queue closed and drained), then their pool
+    // closes its connections.
+    let running = tokio::spawn(async move {
+        for task in tasks {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "a ledger writer task ended abnormally");
+            }
+        }
+        pool.close().await;
+    });
+    (BookWriter::new(tx, vec![Running::Task(running)]), assumed)
 }
 
 /// The next batch: waits for one job, then takes whatever else is queued (never waits for more).
-async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Job>>) -> Option<Vec<Job>> {
+async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Queued>>) -> Option<Vec<Job>> {
     let mut rx = rx.lock().await;
-    let first = rx.recv().await?;
+    let first = next(&mut rx).await?;
     let mut jobs = vec![first];
     drain(&mut rx, &mut jobs);
     Some(jobs)
@@ -189,7 +200,7 @@ async fn next_batch(rx: &Mutex<mpsc::UnboundedReceiver<Job>>) -> Option<Vec<Job>
 /// How long a writer's batches take the locking form after one of its batches lost a race.
 const LOCKING_AFTER_A_RACE: Duration = Duration::from_secs(1);
 
-async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>, assumed: Arc<AtomicU64>) {
+async fn run(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Queued>>>, assumed: Arc<AtomicU64>) {
     let mut writer = Writer { pool, conn: None, locking_until: None, assumed };
     while let Some(jobs) = next_batch(&rx).await {
         match writer.commit_with_retries(&jobs).await {

@@ -8,9 +8,9 @@
 //!
 //! Each batch deletes at most [`PrunePolicy::batch`] rows of one table, oldest first, in a
 //! transaction of its own, found through an index on the age (migration 10), so that it reads
-//! only what it deletes. On SQLite a batch holds the process's write guard (the video worker's and
-//! task writes queue behind it, the batched writer meets it through the busy timeout) for one short
-//! transaction, and the pass pauses between batches so that queued writers go first. On
+//! only what it deletes. On SQLite a batch holds the process's one write connection (`db.rs`: the
+//! other SeaORM writes queue behind it, the batched writer meets it through the busy timeout) for
+//! one short transaction, and the pass pauses between batches so that queued writers go first. On
 //! PostgreSQL a batch locks its rows with `FOR UPDATE SKIP LOCKED`: replicas pruning at the same
 //! time delete disjoint rows and never wait for each other or for a row being written.
 
@@ -179,16 +179,14 @@ impl Store {
 
     /// Runs one single-statement batch; the rows it deleted.
     async fn delete_batch(&self, sql: &str, values: Vec<Value>) -> Result<u64, StoreError> {
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done = self.db.writes().execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         Ok(done.rows_affected())
     }
 
     /// Deletes up to `batch` ended deliveries created before `before`, their attempts first, in one
     /// transaction; (deliveries, attempts) deleted.
     async fn delete_deliveries(&self, before: i64, batch: u64) -> Result<(u64, u64), StoreError> {
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let limit = to_i64(batch);
         let (deliveries, attempts) = match self.backend() {
             // The first statement writes, so the transaction takes SQLite's write lock at once (a

@@ -19,14 +19,15 @@ impl ResponseOwners for Store {
             created_at: Set(self.now()),
         })
         .on_conflict(OnConflict::column(responses::Column::ResponseId).do_nothing().to_owned())
-        .exec_without_returning(&self.db)
+        .exec_without_returning(self.db.writes())
         .await
         .map_err(backend_err)?;
         Ok(())
     }
 
     async fn response_owner(&self, response_id: &str) -> Result<Option<UserId>, StoreError> {
-        let row = responses::Entity::find_by_id(response_id.to_owned()).one(&self.db).await.map_err(backend_err)?;
+        let row =
+            responses::Entity::find_by_id(response_id.to_owned()).one(self.db.reads()).await.map_err(backend_err)?;
         Ok(row.map(|r| UserId(r.user_id)))
     }
 }

@@ -19,7 +19,10 @@ use domain::{Task, TaskId, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
-use crate::writer::{ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, answer, batch_time, drain, fail};
+use crate::writer::{
+    ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, Queued, Running, answer, batch_time, blocking_next,
+    drain, fail,
+};
 
 /// When the checkpointer copies the WAL into the database file, and when it has the WAL start over.
 #[derive(Debug, Clone, Copy)]
@@ -64,22 +67,27 @@ fn start_counting(path: &Path, checkpoints: Checkpoints) -> Result<(BookWriter, 
         flags: Arc::clone(&flags),
         committed: Arc::clone(&committed),
     });
-    std::thread::Builder::new()
+    let checkpointer = std::thread::Builder::new()
         .name("ledger-ckpt".into())
         .spawn(move || checkpoint_loop(&ckpt_conn, checkpoints, &flags, &done_rx))
         .map_err(|e| StoreError::Backend(format!("cannot start the checkpoint thread: {e}")))?;
-    std::thread::Builder::new()
+    let writer = std::thread::Builder::new()
         .name("ledger-writer".into())
         .spawn(move || {
             run(&conn, rx, &writer_flags);
+            // From now on a lone operation goes to the closed queue (and fails) instead of
+            // committing on its caller's thread.
+            writer_flags.stopped.store(true, Ordering::Release);
             drop(done_tx);
         })
         .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-    Ok((BookWriter::with_direct(tx, direct), committed))
+    // The writer first: when it ends, the checkpointer runs its last checkpoint and ends too.
+    let running = vec![Running::Thread(writer), Running::Thread(checkpointer)];
+    Ok((BookWriter::with_direct(tx, direct, running), committed))
 }
 
 /// How long a statement waits for another connection's write lock (another replica on the same
-/// file, or the read pool's few writes) before it fails.
+/// file, or the SeaORM write connection's few writes) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The writer's connection, borrowed by a caller that commits its lone operation itself.
@@ -95,7 +103,7 @@ impl Direct for DirectCommit {
     /// connection's write lock (the busy handler is off for this attempt), and not for a WAL
     /// catch-up, which the writer thread runs before its next batch.
     fn try_commit(&self, job: Job) -> Option<Job> {
-        if self.flags.catch_up.load(Ordering::Acquire) {
+        if self.flags.catch_up.load(Ordering::Acquire) || self.flags.stopped.load(Ordering::Acquire) {
             return Some(job);
         }
         let Ok(mut conn) = self.conn.try_lock() else { return Some(job) };
@@ -134,8 +142,9 @@ fn open(path: &Path, extra: &str) -> Result<Connection, StoreError> {
 }
 
 /// Runs a passive checkpoint every `policy.every` until the writer stops (then one last one).
-/// It also copies what other connections of the file committed (the read pool's few writes:
-/// idempotency keys, cap leases), since no connection of this process checkpoints on its own.
+/// It also copies what other connections of the file committed (the few writes of the SeaORM
+/// write connection: idempotency keys, cap leases), since no connection of this process
+/// checkpoints on its own.
 /// A round with nothing to copy costs a few system calls.
 ///
 /// Under steady load a passive checkpoint never catches up with the writer, so the WAL would
@@ -173,10 +182,12 @@ fn checkpoint(conn: &Connection) -> Option<i64> {
 struct Flags {
     /// The WAL is long: the writer should checkpoint once itself before its next batch.
     catch_up: AtomicBool,
+    /// The writer thread has ended ([`BookWriter::stop`]).
+    stopped: AtomicBool,
 }
 
-fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Job>, flags: &Flags) {
-    while let Some(first) = rx.blocking_recv() {
+fn run(conn: &Mutex<Connection>, mut rx: mpsc::UnboundedReceiver<Queued>, flags: &Flags) {
+    while let Some(first) = blocking_next(&mut rx) {
         // A caller committing directly holds it for one short transaction at most.
         let mut conn = conn.lock().unwrap_or_else(|poisoned| {
             // A direct commit panicked, maybe with the busy handler still off: restore it, and

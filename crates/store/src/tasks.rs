@@ -123,7 +123,7 @@ impl Store {
             crate::Backend::Postgres => Some(IsolationLevel::RepeatableRead),
             crate::Backend::Sqlite => None,
         };
-        self.db.begin_with_config(isolation, None).await.map_err(backend_err)
+        self.db.reads().begin_with_config(isolation, None).await.map_err(backend_err)
     }
 
     /// Joins task rows with their reservations, read on `conn` (the caller's read transaction, so
@@ -153,9 +153,8 @@ impl Store {
 #[async_trait]
 impl TaskStore for Store {
     async fn insert_task(&self, task: Task) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
         let id = task.id.clone();
-        row_from_task(task).insert(&self.db).await.map_err(|e| {
+        row_from_task(task).insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict(format!("task {id} exists")) } else { backend_err(e) }
         })?;
         Ok(())
@@ -214,7 +213,7 @@ impl TaskStore for Store {
             .filter(tasks::Column::UserId.eq(user.as_str()))
             .group_by(tasks::Column::Status)
             .into_tuple()
-            .all(&self.db)
+            .all(self.db.reads())
             .await
             .map_err(backend_err)?;
         let mut stats = TaskStats::default();
@@ -233,7 +232,7 @@ impl TaskStore for Store {
             .select_only()
             .column(users::Column::SpentMicros)
             .into_tuple()
-            .one(&self.db)
+            .one(self.db.reads())
             .await
             .map_err(backend_err)?;
         stats.spent = UsdAmount::from_micros(spent.unwrap_or(0));
@@ -253,13 +252,12 @@ impl TaskStore for Store {
     }
 
     async fn touch_task(&self, id: &TaskId, now: Timestamp) -> Result<(), StoreError> {
-        let _guard = self.write_guard().await;
         let running: Vec<&str> = TaskStatus::RUNNING.iter().map(|s| s.as_str()).collect();
         tasks::Entity::update_many()
             .col_expr(tasks::Column::UpdatedAt, Expr::value(now.millis()))
             .filter(tasks::Column::Id.eq(id.as_str()))
             .filter(tasks::Column::Status.is_in(running))
-            .exec(&self.db)
+            .exec(self.db.writes())
             .await
             .map_err(backend_err)?;
         Ok(())
@@ -292,7 +290,7 @@ impl TaskStore for Store {
         let mut values: Vec<sea_orm::Value> = kinds.iter().map(|k| k.as_str().into()).collect();
         values.push(before.millis().into());
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        let rows = self.db.reads().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         rows.iter().map(|row| row.try_get::<String>("", "id").map(TaskId).map_err(backend_err)).collect()
     }
 
@@ -306,7 +304,7 @@ impl TaskStore for Store {
             running_statuses!(),
             ") AS oldest"
         );
-        let row = self.db.query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;
+        let row = self.db.reads().query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("open work: no row".into()))?;
         let open_reservations: i64 = row.try_get("", "open_reservations").map_err(backend_err)?;
         let open_reservations = crate::video::to_u64("open reservations", open_reservations)?;

@@ -13,36 +13,42 @@ use domain::{
     ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, Task, TaskId, TaskStatus, Timestamp, UserId, VideoJob,
     VideoStore, WebhookDelivery,
 };
-use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use crate::entities::tasks;
+use crate::lease::{self, Lease};
 use crate::{Backend, Store, backend_err};
 
-/// Claimable video tasks (`$3`: now). It repeats the predicate of the partial index
-/// `tasks_video_due` so that both databases can use it.
+/// Claimable video tasks (`$3`: now): the predicate of the partial index `tasks_video_due` (so
+/// that both databases can use it), and the task's lease free.
 const DUE_TASKS: ClaimQuery = ClaimQuery {
-    table: "tasks",
+    lease: lease::TASK,
     from: "tasks",
     columns: "id, user_id, next_poll_at, created_at",
-    due: concat!(
-        "kind = 'video' AND status IN ",
-        running_statuses!(),
-        " AND (next_poll_at IS NULL OR next_poll_at <= $3) AND (lease_until IS NULL OR lease_until <= $3)"
-    ),
+    due: || {
+        format!(
+            concat!(
+                "kind = 'video' AND status IN ",
+                running_statuses!(),
+                " AND (next_poll_at IS NULL OR next_poll_at <= $3) AND {}"
+            ),
+            lease::TASK.free("", "$3")
+        )
+    },
     order: "next_poll_at NULLS FIRST, created_at, id",
     one_per_task: false,
 };
 
 /// What a claim statement is made of, for one table.
 pub(crate) struct ClaimQuery {
-    /// The table whose rows are leased.
-    pub table: &'static str,
+    /// The lease the claim takes (its table is the one whose rows are leased).
+    pub lease: Lease,
     /// The scan's `FROM` (the table, perhaps aliased).
     pub from: &'static str,
     /// The scan's columns: `id`, `user_id`, the `order` columns (and `task_id` for one per task).
     pub columns: &'static str,
-    /// The due rows (`$3`: now).
-    pub due: &'static str,
+    /// The due rows, their lease free included (`$3`: now).
+    pub due: fn() -> String,
     /// Oldest due first, ending with `id`.
     pub order: &'static str,
     /// At most one row per `task_id` (the lowest id among the due ones).
@@ -86,7 +92,8 @@ pub(crate) fn claim_sql(
             partly.push(format!("(${}, ${})", values.len() - 1, values.len()));
         }
     }
-    let (table, from, columns, due, order) = (query.table, query.from, query.columns, query.due, query.order);
+    let (table, from, columns, due, order) = (query.lease.table, query.from, query.columns, (query.due)(), query.order);
+    let take = query.lease.take();
     let skip = if skipped.is_empty() { String::new() } else { format!(" AND user_id NOT IN ({})", skipped.join(", ")) };
     let lock = match backend {
         Backend::Postgres => " FOR NO KEY UPDATE SKIP LOCKED",
@@ -114,12 +121,8 @@ pub(crate) fn claim_sql(
     }
     sql.push_str(&format!(", picked AS (SELECT id FROM ranked WHERE n <= $5 ORDER BY {order} LIMIT $6) "));
     sql.push_str(&match backend {
-        Backend::Postgres => format!(
-            "UPDATE {table} AS t SET lease_owner = $1, lease_until = $2 FROM picked WHERE t.id = picked.id RETURNING t.*"
-        ),
-        Backend::Sqlite => {
-            format!("UPDATE {table} SET lease_owner = $1, lease_until = $2 WHERE id IN (SELECT id FROM picked) RETURNING *")
-        }
+        Backend::Postgres => format!("UPDATE {table} AS t SET {take} FROM picked WHERE t.id = picked.id RETURNING t.*"),
+        Backend::Sqlite => format!("UPDATE {table} SET {take} WHERE id IN (SELECT id FROM picked) RETURNING *"),
     });
     Ok((sql, values))
 }
@@ -135,12 +138,6 @@ pub(crate) fn to_u64(what: &str, n: i64) -> Result<u64, StoreError> {
 }
 
 impl Store {
-    /// A statement for this store's database; the text uses `$1`, `$2`, … on both (sqlx binds
-    /// SQLite's `$N` parameters by number too).
-    pub(crate) fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
-        Statement::from_sql_and_values(self.db.get_database_backend(), sql, values)
-    }
-
     async fn claim_tasks(
         &self,
         owner: &str,
@@ -152,9 +149,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let (sql, values) = claim_sql(self.backend(), &DUE_TASKS, owner, now, lease_until, share)?;
-        let _guard = self.write_guard().await;
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
-        drop(_guard);
+        let rows = self.db.writes().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let task = tasks::Model::from_query_result(row, "").map_err(backend_err)?;
@@ -170,7 +165,7 @@ impl Store {
         });
         let failures: Vec<u32> = claimed.iter().map(|c| c.1).collect();
         let upstream_ids: Vec<Option<String>> = claimed.iter().map(|c| c.2.upstream_id.clone()).collect();
-        let tasks = self.with_billing(&self.db, claimed.into_iter().map(|c| c.2).collect()).await?;
+        let tasks = self.with_billing(self.db.reads(), claimed.into_iter().map(|c| c.2).collect()).await?;
         Ok(tasks
             .into_iter()
             .zip(upstream_ids)
@@ -188,10 +183,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         let values =
             vec![next_poll_at.millis().into(), i64::from(poll_failures).into(), task.as_str().into(), owner.into()];
-        let sql = "UPDATE tasks SET lease_owner = NULL, lease_until = NULL, next_poll_at = $1, poll_failures = $2 \
-                   WHERE id = $3 AND lease_owner = $4";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let sql = lease::TASK.release(&["next_poll_at", "poll_failures"]);
+        let done = self.db.writes().execute_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         if done.rows_affected() == 1 {
             Ok(())
         } else {
@@ -211,7 +204,7 @@ impl Store {
             ") AS of_model"
         );
         let values = vec![user.as_str().into(), model.into()];
-        let row = self.db.query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let row = self.db.reads().query_one_raw(self.statement(sql, values)).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::Backend("active video tasks: no row".into()))?;
         let count = |name: &str| -> Result<u64, StoreError> {
             let n: i64 = row.try_get("", name).map_err(backend_err)?;
@@ -245,9 +238,8 @@ impl VideoStore for Store {
 
     async fn renew_video_lease(&self, task: &TaskId, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError> {
         let values = vec![lease_until.millis().into(), task.as_str().into(), owner.into()];
-        let sql = "UPDATE tasks SET lease_until = $1 WHERE id = $2 AND lease_owner = $3";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let done =
+            self.db.writes().execute_raw(self.statement(&lease::TASK.renew(""), values)).await.map_err(backend_err)?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -15,20 +15,26 @@ use sea_orm::{
 };
 
 use crate::entities::{tasks, webhook_attempts, webhook_deliveries};
+use crate::lease;
 use crate::video::{ClaimQuery, claim_sql, to_u64};
 use crate::{Store, backend_err};
 
 /// Deliveries to claim (`$3`: now): the predicate of the partial index `webhook_deliveries_due`,
-/// and no earlier delivery of the same task under a lease (being attempted), so one task's
-/// deliveries go one at a time, in order (index `webhook_deliveries_task`).
+/// the delivery's lease free, and no earlier delivery of the same task under a live lease (being
+/// attempted), so one task's deliveries go one at a time, in order (index `webhook_deliveries_task`).
 const DUE_DELIVERIES: ClaimQuery = ClaimQuery {
-    table: "webhook_deliveries",
+    lease: lease::DELIVERY,
     from: "webhook_deliveries AS d",
     columns: "d.id, d.user_id, d.task_id, d.next_attempt_at",
-    due: "d.delivered_at IS NULL AND d.given_up_at IS NULL AND d.next_attempt_at <= $3 \
-        AND (d.lease_until IS NULL OR d.lease_until <= $3) \
-        AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS e WHERE e.task_id = d.task_id AND e.id < d.id \
-        AND e.delivered_at IS NULL AND e.given_up_at IS NULL AND e.lease_until > $3)",
+    due: || {
+        format!(
+            "d.delivered_at IS NULL AND d.given_up_at IS NULL AND d.next_attempt_at <= $3 AND {} \
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS e WHERE e.task_id = d.task_id AND e.id < d.id \
+             AND e.delivered_at IS NULL AND e.given_up_at IS NULL AND {})",
+            lease::DELIVERY.free("d.", "$3"),
+            lease::DELIVERY.live("e.", "$3")
+        )
+    },
     order: "next_attempt_at, id",
     one_per_task: true,
 };
@@ -83,8 +89,7 @@ impl Store {
         payload: &str,
     ) -> Result<bool, StoreError> {
         let now = self.now();
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let values = vec![status.as_str().into(), task.as_str().into()];
         let Some(row) = txn.query_one_raw(self.statement(ANNOUNCE, values)).await.map_err(backend_err)? else {
             return Ok(false);
@@ -141,8 +146,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let (sql, values) = claim_sql(self.backend(), &DUE_DELIVERIES, owner, now, lease_until, share)?;
-        let _guard = self.write_guard().await;
-        let rows = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
+        let rows = self.db.writes().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         let mut rows = rows
             .iter()
             .map(|r| webhook_deliveries::Model::from_query_result(r, ""))
@@ -159,10 +163,8 @@ impl Store {
         lease_until: Timestamp,
     ) -> Result<bool, StoreError> {
         let values = vec![lease_until.millis().into(), id.into(), owner.into()];
-        let sql = "UPDATE webhook_deliveries SET lease_until = $1 WHERE id = $2 AND lease_owner = $3 \
-                   AND delivered_at IS NULL AND given_up_at IS NULL";
-        let _guard = self.write_guard().await;
-        let done = self.db.execute_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        let sql = lease::DELIVERY.renew(" AND delivered_at IS NULL AND given_up_at IS NULL");
+        let done = self.db.writes().execute_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -181,8 +183,7 @@ impl Store {
             retry_at.map(|t| t.millis()).into(),
             id.into(),
         ];
-        let _guard = self.write_guard().await;
-        let txn = self.db.begin().await.map_err(backend_err)?;
+        let txn = self.db.writes().begin().await.map_err(backend_err)?;
         let row = txn.query_one_raw(self.statement(RECORD, values)).await.map_err(backend_err)?;
         let row = row.ok_or_else(|| StoreError::NotFound(format!("webhook delivery {id}")))?;
         let number: i64 = row.try_get("", "attempts").map_err(backend_err)?;

@@ -33,6 +33,25 @@ pub(crate) struct Job {
     pub reply: oneshot::Sender<Result<BookAnswer, LedgerError>>,
 }
 
+/// What the queue carries: an operation, or the order to stop.
+// Boxing the operation would cost an allocation per operation; the stop order is sent once.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Queued {
+    /// An operation to commit.
+    Job(Job),
+    /// Stop once what is queued is committed: the writer that takes it closes the queue (later
+    /// submissions fail), drains it, and ends ([`BookWriter::stop`]).
+    Stop,
+}
+
+/// What a writer runs on: a thread (SQLite) or a task (PostgreSQL).
+pub(crate) enum Running {
+    /// A thread of its own.
+    Thread(std::thread::JoinHandle<()>),
+    /// A task on the tokio runtime.
+    Task(tokio::task::JoinHandle<()>),
+}
+
 /// Why a batch's transaction did not commit; nothing of it happened.
 #[derive(Debug)]
 pub(crate) enum BatchError {
@@ -73,10 +92,14 @@ pub(crate) trait Direct: Send + Sync {
     fn try_commit(&self, job: Job) -> Option<Job>;
 }
 
-/// The sending side of the queue; writers stop when every handle is dropped.
+/// The sending side of the queue; writers stop when every handle is dropped, or at
+/// [`BookWriter::stop`].
 #[derive(Clone)]
 pub(crate) struct BookWriter {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: mpsc::UnboundedSender<Queued>,
+    /// The threads or tasks the writer runs on, in the order they are to be waited for (taken
+    /// by the first [`BookWriter::stop`]).
+    running: Arc<std::sync::Mutex<Vec<Running>>>,
     /// Set for a dialect that can commit on the caller's thread.
     direct: Option<Arc<dyn Direct>>,
     /// Operations of this process submitted and not yet answered, and how often recent ones
@@ -91,14 +114,42 @@ impl std::fmt::Debug for BookWriter {
 }
 
 impl BookWriter {
-    /// A writer fed only through its queue.
-    pub(crate) fn new(jobs: mpsc::UnboundedSender<Job>) -> BookWriter {
-        BookWriter { jobs, direct: None, waiting: Arc::default() }
+    /// A writer fed only through its queue, running on `running`.
+    pub(crate) fn new(jobs: mpsc::UnboundedSender<Queued>, running: Vec<Running>) -> BookWriter {
+        BookWriter { jobs, running: Arc::new(std::sync::Mutex::new(running)), direct: None, waiting: Arc::default() }
     }
 
     /// A writer that commits a lone operation on the caller's thread (see [`Direct`]).
-    pub(crate) fn with_direct(jobs: mpsc::UnboundedSender<Job>, direct: Arc<dyn Direct>) -> BookWriter {
-        BookWriter { jobs, direct: Some(direct), waiting: Arc::default() }
+    pub(crate) fn with_direct(
+        jobs: mpsc::UnboundedSender<Queued>,
+        direct: Arc<dyn Direct>,
+        running: Vec<Running>,
+    ) -> BookWriter {
+        BookWriter { direct: Some(direct), ..BookWriter::new(jobs, running) }
+    }
+
+    /// Stops the writer for every clone of this handle and waits until it has ended: what is
+    /// queued is committed and answered first; operations submitted afterwards fail. Later calls
+    /// return at once.
+    pub(crate) async fn stop(&self) {
+        // Fails only when the writer is gone already.
+        let _ = self.jobs.send(Queued::Stop);
+        let running = match self.running.lock() {
+            Ok(mut running) => std::mem::take(&mut *running),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for run in running {
+            let ended = match run {
+                Running::Thread(thread) => match tokio::task::spawn_blocking(move || thread.join()).await {
+                    Ok(joined) => joined.map_err(|_| "panicked".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Running::Task(task) => task.await.map_err(|e| e.to_string()),
+            };
+            if let Err(e) = ended {
+                tracing::warn!(error = %e, "a ledger writer ended abnormally");
+            }
+        }
     }
 
     /// Queues `op` and waits for the answer, which comes only after its batch committed (or failed).
@@ -117,7 +168,7 @@ impl BookWriter {
             _ => Some(job),
         };
         if let Some(job) = queued {
-            self.jobs.send(job).map_err(|_| stopped())?;
+            self.jobs.send(Queued::Job(job)).map_err(|_| stopped())?;
         }
         answer.await.map_err(|_| stopped())?
     }
@@ -164,11 +215,34 @@ fn stopped() -> LedgerError {
     LedgerError::Backend("the ledger writer stopped".into())
 }
 
-/// Adds to `batch` whatever is already queued, up to [`MAX_BATCH`]; never waits.
-pub(crate) fn drain(rx: &mut mpsc::UnboundedReceiver<Job>, batch: &mut Vec<Job>) {
+/// The next operation, waiting for one (on a writer thread); `None` once the queue is closed
+/// and empty.
+pub(crate) fn blocking_next(rx: &mut mpsc::UnboundedReceiver<Queued>) -> Option<Job> {
+    loop {
+        match rx.blocking_recv()? {
+            Queued::Job(job) => return Some(job),
+            Queued::Stop => rx.close(),
+        }
+    }
+}
+
+/// [`blocking_next`] for a writer task.
+pub(crate) async fn next(rx: &mut mpsc::UnboundedReceiver<Queued>) -> Option<Job> {
+    loop {
+        match rx.recv().await? {
+            Queued::Job(job) => return Some(job),
+            Queued::Stop => rx.close(),
+        }
+    }
+}
+
+/// Adds to `batch` whatever is already queued, up to [`MAX_BATCH`]; never waits. A stop order
+/// closes the queue (what it already holds still comes).
+pub(crate) fn drain(rx: &mut mpsc::UnboundedReceiver<Queued>, batch: &mut Vec<Job>) {
     while batch.len() < MAX_BATCH {
         match rx.try_recv() {
-            Ok(job) => batch.push(job),
+            Ok(Queued::Job(job)) => batch.push(job),
+            Ok(Queued::Stop) => rx.close(),
             Err(_) => break,
         }
     }
