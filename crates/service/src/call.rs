@@ -13,18 +13,8 @@ use catalog::ModelDef;
 use domain::ports::{TaskOutcome, UpstreamError};
 use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
 
+use crate::reply::{CallBilling, CallReply};
 use crate::{Gateway, ServiceError};
-
-/// The billing object of a finished or running call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallBilling {
-    /// The task the call is recorded as.
-    pub task_id: TaskId,
-    /// The public name of the call's model.
-    pub model: String,
-    /// Its billing.
-    pub billing: TaskBilling,
-}
 
 /// Descriptive task fields a call may fill; everything else of the task row follows from the spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -398,20 +388,6 @@ pub(crate) struct Finished {
     pub answer: crate::Answer,
     /// Settle or refund.
     pub close: Close,
-}
-
-/// What a billable call returns to the edge.
-#[derive(Debug)]
-pub enum CallReply {
-    /// The answer (rewritten to the public model name) and the call's billing.
-    Complete {
-        /// The answer object.
-        answer: crate::Answer,
-        /// Task id and billing.
-        call: CallBilling,
-    },
-    /// A stream of items; settlement happens when it ends, whatever the client does.
-    Stream(crate::stream::CallStream),
 }
 
 impl Gateway {
