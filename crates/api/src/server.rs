@@ -161,7 +161,7 @@ impl Activity {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+        domain::duration_millis(self.opened.elapsed()).unsigned_abs()
     }
 
     fn at(&self, millis: u64) -> tokio::time::Instant {

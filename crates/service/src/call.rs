@@ -448,7 +448,7 @@ impl Gateway {
     /// `interrupted`. A call still in flight elsewhere is never that old, because upstream calls
     /// time out first; pass at least the upstream timeout. Returns how many were ended.
     pub async fn recover_interrupted_calls(&self, max_age: std::time::Duration) -> Result<u64, ServiceError> {
-        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let age = domain::duration_millis(max_age);
         let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
         let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
         let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
@@ -459,7 +459,7 @@ impl Gateway {
     /// calls it runs alone.
     pub async fn keep_alive(&self, ttl: std::time::Duration) -> Result<(), ServiceError> {
         let now = self.ports.clock.now();
-        let until = domain::Timestamp(now.millis().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
+        let until = domain::Timestamp(now.millis().saturating_add(domain::duration_millis(ttl)));
         self.ports.caps.heartbeat(self.replica_id(), now, until).await?;
         Ok(())
     }
@@ -475,7 +475,7 @@ impl Gateway {
     /// `failed` with code `interrupted`. Returns how many were ended.
     pub async fn recover_orphaned_calls(&self, ttl: std::time::Duration) -> Result<u64, ServiceError> {
         let now = self.ports.clock.now();
-        let age = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let age = domain::duration_millis(ttl);
         let before = domain::Timestamp(now.millis().saturating_sub(age));
         let orphans = self.ports.caps.orphaned_calls(now, before, 500).await?;
         Ok(self.end_interrupted(orphans).await)

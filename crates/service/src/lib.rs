@@ -244,7 +244,7 @@ impl Gateway {
 
     fn idempotency_stale_ms(&self) -> i64 {
         let stale = self.call_timeout + std::time::Duration::from_secs(300);
-        i64::try_from(stale.as_millis()).unwrap_or(i64::MAX)
+        domain::duration_millis(stale)
     }
 
     /// The ports, for wiring and tests.

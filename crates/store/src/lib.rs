@@ -147,7 +147,7 @@ impl Store {
             clock: Arc::new(SystemClock),
             write_lock,
             writer,
-            idempotency_ttl_ms: prune::millis(DEFAULT_IDEMPOTENCY_TTL),
+            idempotency_ttl_ms: domain::duration_millis(DEFAULT_IDEMPOTENCY_TTL),
         })
     }
 
@@ -167,7 +167,7 @@ impl Store {
     /// Replaces how long an `Idempotency-Key` claim lives (default [`DEFAULT_IDEMPOTENCY_TTL`]): an
     /// older one is claimed afresh, as if the key had never been used, and the prune deletes it.
     pub fn with_idempotency_ttl(mut self, ttl: Duration) -> Store {
-        self.idempotency_ttl_ms = prune::millis(ttl);
+        self.idempotency_ttl_ms = domain::duration_millis(ttl);
         self
     }
 
