@@ -41,7 +41,7 @@ use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
 
 use crate::config::UpstreamConfig;
 use crate::stream::{Framing, HttpEventStream};
-use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_prefix};
+use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, read_prefix};
 
 /// Largest accepted non-stream answer of chat, responses and messages, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
@@ -169,19 +169,8 @@ impl HttpUpstream {
     }
 
     async fn complete_inner(&self, route: &Route, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        let mut response = self.send(route, body, "application/json").await?;
-        let limit = route.max_answer;
-        let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
-        if announced.is_some_and(|n| n > limit) {
-            return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
-        }
-        let mut answer = Vec::with_capacity(announced.unwrap_or(0));
-        while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
-            if answer.len() + chunk.len() > limit {
-                return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
-            }
-            answer.extend_from_slice(&chunk);
-        }
+        let response = self.send(route, body, "application/json").await?;
+        let answer = read_limited(response, route.max_answer).await?;
         // Checked without building a value: the caller parses the answer once, for its own use.
         let is_object = answer.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         match serde_json::from_slice::<serde::de::IgnoredAny>(&answer) {
