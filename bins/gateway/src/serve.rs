@@ -231,7 +231,7 @@ fn spawn_prune(store: Store, policy: PrunePolicy, interval: Duration, mut stop: 
                     webhook_attempts = pruned.webhook_attempts,
                     response_owners = pruned.response_owners,
                     batches = pruned.batches,
-                    ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    ms = domain::duration_millis(started.elapsed()),
                     "pruned old rows"
                 ),
                 Err(e) => tracing::error!(error = %e, "prune failed; the next pass retries"),

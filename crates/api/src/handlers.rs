@@ -12,10 +12,11 @@ use service::{Answer, CallBilling, CallReply, Claim, Gateway, Principal, Service
 
 use crate::body::read_json;
 use crate::error::ApiError;
+use crate::headers::{bearer, digest, idempotency_key, replay};
 use crate::response::{Response, json_response, ok_json};
 use crate::routes::{Route, decode_query};
-use crate::server::{AppState, CallLog};
 use crate::sse::{SseBody, StreamFormat};
+use crate::state::{AppState, CallLog};
 use crate::wire;
 
 /// Largest chat request body (also the native formats'): 100 MB.
@@ -28,19 +29,6 @@ pub const IMAGE_BODY_LIMIT: u64 = 600 * 1024 * 1024;
 
 /// Largest audio request body: 64 MiB. Three 10 MiB Base64 references take about 42 MB.
 pub const AUDIO_BODY_LIMIT: u64 = 64 * 1024 * 1024;
-
-/// The key presented as `Authorization: Bearer <key>` (scheme case-insensitive).
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, key) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
-}
-
-/// The SHA-256 of `bytes`.
-pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).into()
-}
 
 /// Whether two digests are equal, in time that does not depend on where they differ.
 fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
@@ -312,26 +300,6 @@ async fn billable_call(
     }
 }
 
-/// The `Idempotency-Key` header, if present; a value that is not text is 400.
-pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    match headers.get("idempotency-key") {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(|s| Some(s.trim().to_owned()))
-            .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII")),
-    }
-}
-
-/// The stored first answer, marked as a replay.
-pub(crate) fn replay(status: u16, body: Vec<u8>) -> Response {
-    let mut response = http::Response::new(crate::response::full(body));
-    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
-    response
-}
-
 /// The `X-Svc-Task-Id` header value of a call.
 fn task_header(task_id: &TaskId) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(task_id.as_str()).map_err(|e| ApiError::from(ServiceError::Internal(e.to_string())))
@@ -377,21 +345,6 @@ fn stream_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
-
-    #[test]
-    fn bearer_parsing() {
-        let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), None);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-gw-abc"));
-        assert_eq!(bearer(&h), Some("sk-gw-abc"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer   sk-gw-abc "));
-        assert_eq!(bearer(&h), Some("sk-gw-abc"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic dXNlcjpwYXNz"));
-        assert_eq!(bearer(&h), None);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer"));
-        assert_eq!(bearer(&h), None);
-    }
 
     #[test]
     fn metrics_token_digests_compare_whole() {

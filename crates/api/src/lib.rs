@@ -6,11 +6,13 @@
 pub mod body;
 mod error;
 mod handlers;
+mod headers;
 pub mod openapi;
 mod response;
 mod routes;
 mod server;
 mod sse;
+mod state;
 mod tasks;
 pub mod wire;
 
@@ -18,4 +20,5 @@ pub use body::{BodyBudget, BufferedBody, Pace};
 pub use error::ApiError;
 pub use response::{Body, Response};
 pub use routes::Route;
-pub use server::{AppState, Limits, serve};
+pub use server::serve;
+pub use state::{AppState, Limits};

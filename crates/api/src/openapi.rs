@@ -1,5 +1,4 @@
-//! The served OpenAPI 3.1 document (`GET /openapi.json`) and the models' `request_schema` and
-//! `response_schema`.
+//! The served OpenAPI 3.1 document (`GET /openapi.json`).
 //!
 //! Nothing here is a hand-written copy of a shape: request bodies are the typed requests the
 //! validation deserialises into (`validation::schema`), responses are the wire types the handlers
@@ -10,8 +9,6 @@
 
 use std::sync::LazyLock;
 
-use catalog::ModelDef;
-use domain::ModelKind;
 use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Value, json};
@@ -19,37 +16,7 @@ use validation::schema::strip_null;
 use validation::{AudioRequest, ChatRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
 
 use crate::error::ErrorEnvelope;
-use crate::wire::{Billing, ModelList, OverviewObject, TaskList, TaskObject};
-
-/// Where the task id and billing of a chat-style answer are (`svc`).
-#[derive(Debug, Clone, JsonSchema)]
-pub struct Svc {
-    /// The task the call is recorded as.
-    pub task_id: String,
-    /// The call's billing.
-    pub billing: Billing,
-}
-
-/// A chat completion, a message or a response answer: the upstream's object (open) with the
-/// public model name and the gateway's `svc`.
-#[derive(Debug, Clone, JsonSchema)]
-#[schemars(extend("additionalProperties" = true))]
-pub struct ChatStyleAnswer {
-    /// The public model name.
-    pub model: String,
-    /// Task id and billing.
-    pub svc: Svc,
-}
-
-/// An image or audio answer: the upstream's object (open) with `task_id` and `billing` added.
-#[derive(Debug, Clone, JsonSchema)]
-#[schemars(extend("additionalProperties" = true))]
-pub struct MediaAnswer {
-    /// The task the call is recorded as.
-    pub task_id: String,
-    /// The call's billing.
-    pub billing: Billing,
-}
+use crate::wire::{ChatStyleAnswer, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
 
 /// `GET /healthz` and `GET /readyz`.
 #[derive(Debug, Clone, JsonSchema)]
@@ -66,35 +33,6 @@ fn generator(contract: Contract) -> SchemaGenerator {
             s.meta_schema = None;
         })
         .into_generator()
-}
-
-/// A standalone JSON Schema 2020-12 document of `T` as the gateway writes it.
-fn response_root<T: JsonSchema>() -> Value {
-    SchemaSettings::draft2020_12()
-        .with(|s| s.contract = Contract::Serialize)
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value()
-}
-
-/// The model's `request_schema`: its kind's typed request narrowed by its limits (`null` only for a
-/// catalog entry without its kind's limits, which the catalog's own checks refuse).
-pub fn request_schema(def: &ModelDef) -> Value {
-    validation::schema::request_schema(def).unwrap_or(Value::Null)
-}
-
-static ANSWERS: LazyLock<[Value; 3]> = LazyLock::new(|| {
-    [response_root::<ChatStyleAnswer>(), response_root::<MediaAnswer>(), response_root::<TaskObject>()]
-});
-
-/// The model's `response_schema`: what a successful call of it answers.
-pub fn response_schema(def: &ModelDef) -> Value {
-    let [chat, media, task] = &*ANSWERS;
-    match def.kind {
-        ModelKind::Language => chat.clone(),
-        ModelKind::Image | ModelKind::Audio => media.clone(),
-        ModelKind::Video => task.clone(),
-    }
 }
 
 /// One operation of the document.

@@ -18,10 +18,10 @@ use tokio::sync::mpsc;
 
 use crate::body::{BodyBudget, BodyError, Pace, Paced, is_json, read_json};
 use crate::error::ApiError;
-use crate::handlers::{bearer, idempotency_key, replay};
+use crate::headers::{bearer, idempotency_key, replay};
 use crate::response::Response;
 use crate::routes::decode_query;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::wire;
 
 /// Largest JSON CreateTaskRequest, and largest `request` field of a multipart body: 1 MiB.

@@ -1,12 +1,16 @@
 //! Wire shapes: domain records and use-case results turned into the interface's JSON objects.
 //!
 //! Each shape is a typed struct that is both what the handlers serialise and where the served
-//! OpenAPI document takes its response schemas from (`schemars`), so the two cannot drift.
+//! OpenAPI document takes its response schemas from (`schemars`), so the two cannot drift. The
+//! models' `request_schema` and `response_schema` are made here too, from the same types.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
-use domain::{LedgerEntry, Task, TaskBilling, Timestamp, UsdAmount, User};
+use catalog::ModelDef;
+use domain::{LedgerEntry, ModelKind, Task, TaskBilling, Timestamp, UsdAmount, User};
+use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Serialize;
 use serde_json::Value;
@@ -119,9 +123,68 @@ impl ModelObject {
             pricing_version_id: pricing.map(|p| p.id()),
             capabilities: def.capabilities.iter().map(|c| (c.clone(), true)).collect(),
             limits: def.public_limits().clone(),
-            request_schema: crate::openapi::request_schema(def),
-            response_schema: crate::openapi::response_schema(def),
+            request_schema: request_schema(def),
+            response_schema: response_schema(def),
         }
+    }
+}
+
+/// Where the task id and billing of a chat-style answer are (`svc`).
+#[derive(Debug, Clone, JsonSchema)]
+pub struct Svc {
+    /// The task the call is recorded as.
+    pub task_id: String,
+    /// The call's billing.
+    pub billing: Billing,
+}
+
+/// A chat completion, a message or a response answer: the upstream's object (open) with the
+/// public model name and the gateway's `svc`.
+#[derive(Debug, Clone, JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct ChatStyleAnswer {
+    /// The public model name.
+    pub model: String,
+    /// Task id and billing.
+    pub svc: Svc,
+}
+
+/// An image or audio answer: the upstream's object (open) with `task_id` and `billing` added.
+#[derive(Debug, Clone, JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct MediaAnswer {
+    /// The task the call is recorded as.
+    pub task_id: String,
+    /// The call's billing.
+    pub billing: Billing,
+}
+
+/// A standalone JSON Schema 2020-12 document of `T` as the gateway writes it.
+fn response_root<T: JsonSchema>() -> Value {
+    SchemaSettings::draft2020_12()
+        .with(|s| s.contract = Contract::Serialize)
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+/// The model's `request_schema`: its kind's typed request narrowed by its limits (`null` only for a
+/// catalog entry without its kind's limits, which the catalog's own checks refuse).
+pub fn request_schema(def: &ModelDef) -> Value {
+    validation::schema::request_schema(def).unwrap_or(Value::Null)
+}
+
+static ANSWERS: LazyLock<[Value; 3]> = LazyLock::new(|| {
+    [response_root::<ChatStyleAnswer>(), response_root::<MediaAnswer>(), response_root::<TaskObject>()]
+});
+
+/// The model's `response_schema`: what a successful call of it answers.
+pub fn response_schema(def: &ModelDef) -> Value {
+    let [chat, media, task] = &*ANSWERS;
+    match def.kind {
+        ModelKind::Language => chat.clone(),
+        ModelKind::Image | ModelKind::Audio => media.clone(),
+        ModelKind::Video => task.clone(),
     }
 }
 

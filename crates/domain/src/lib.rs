@@ -25,5 +25,5 @@ pub use records::{
 };
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
-pub use time::{Clock, SystemClock, Timestamp};
+pub use time::{Clock, SystemClock, Timestamp, duration_millis};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

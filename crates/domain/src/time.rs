@@ -1,6 +1,7 @@
 //! `Timestamp` (Unix milliseconds, UTC) and the `Clock` port.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A point in time as milliseconds since the Unix epoch, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -30,6 +31,13 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// `d` in whole milliseconds (rounded down), saturating at `i64::MAX`: the one conversion of a
+/// `Duration` to the milliseconds [`Timestamp`]s, stored ages and counters are kept in. Never
+/// negative, so `.unsigned_abs()` gives it as a `u64` where a count needs one.
+pub fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
@@ -56,9 +64,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let since =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        Timestamp(i64::try_from(since).unwrap_or(i64::MAX))
+        Timestamp(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(duration_millis).unwrap_or(0))
     }
 }
 
@@ -72,5 +78,16 @@ mod tests {
         assert_eq!(Timestamp(951_782_400_000).to_string(), "2000-02-29T00:00:00.000Z");
         assert_eq!(Timestamp(1_795_300_123_456).to_string(), "2026-11-21T22:28:43.456Z");
         assert_eq!(Timestamp(-1).to_string(), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn durations_in_whole_milliseconds_saturating() {
+        assert_eq!(duration_millis(Duration::ZERO), 0);
+        assert_eq!(duration_millis(Duration::from_micros(1_999)), 1);
+        assert_eq!(duration_millis(Duration::from_secs(86_400)), 86_400_000);
+        let largest = Duration::from_millis(u64::try_from(i64::MAX).unwrap_or(u64::MAX));
+        assert_eq!(duration_millis(largest), i64::MAX);
+        assert_eq!(duration_millis(largest + Duration::from_millis(1)), i64::MAX);
+        assert_eq!(duration_millis(Duration::MAX), i64::MAX);
     }
 }

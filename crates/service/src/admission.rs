@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use domain::{CapLeases, CapScope, Clock, LeaseRequest, Timestamp, UserId};
+use domain::{CapLeases, CapScope, Clock, LeaseRequest, Timestamp, UserId, duration_millis};
 use tokio::sync::{Notify, oneshot};
 
 use crate::ServiceError;
@@ -129,10 +129,10 @@ impl Slots {
     /// release rate over the last one or two windows; 1..=60.
     fn retry_after_secs(&self, now: Instant, fallback: Duration) -> u64 {
         let released = u64::from(self.released_now) + u64::from(self.released_before);
-        let span_ms = u64::try_from(now.duration_since(self.window_start).as_millis()).unwrap_or(u64::MAX)
-            + if self.released_before > 0 { millis(RATE_WINDOW) } else { 0 };
+        let span_ms = duration_millis(now.duration_since(self.window_start)).unsigned_abs()
+            + if self.released_before > 0 { duration_millis(RATE_WINDOW).unsigned_abs() } else { 0 };
         let secs = if released == 0 || span_ms == 0 {
-            millis(fallback).div_ceil(1000)
+            duration_millis(fallback).unsigned_abs().div_ceil(1000)
         } else {
             // Time for `waiting + 1` releases at the observed rate.
             (u64::from(self.waiting) + 1).saturating_mul(span_ms).div_ceil(released.saturating_mul(1000))
@@ -143,10 +143,6 @@ impl Slots {
 
 /// The window the release rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// A call waiting for slots.
 struct Waiter {
@@ -593,7 +589,7 @@ fn plan_changes(inner: &Inner) -> Vec<Change> {
 async fn apply(inner: &Arc<Inner>, change: Change) {
     let started = Instant::now();
     let now = inner.clock.now();
-    let ttl_ms = i64::try_from(inner.settings.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+    let ttl_ms = duration_millis(inner.settings.lease_ttl);
     let request =
         LeaseRequest { scope: change.scope.clone(), want: change.want, in_use: change.in_use, keep: change.keep };
     let expires_at = Timestamp(now.millis().saturating_add(ttl_ms));

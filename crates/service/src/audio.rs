@@ -10,8 +10,9 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 
 use crate::Answer;
-use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
+use crate::call::{CallSpec, Close, Finished, TaskDetails};
 use crate::chat::public_answer;
+use crate::reply::CallReply;
 use crate::{Gateway, Principal, ServiceError};
 
 impl Gateway {

@@ -6,26 +6,17 @@
 //! replica) are seen within [`CACHE_TTL`]. The model list endpoint always reads the store.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use crate::Principal;
-use crate::reads::ModelView;
+use crate::reads::CatalogSnapshot;
 
 /// How long a cached entry is trusted.
 pub const CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Most keys kept; the map is cleared when it would grow past this.
 const MAX_KEYS: usize = 10_000;
-
-/// What the chat hot path needs from the catalog.
-#[derive(Debug, Clone)]
-pub(crate) struct CatalogSnapshot {
-    /// Enabled models.
-    pub models: Arc<Vec<ModelView>>,
-    /// Maintenance mode.
-    pub maintenance: bool,
-}
 
 /// The caches of one gateway, shared by its clones.
 #[derive(Debug, Default)]

@@ -13,18 +13,8 @@ use catalog::ModelDef;
 use domain::ports::{TaskOutcome, UpstreamError};
 use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
 
+use crate::reply::{CallBilling, CallReply};
 use crate::{Gateway, ServiceError};
-
-/// The billing object of a finished or running call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallBilling {
-    /// The task the call is recorded as.
-    pub task_id: TaskId,
-    /// The public name of the call's model.
-    pub model: String,
-    /// Its billing.
-    pub billing: TaskBilling,
-}
 
 /// Descriptive task fields a call may fill; everything else of the task row follows from the spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -400,20 +390,6 @@ pub(crate) struct Finished {
     pub close: Close,
 }
 
-/// What a billable call returns to the edge.
-#[derive(Debug)]
-pub enum CallReply {
-    /// The answer (rewritten to the public model name) and the call's billing.
-    Complete {
-        /// The answer object.
-        answer: crate::Answer,
-        /// Task id and billing.
-        call: CallBilling,
-    },
-    /// A stream of items; settlement happens when it ends, whatever the client does.
-    Stream(crate::stream::CallStream),
-}
-
 impl Gateway {
     /// The upstream port, or 503 when none is configured.
     pub(crate) fn upstream(&self) -> Result<std::sync::Arc<dyn domain::ports::Upstream>, ServiceError> {
@@ -472,7 +448,7 @@ impl Gateway {
     /// `interrupted`. A call still in flight elsewhere is never that old, because upstream calls
     /// time out first; pass at least the upstream timeout. Returns how many were ended.
     pub async fn recover_interrupted_calls(&self, max_age: std::time::Duration) -> Result<u64, ServiceError> {
-        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let age = domain::duration_millis(max_age);
         let before = domain::Timestamp(self.ports.clock.now().millis().saturating_sub(age));
         let kinds = [ModelKind::Language, ModelKind::Image, ModelKind::Audio];
         let stale = self.ports.tasks.stale_tasks(&kinds, before, 500).await?;
@@ -483,7 +459,7 @@ impl Gateway {
     /// calls it runs alone.
     pub async fn keep_alive(&self, ttl: std::time::Duration) -> Result<(), ServiceError> {
         let now = self.ports.clock.now();
-        let until = domain::Timestamp(now.millis().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
+        let until = domain::Timestamp(now.millis().saturating_add(domain::duration_millis(ttl)));
         self.ports.caps.heartbeat(self.replica_id(), now, until).await?;
         Ok(())
     }
@@ -499,7 +475,7 @@ impl Gateway {
     /// `failed` with code `interrupted`. Returns how many were ended.
     pub async fn recover_orphaned_calls(&self, ttl: std::time::Duration) -> Result<u64, ServiceError> {
         let now = self.ports.clock.now();
-        let age = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let age = domain::duration_millis(ttl);
         let before = domain::Timestamp(now.millis().saturating_sub(age));
         let orphans = self.ports.caps.orphaned_calls(now, before, 500).await?;
         Ok(self.end_interrupted(orphans).await)

@@ -19,8 +19,10 @@ use validation::{ChatPlan, RawBody};
 
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
-use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
-use crate::stream::{StreamItem, StreamMeter};
+use crate::call::{CallSpec, Close, Finished, TaskDetails};
+use crate::reply::CallReply;
+use crate::reply::StreamItem;
+use crate::stream::StreamMeter;
 use crate::{Gateway, Principal, ServiceError};
 
 /// The sampling a model enforces whatever the user sends (the LangB-2.0 series: temperature 1, top_p

@@ -11,8 +11,9 @@ use domain::ports::{Endpoint, UpstreamError};
 use domain::{ModelKind, PriceSheet};
 use serde_json::{Map, Value};
 
-use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
+use crate::call::{CallSpec, Close, Finished, TaskDetails};
 use crate::chat::public_answer;
+use crate::reply::CallReply;
 use crate::{Answer, Gateway, Principal, ServiceError};
 
 impl Gateway {

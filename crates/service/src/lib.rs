@@ -17,6 +17,7 @@ mod keys;
 mod metrics;
 mod native;
 mod reads;
+mod reply;
 mod stream;
 mod video;
 
@@ -33,13 +34,13 @@ pub use admission::AdmissionSettings;
 pub use answer::Answer;
 pub use background::Background;
 pub use cache::CACHE_TTL;
-pub use call::{CallBilling, CallReply};
 pub use error::ServiceError;
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use metrics::METRICS_CONTENT_TYPE;
 pub use reads::{ModelView, Overview, TaskPage};
-pub use stream::{CLIENT_STALL_LIMIT, CallStream, STREAM_HEARTBEAT, StreamFailure, StreamItem};
+pub use reply::{CallBilling, CallReply, CallStream, StreamFailure, StreamItem};
+pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;
 pub use video::{StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
 
@@ -243,7 +244,7 @@ impl Gateway {
 
     fn idempotency_stale_ms(&self) -> i64 {
         let stale = self.call_timeout + std::time::Duration::from_secs(300);
-        i64::try_from(stale.as_millis()).unwrap_or(i64::MAX)
+        domain::duration_millis(stale)
     }
 
     /// The ports, for wiring and tests.

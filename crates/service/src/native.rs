@@ -30,9 +30,11 @@ use serde_json::{Value, json};
 use validation::RawBody;
 
 use crate::answer::object_member;
-use crate::call::{CallReply, CallSpec, Close, Finished, TaskDetails};
+use crate::call::{CallSpec, Close, Finished, TaskDetails};
 use crate::chat::{cpu_bound, language_charge};
-use crate::stream::{StreamItem, StreamMeter};
+use crate::reply::CallReply;
+use crate::reply::StreamItem;
+use crate::stream::StreamMeter;
 use crate::{Answer, Gateway, Principal, ServiceError};
 
 /// Which native format a call speaks.

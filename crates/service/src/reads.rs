@@ -1,5 +1,7 @@
 //! Read use cases: the model list, the account overview and the caller's tasks.
 
+use std::sync::Arc;
+
 use catalog::ModelDef;
 use domain::{LedgerEntry, ModelRecord, Task, TaskId, TaskStats, User};
 
@@ -12,6 +14,15 @@ pub struct ModelView {
     pub record: ModelRecord,
     /// Limits, capabilities and options from the catalog (shared: every call of the model reads it).
     pub def: std::sync::Arc<ModelDef>,
+}
+
+/// What the chat hot path needs from the catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct CatalogSnapshot {
+    /// Enabled models.
+    pub models: Arc<Vec<ModelView>>,
+    /// Maintenance mode.
+    pub maintenance: bool,
 }
 
 /// Everything `GET /api/v1/overview` shows.
@@ -56,11 +67,11 @@ impl Gateway {
     }
 
     /// The enabled models and the maintenance flag, from the cache when fresh (hot path).
-    pub(crate) async fn catalog_snapshot(&self) -> Result<crate::cache::CatalogSnapshot, ServiceError> {
+    pub(crate) async fn catalog_snapshot(&self) -> Result<CatalogSnapshot, ServiceError> {
         if let Some(snapshot) = self.caches.catalog() {
             return Ok(snapshot);
         }
-        let snapshot = crate::cache::CatalogSnapshot {
+        let snapshot = CatalogSnapshot {
             models: std::sync::Arc::new(self.list_models().await?),
             maintenance: self.ports.models.maintenance().await?,
         };

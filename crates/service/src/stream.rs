@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use domain::UsdAmount;
 use domain::ports::{EventStream, SseEvent, UpstreamError};
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::call::{OpenCall, upstream_message};
+use crate::reply::{CallStream, StreamFailure, StreamItem};
 use crate::{Gateway, ServiceError};
 
 /// A stream whose client accepts no item for this long is treated as abandoned and settled.
@@ -23,47 +23,6 @@ pub const CLIENT_STALL_LIMIT: Duration = Duration::from_secs(60);
 /// How often a running stream touches its task, so that the recovery sweep leaves it alone.
 /// The sweep's age limit must exceed the upstream read timeout plus this plus the stall limit.
 pub const STREAM_HEARTBEAT: Duration = Duration::from_secs(30);
-
-/// One item of a streamed call, for the edge to write in its endpoint's wire format.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamItem {
-    /// An upstream event to forward (already rewritten to the public model name).
-    Event {
-        /// The SSE `event:` name, for named-event formats.
-        name: Option<String>,
-        /// The event's JSON data.
-        data: Value,
-    },
-    /// An upstream event to forward as its JSON text, already rewritten to the public model name
-    /// (chat chunks: data-only events, passed through without building a JSON tree).
-    Data(Vec<u8>),
-    /// The stream failed; nothing follows.
-    Failed(StreamFailure),
-    /// The proper end of the stream.
-    Done,
-}
-
-/// Why a stream ended early, and what it cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamFailure {
-    /// Human-readable text for the client.
-    pub message: String,
-    /// Whether retrying the call may succeed.
-    pub retryable: bool,
-    /// Whether the output delivered before the failure was charged (else the hold was refunded).
-    pub charged: bool,
-}
-
-/// A streamed call as the edge sees it.
-#[derive(Debug)]
-pub struct CallStream {
-    /// The task id, for the `X-Svc-Task-Id` header.
-    pub task_id: domain::TaskId,
-    /// Items in order; the channel closes after `Done` or `Failed`.
-    pub items: mpsc::Receiver<StreamItem>,
-    /// Whether the call was charged, once the stream has ended.
-    pub billed: oneshot::Receiver<bool>,
-}
 
 /// What one streaming format knows about its events: how to rewrite them, where usage is, and how a
 /// proper end looks.

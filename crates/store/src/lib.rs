@@ -124,7 +124,7 @@ impl Store {
             db,
             clock: Arc::new(SystemClock),
             writer,
-            idempotency_ttl_ms: prune::millis(DEFAULT_IDEMPOTENCY_TTL),
+            idempotency_ttl_ms: domain::duration_millis(DEFAULT_IDEMPOTENCY_TTL),
         })
     }
 
@@ -144,7 +144,7 @@ impl Store {
     /// Replaces how long an `Idempotency-Key` claim lives (default [`DEFAULT_IDEMPOTENCY_TTL`]): an
     /// older one is claimed afresh, as if the key had never been used, and the prune deletes it.
     pub fn with_idempotency_ttl(mut self, ttl: Duration) -> Store {
-        self.idempotency_ttl_ms = prune::millis(ttl);
+        self.idempotency_ttl_ms = domain::duration_millis(ttl);
         self
     }
 

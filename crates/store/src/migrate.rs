@@ -97,7 +97,7 @@ pub(crate) async fn run(db: &DatabaseConnection) -> Result<u64, StoreError> {
         txn.execute_unprepared(sql).await.map_err(backend_err)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .map(domain::duration_millis)
             .unwrap_or(0);
         txn.execute_raw(Statement::from_string(
             backend,

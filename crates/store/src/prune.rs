@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use domain::duration_millis;
 use domain::ports::StoreError;
 use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 
@@ -94,11 +95,6 @@ enum Table {
     Responses,
 }
 
-/// `d` in milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// The expired claims of one batch (`$1`: expired before; `$2`: abandoned before, for unanswered
 /// ones; `$3`: how many), by the row's identity (SQLite's rowid, PostgreSQL's primary key).
 fn claims_sql(backend: Backend) -> String {
@@ -146,16 +142,17 @@ impl Store {
                 let now = self.now();
                 let (rows, attempts) = match table {
                     Table::Claims => {
-                        let expired = now.saturating_sub(millis(policy.idempotency_ttl));
-                        let abandoned = now.saturating_sub(millis(policy.claim_running));
+                        let expired = now.saturating_sub(duration_millis(policy.idempotency_ttl));
+                        let abandoned = now.saturating_sub(duration_millis(policy.claim_running));
                         let values = vec![expired.into(), abandoned.into(), to_i64(batch).into()];
                         (self.delete_batch(&claims_sql(self.backend()), values).await?, 0)
                     }
                     Table::Deliveries => {
-                        self.delete_deliveries(now.saturating_sub(millis(policy.webhook_retention)), batch).await?
+                        self.delete_deliveries(now.saturating_sub(duration_millis(policy.webhook_retention)), batch)
+                            .await?
                     }
                     Table::Responses => {
-                        let before = now.saturating_sub(millis(policy.response_retention));
+                        let before = now.saturating_sub(duration_millis(policy.response_retention));
                         let values = vec![before.into(), to_i64(batch).into()];
                         (self.delete_batch(&responses_sql(self.backend()), values).await?, 0)
                     }
@@ -274,6 +271,5 @@ mod tests {
         let p = PrunePolicy::default();
         assert_eq!(p.idempotency_ttl, Duration::from_secs(86_400));
         assert!(p.claim_running < p.idempotency_ttl);
-        assert_eq!(millis(Duration::MAX), i64::MAX);
     }
 }

@@ -18,7 +18,7 @@
 //! | the endpoint's base URL is empty, or `stream` on `Speech` (nothing is sent) | `NotConfigured` |
 //! | connection refused, DNS failure, connection closed before a complete response head or body (for example the simulator's `drop` fault) | `Connect` |
 //! | no complete non-stream answer within `timeout`; no response head, or no next chunk of a stream, within `timeout` | `Timeout` |
-//! | non-2xx status | `Status` (body truncated to [`MAX_ERROR_BODY`] bytes) |
+//! | non-2xx status | `Status` (body truncated to [`crate::transport::MAX_ERROR_BODY`] bytes) |
 //! | 2xx non-stream body that is not a JSON object, or larger than the endpoint's bound | `Malformed` |
 //! | data-only framing: a `data: {"error":…}` event, or the body ending without `data: [DONE]` | `Stream` |
 //! | named framing: an event named `error` (`Stream("<code or type>: <message>")`) | `Stream` |
@@ -41,15 +41,16 @@ use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
 
 use crate::config::UpstreamConfig;
 use crate::stream::{Framing, HttpEventStream};
+use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, read_prefix};
 
-/// Most bytes of a non-2xx answer kept in [`UpstreamError::Status`].
-pub const MAX_ERROR_BODY: usize = 2048;
 /// Largest accepted non-stream answer of chat, responses and messages, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 /// Largest accepted image answer, in bytes (up to 15 images inline as `b64_json`).
 pub const MAX_IMAGE_ANSWER_BYTES: usize = 640 * 1024 * 1024;
 /// Largest accepted speech answer, in bytes (the audio is inline as Base64).
 pub const MAX_SPEECH_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// Largest accepted task answer, in bytes.
+pub const MAX_TASK_ANSWER_BYTES: usize = 1024 * 1024;
 /// The `anthropic-version` header value sent to the message-style endpoint.
 pub const MESSAGES_VERSION: &str = "2023-06-01";
 
@@ -124,7 +125,7 @@ impl HttpUpstream {
                 Some(Framing::Named),
                 MAX_ANSWER_BYTES,
             )?,
-            tasks: route(platform, "/contents/generations/tasks", &bearer, None, crate::tasks::MAX_TASK_ANSWER_BYTES)?,
+            tasks: route(platform, "/contents/generations/tasks", &bearer, None, MAX_TASK_ANSWER_BYTES)?,
             speech: route(&config.speech_origin, "/api/v3/tts/create", &speech_headers, None, MAX_SPEECH_ANSWER_BYTES)?,
             timeout: config.timeout,
         })
@@ -168,19 +169,8 @@ impl HttpUpstream {
     }
 
     async fn complete_inner(&self, route: &Route, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        let mut response = self.send(route, body, "application/json").await?;
-        let limit = route.max_answer;
-        let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
-        if announced.is_some_and(|n| n > limit) {
-            return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
-        }
-        let mut answer = Vec::with_capacity(announced.unwrap_or(0));
-        while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
-            if answer.len() + chunk.len() > limit {
-                return Err(UpstreamError::Malformed(format!("answer larger than {limit} bytes")));
-            }
-            answer.extend_from_slice(&chunk);
-        }
+        let response = self.send(route, body, "application/json").await?;
+        let answer = read_limited(response, route.max_answer).await?;
         // Checked without building a value: the caller parses the answer once, for its own use.
         let is_object = answer.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         match serde_json::from_slice::<serde::de::IgnoredAny>(&answer) {
@@ -248,85 +238,6 @@ fn route(
     Ok(Some(Route { url, headers: headers.clone(), framing, max_answer }))
 }
 
-/// Up to `limit` bytes of the response body as text; read errors end it early.
-pub(crate) async fn read_prefix(mut response: reqwest::Response, limit: usize) -> String {
-    let mut bytes = Vec::new();
-    while bytes.len() < limit {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    truncate_lossy(&bytes, limit)
-}
-
-/// The first `limit` bytes as text, without splitting a UTF-8 character.
-pub(crate) fn truncate_lossy(bytes: &[u8], limit: usize) -> String {
-    if bytes.len() <= limit {
-        return String::from_utf8_lossy(bytes).into_owned();
-    }
-    let cut = &bytes[..limit];
-    let cut = match std::str::from_utf8(cut) {
-        Err(e) if e.error_len().is_none() => &cut[..e.valid_up_to()],
-        _ => cut,
-    };
-    String::from_utf8_lossy(cut).into_owned()
-}
-
-/// The whole body, at most `limit` bytes (a larger one is `Malformed`, unread past the limit).
-pub(crate) async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, UpstreamError> {
-    let too_large = || UpstreamError::Malformed(format!("answer larger than {limit} bytes"));
-    let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
-    if announced.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    let mut answer = Vec::with_capacity(announced.unwrap_or(0));
-    while let Some(chunk) = response.chunk().await.map_err(|e| map_reqwest(&e))? {
-        if answer.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        answer.extend_from_slice(&chunk);
-    }
-    Ok(answer)
-}
-
-/// The variant of a failed request. The text of `Connect` goes to the caller and so never holds
-/// the upstream's URL or host (reqwest prints the URL; the log line here keeps it for the operator).
-pub(crate) fn map_reqwest(error: &reqwest::Error) -> UpstreamError {
-    if error.is_timeout() {
-        return UpstreamError::Timeout;
-    }
-    tracing::warn!(error = %chain(error), "upstream request failed");
-    UpstreamError::Connect(without_url(error))
-}
-
-/// [`chain`] of `error` with its request's URL, and the URL's host, left out.
-pub(crate) fn without_url(error: &reqwest::Error) -> String {
-    let mut text = chain(error);
-    if let Some(url) = error.url() {
-        text = text.replace(&format!(" for url ({url})"), "").replace(url.as_str(), "the upstream");
-        if let Some(host) = url.host_str().filter(|h| !h.is_empty()) {
-            text = text.replace(host, "the upstream host");
-        }
-    }
-    text
-}
-
-/// An error and its sources, joined with `: `.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,13 +252,6 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
         }
-    }
-
-    #[test]
-    fn truncation_keeps_characters_whole() {
-        assert_eq!(truncate_lossy("héllo".as_bytes(), 2), "h");
-        assert_eq!(truncate_lossy(b"hello", 10), "hello");
-        assert_eq!(truncate_lossy(b"hello", 3), "hel");
     }
 
     #[test]

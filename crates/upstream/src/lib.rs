@@ -26,6 +26,7 @@ pub mod sim;
 pub mod sse;
 mod stream;
 pub mod tasks;
+pub mod transport;
 
 pub use assets::HttpAssetUpstream;
 pub use config::{AssetsConfig, UpstreamConfig};

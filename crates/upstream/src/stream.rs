@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use domain::ports::{EventStream, SseEvent, UpstreamError};
 
-use crate::http::{MAX_ERROR_BODY, truncate_lossy, without_url};
 use crate::sse::SseSplitter;
+use crate::transport::{MAX_ERROR_BODY, truncate_lossy, without_url};
 
 /// How the events of a stream are framed, chosen by endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! `timeout` as a whole. Errors map as for the synchronous endpoints (see [`crate::http`]):
 //! an empty platform base → `NotConfigured("video_tasks")`; connection trouble → `Connect`; no
 //! answer in time → `Timeout`; non-2xx → `Status` with the body truncated to
-//! [`crate::http::MAX_ERROR_BODY`] (a platform error such as 404 for an unknown id or 409 for a
+//! [`crate::transport::MAX_ERROR_BODY`] (a platform error such as 404 for an unknown id or 409 for a
 //! task that can no longer be cancelled); a 2xx create/get answer that is not a JSON object or
 //! is larger than [`MAX_TASK_ANSWER_BYTES`] → `Malformed`. An id that is empty, longer than
 //! [`MAX_TASK_ID_LEN`] or has characters other than ASCII letters, digits, `-`, `_` and `.` is
@@ -22,10 +22,9 @@ use domain::ports::{TaskUpstream, UpstreamError};
 use http::Method;
 use http::header::{ACCEPT, CONTENT_TYPE};
 
-use crate::http::{HttpUpstream, MAX_ERROR_BODY, Route, map_reqwest, read_limited, read_prefix};
+use crate::http::{HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
+use crate::transport::{MAX_ERROR_BODY, map_reqwest, read_limited, read_prefix};
 
-/// Largest accepted task answer, in bytes.
-pub const MAX_TASK_ANSWER_BYTES: usize = 1024 * 1024;
 /// Longest accepted upstream task id.
 pub const MAX_TASK_ID_LEN: usize = 128;
 

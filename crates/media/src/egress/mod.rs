@@ -79,7 +79,7 @@ pub struct MinRate {
 impl MinRate {
     /// The bytes one window must bring.
     fn per_window(&self) -> u64 {
-        let millis = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+        let millis = domain::duration_millis(self.window).unsigned_abs();
         self.bytes_per_sec.saturating_mul(millis) / 1000
     }
 

@@ -133,11 +133,6 @@ impl Gateway {
     }
 }
 
-/// Milliseconds of a duration, saturating.
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl Gateway {
     /// The stored media object `key`, for a signed link: `expires` (Unix seconds) not past and `sig`
     /// signing both. A bad, expired or unknown link is `NotFound` (nothing is revealed).

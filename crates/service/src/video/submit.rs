@@ -186,7 +186,7 @@ impl Gateway {
             }
             Ok(AssetStatus::Processing) => {
                 let age = self.ports.clock.now().millis().saturating_sub(task.created_at.millis());
-                if age > super::millis(self.video_settings.asset_wait) {
+                if age > domain::duration_millis(self.video_settings.asset_wait) {
                     Err(failed("asset_failed", "the upstream did not accept the media in time"))
                 } else {
                     Err(Submission::Waiting)

@@ -9,12 +9,11 @@
 
 use std::time::Instant;
 
-use domain::{DeliveryAttempt, Task, TaskId, Timestamp, UserId, WebhookDelivery};
+use domain::{DeliveryAttempt, Task, TaskId, Timestamp, UserId, WebhookDelivery, duration_millis};
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
-use super::millis;
 use crate::keys::hex;
 use crate::{Gateway, ServiceError};
 
@@ -78,7 +77,7 @@ impl Gateway {
                 video.outbound.post_json(&delivery.url, &headers, body.to_vec()).await.map_err(|e| e.to_string())
             }
         };
-        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let latency_ms = duration_millis(started.elapsed()).unsigned_abs();
         let (status, error) = match &result {
             Ok(s) if (200..300).contains(s) => (Some(*s), None),
             Ok(s) => (Some(*s), Some(format!("the receiver answered {s}"))),
@@ -98,9 +97,9 @@ impl Gateway {
 
     /// When attempt `attempt_no + 1` is due: the base delay doubled per attempt made, capped.
     fn retry_time(&self, now: Timestamp, attempt_no: u32) -> Timestamp {
-        let base = millis(self.video_settings.webhook_retry_base).max(1);
+        let base = duration_millis(self.video_settings.webhook_retry_base).max(1);
         let factor = 1_i64.checked_shl(attempt_no.saturating_sub(1).min(40)).unwrap_or(i64::MAX);
-        let delay = base.saturating_mul(factor).min(millis(self.video_settings.max_webhook_delay));
+        let delay = base.saturating_mul(factor).min(duration_millis(self.video_settings.max_webhook_delay));
         Timestamp(now.millis().saturating_add(delay))
     }
 }

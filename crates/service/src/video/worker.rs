@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use catalog::ModelDef;
+use domain::duration_millis;
 use domain::ports::{StoreError, UpstreamError};
 use domain::{
     ClaimShare, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount, UserId, VideoJob,
@@ -29,7 +30,6 @@ use domain::{
 };
 use tokio::task::{JoinError, JoinSet};
 
-use super::millis;
 use super::poll::{UpstreamState, parse_task};
 use super::submit::{Submission, media_items};
 use crate::{Gateway, ServiceError};
@@ -247,7 +247,7 @@ impl Gateway {
     /// Now, and the end of a lease taken now.
     fn lease_from_now(&self) -> (Timestamp, Timestamp) {
         let now = self.ports.clock.now();
-        (now, Timestamp(now.millis().saturating_add(millis(self.video_settings.lease))))
+        (now, Timestamp(now.millis().saturating_add(duration_millis(self.video_settings.lease))))
     }
 
     /// Wakes the worker of this process (a task was just created).
@@ -306,7 +306,7 @@ impl Gateway {
             tokio::select! {
                 out = &mut step => return out,
                 () = tokio::time::sleep(lease / 3) => {
-                    let until = Timestamp(self.ports.clock.now().millis().saturating_add(millis(lease)));
+                    let until = Timestamp(self.ports.clock.now().millis().saturating_add(duration_millis(lease)));
                     match renew(until).await {
                         Ok(true) => {}
                         Ok(false) => tracing::warn!(what, "the lease on work in progress was lost"),
@@ -347,13 +347,15 @@ impl Gateway {
         let settings = &self.video_settings;
         let (delay, failures) = match next {
             Next::Done => return Ok(()),
-            Next::Poll => (millis(settings.poll_interval), 0),
-            Next::Soon => (millis(settings.poll_interval.min(settings.asset_poll)), job.poll_failures),
+            Next::Poll => (duration_millis(settings.poll_interval), 0),
+            Next::Soon => (duration_millis(settings.poll_interval.min(settings.asset_poll)), job.poll_failures),
             Next::Backoff => {
                 let failures = job.poll_failures.saturating_add(1);
                 let factor = 1_i64.checked_shl(failures.min(30)).unwrap_or(i64::MAX);
                 (
-                    millis(settings.poll_interval).saturating_mul(factor).min(millis(settings.max_poll_interval)),
+                    duration_millis(settings.poll_interval)
+                        .saturating_mul(factor)
+                        .min(duration_millis(settings.max_poll_interval)),
                     failures,
                 )
             }
@@ -372,7 +374,7 @@ impl Gateway {
             return Ok(Next::Done);
         }
         let age = self.ports.clock.now().millis().saturating_sub(task.created_at.millis());
-        if age > millis(self.video_settings.deadline) {
+        if age > duration_millis(self.video_settings.deadline) {
             return self.expire(job).await;
         }
         let def = self.video_model(&task.model).await?;

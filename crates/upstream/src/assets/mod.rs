@@ -17,7 +17,7 @@
 //!
 //! Errors: an empty origin → `NotConfigured`; connection trouble → `Connect`; no answer within
 //! the timeout → `Timeout`; a non-2xx status → `Status` (body truncated to
-//! [`crate::http::MAX_ERROR_BODY`]); a 2xx whose `ResponseMetadata.Error` is set →
+//! [`crate::transport::MAX_ERROR_BODY`]); a 2xx whose `ResponseMetadata.Error` is set →
 //! `Rejected {code, message}`; a 2xx without the expected `Result` field, or larger than
 //! [`MAX_ASSET_ANSWER_BYTES`] → `Malformed`.
 
@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use crate::config::AssetsConfig;
-use crate::http::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, truncate_lossy};
+use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, truncate_lossy};
 
 /// Largest accepted control-plane answer, in bytes.
 pub const MAX_ASSET_ANSWER_BYTES: usize = 1024 * 1024;

@@ -29,7 +29,6 @@
 //!
 //! At most [`MAX_ASSETS`] assets are remembered (the oldest forgotten first).
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,7 +39,7 @@ use serde_json::{Map, Value, json};
 use super::body::SimBody;
 use super::fault::json_response;
 use super::request::{BodyError, json_object, now_secs, read_body};
-use super::state::{SimState, lock};
+use super::state::{AssetState, AssetTable, Group, SimAsset, SimState, lock};
 use super::video::is_loopback_url;
 use crate::assets::sign::{self, Received, VerifyError};
 use crate::config::{SIM_ASSETS_ACCESS_KEY, SIM_ASSETS_SECRET_KEY};
@@ -55,47 +54,6 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_ASSETS: usize = 100_000;
 /// Most bytes read from an asset URL (the rest is not needed to judge it).
 const MAX_FETCH_BYTES: u64 = 1024 * 1024 * 1024;
-
-/// One asset group.
-#[derive(Debug, Clone)]
-struct Group {
-    name: String,
-    group_type: String,
-    created: u64,
-}
-
-/// Where a simulated asset stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum AssetState {
-    Processing,
-    Active,
-    Failed(String),
-}
-
-#[derive(Debug, Clone)]
-struct SimAsset {
-    group_id: String,
-    name: String,
-    asset_type: String,
-    url: String,
-    created: u64,
-    state: AssetState,
-}
-
-/// The groups and assets of one simulator.
-#[derive(Debug, Default)]
-pub(crate) struct AssetTable {
-    groups: HashMap<String, Group>,
-    assets: HashMap<String, SimAsset>,
-    order: VecDeque<String>,
-}
-
-impl AssetTable {
-    /// Whether `id` is an `Active` asset.
-    pub(crate) fn is_active(&self, id: &str) -> bool {
-        self.assets.get(id).is_some_and(|a| a.state == AssetState::Active)
-    }
-}
 
 /// `{"ResponseMetadata":{…,"Error":{Code,Message}}}` with `status`.
 fn refusal(status: u16, meta: &Value, code: &str, message: &str) -> Response<SimBody> {

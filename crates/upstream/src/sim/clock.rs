@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use domain::duration_millis;
+
 /// How the simulated clock moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClockMode {
@@ -26,17 +28,15 @@ pub(crate) struct SimClock {
 
 impl SimClock {
     pub(crate) fn new(mode: ClockMode) -> SimClock {
-        let started_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or_default();
+        let started_unix_ms =
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| duration_millis(d).unsigned_abs()).unwrap_or_default();
         SimClock { mode, started: Instant::now(), started_unix_ms, advanced_ms: AtomicU64::new(0) }
     }
 
     /// Simulated milliseconds since the start.
     pub(crate) fn now_ms(&self) -> u64 {
         let real = match self.mode {
-            ClockMode::Real => u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ClockMode::Real => duration_millis(self.started.elapsed()).unsigned_abs(),
             ClockMode::Manual => 0,
         };
         self.advanced_ms.load(Ordering::Relaxed).saturating_add(real)
@@ -44,7 +44,7 @@ impl SimClock {
 
     /// Moves simulated time forward by `by`.
     pub(crate) fn advance(&self, by: Duration) {
-        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let ms = duration_millis(by).unsigned_abs();
         let _ = self.advanced_ms.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add(ms)));
     }
 

@@ -1,4 +1,5 @@
-//! What one simulator remembers across requests: ids, seen prompts, issued responses, counters.
+//! What one simulator remembers across requests: ids, seen prompts, issued responses, counters,
+//! its video tasks, and its asset groups and assets.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -8,9 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::SimOptions;
-use super::assets::AssetTable;
 use super::clock::SimClock;
-use super::video::VideoTable;
+use super::video::task::VideoTask;
 
 /// Bound on remembered first messages (the set is cleared when full).
 const MAX_SEEN: usize = 100_000;
@@ -39,6 +39,56 @@ pub(crate) struct SimState {
     /// Generation requests being answered now, and the most at once so far.
     in_flight: AtomicU64,
     in_flight_max: AtomicU64,
+}
+
+/// Every task of one simulator, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct VideoTable {
+    pub(crate) tasks: HashMap<String, VideoTask>,
+    pub(crate) order: VecDeque<String>,
+    /// Tasks with callbacks still to send.
+    pub(crate) watched: HashSet<String>,
+}
+
+/// One asset group.
+#[derive(Debug, Clone)]
+pub(crate) struct Group {
+    pub(crate) name: String,
+    pub(crate) group_type: String,
+    pub(crate) created: u64,
+}
+
+/// Where a simulated asset stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AssetState {
+    Processing,
+    Active,
+    Failed(String),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SimAsset {
+    pub(crate) group_id: String,
+    pub(crate) name: String,
+    pub(crate) asset_type: String,
+    pub(crate) url: String,
+    pub(crate) created: u64,
+    pub(crate) state: AssetState,
+}
+
+/// The groups and assets of one simulator.
+#[derive(Debug, Default)]
+pub(crate) struct AssetTable {
+    pub(crate) groups: HashMap<String, Group>,
+    pub(crate) assets: HashMap<String, SimAsset>,
+    pub(crate) order: VecDeque<String>,
+}
+
+impl AssetTable {
+    /// Whether `id` is an `Active` asset.
+    pub(crate) fn is_active(&self, id: &str) -> bool {
+        self.assets.get(id).is_some_and(|a| a.state == AssetState::Active)
+    }
 }
 
 /// Issued response ids and their `total_tokens`, oldest first.

@@ -3,9 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::VideoTable;
 use super::task::Status;
-use crate::sim::state::SimState;
+use crate::sim::state::{SimState, VideoTable};
 
 /// Attempts per callback POST.
 pub(crate) const CALLBACK_ATTEMPTS: u32 = 4;

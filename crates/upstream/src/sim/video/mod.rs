@@ -52,8 +52,6 @@
 mod callbacks;
 pub mod task;
 
-use std::collections::{HashMap, HashSet, VecDeque};
-
 use http::{Request, Response};
 use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
@@ -72,15 +70,6 @@ pub const MAX_VIDEO_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_VIDEO_TASKS: usize = 100_000;
 /// Most `poll_error:N`.
 const MAX_POLL_ERRORS: u64 = 1000;
-
-/// Every task of one simulator, oldest first.
-#[derive(Debug, Default)]
-pub(crate) struct VideoTable {
-    tasks: HashMap<String, VideoTask>,
-    order: VecDeque<String>,
-    /// Tasks with callbacks still to send.
-    watched: HashSet<String>,
-}
 
 /// The per-request switches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,8 +192,8 @@ fn plan(body: &Map<String, Value>, state: &SimState) -> Result<(VideoTask, Vec<S
         model: model.to_owned(),
         origin: String::new(),
         created_ms: 0,
-        queue_ms: u64::try_from(queue.as_millis()).unwrap_or(u64::MAX),
-        run_ms: u64::try_from(options.video_run.as_millis()).unwrap_or(u64::MAX),
+        queue_ms: domain::duration_millis(queue).unsigned_abs(),
+        run_ms: domain::duration_millis(options.video_run).unsigned_abs(),
         outcome: sw.outcome,
         ratio: if ratio == "adaptive" { "16:9".to_owned() } else { ratio },
         resolution,
