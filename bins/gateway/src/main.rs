@@ -6,13 +6,12 @@ mod config;
 mod serve;
 mod wiring;
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 
 /// The process allocator. A call allocates and frees many short-lived buffers (request and
 /// answer bodies, JSON values, boxed futures) from several threads; glibc's allocator spent a
@@ -43,15 +42,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("GATEWAY_")).collect();
-    let config = match Config::load(cli.config.as_deref(), &env) {
+    let config = match Config::environment().and_then(|env| Config::load(cli.config.as_deref(), &env)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    init_tracing(&config.log, config.log_format == "json");
+    init_tracing(config.log.clone(), config.log_format == LogFormat::Json);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -78,12 +76,9 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr, so stdout stays one JSON object for admin commands; `json` writes one JSON
 /// object per line (the event's fields flattened beside `timestamp`, `level` and `message`).
-fn init_tracing(filter: &str, json: bool) {
+fn init_tracing(targets: tracing_subscriber::filter::Targets, json: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let targets: tracing_subscriber::filter::Targets = filter
-        .parse()
-        .unwrap_or_else(|_| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO));
     let text = (!json).then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)

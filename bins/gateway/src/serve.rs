@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use domain::{SystemClock, UsdAmount};
+use domain::SystemClock;
 use service::{Gateway, Ports};
 use store::{Backend, PrunePolicy, Store};
 
@@ -44,11 +44,10 @@ pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
 /// without users when it is SQLite (the first local run) or when `demo` is set (`--demo`).
 pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     let shutdown = Shutdown::listen()?;
-    let idempotency_ttl = config.idempotency_ttl().map_err(|e| e.to_string())?;
     let store = Store::open(&config.database_url)
         .await
         .map_err(|e| format!("database: {e}"))?
-        .with_idempotency_ttl(idempotency_ttl);
+        .with_idempotency_ttl(config.idempotency_ttl.0);
     let backend = store.backend();
     let pruner = store.clone();
     let closing = store.clone();
@@ -60,7 +59,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     let gateway = wired.gateway;
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
-    let replica_lease = Duration::from_millis(config.replica_lease_ms.max(1_000));
+    let replica_lease = Duration::from_millis(config.replica_lease_ms);
     gateway.keep_alive(replica_lease).await.map_err(|e| format!("replica lease: {e}"))?;
     // The periodic loops run until the very end (the liveness lease must be renewed while calls
     // still finish after the drain) and are stopped, and waited for, before the lease is ended: a
@@ -69,12 +68,10 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     let mut loops = vec![spawn_recovery(gateway.clone(), gateway.recovery_age(), loops_stop.clone())];
     loops.extend(spawn_liveness(gateway.clone(), replica_lease, &loops_stop));
     let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown.signalled()));
-    let prune_interval = config.prune_interval().map_err(|e| e.to_string())?;
-    loops.push(spawn_prune(pruner, prune_policy(&config, &gateway)?, prune_interval, loops_stop));
-    let balance = UsdAmount::parse_decimal(&config.demo_balance).map_err(|e| format!("demo_balance: {e}"))?;
+    loops.push(spawn_prune(pruner, prune_policy(&config, &gateway), config.prune_interval.0, loops_stop));
     let wants_demo = demo || backend == Backend::Sqlite;
     let demo = if wants_demo {
-        gateway.ensure_demo_account(balance).await.map_err(|e| format!("demo account: {e}"))?
+        gateway.ensure_demo_account(config.demo_balance).await.map_err(|e| format!("demo account: {e}"))?
     } else {
         None
     };
@@ -204,15 +201,15 @@ fn spawn_liveness(gateway: Gateway, lease: Duration, stop: &Stop) -> [tokio::tas
 /// The prune's ages: the configured retentions; an unanswered idempotency claim is kept while its
 /// request may still run (the recovery age, or the upstream timeout plus the five minutes after
 /// which a claim counts as abandoned, whichever is longer).
-fn prune_policy(config: &Config, gateway: &Gateway) -> Result<PrunePolicy, String> {
+fn prune_policy(config: &Config, gateway: &Gateway) -> PrunePolicy {
     let abandoned = Duration::from_millis(config.upstream_timeout_ms).saturating_add(Duration::from_secs(300));
-    Ok(PrunePolicy {
-        idempotency_ttl: config.idempotency_ttl().map_err(|e| e.to_string())?,
+    PrunePolicy {
+        idempotency_ttl: config.idempotency_ttl.0,
         claim_running: gateway.recovery_age().max(abandoned),
-        webhook_retention: config.webhook_retention().map_err(|e| e.to_string())?,
-        response_retention: config.response_retention().map_err(|e| e.to_string())?,
+        webhook_retention: config.webhook_retention.0,
+        response_retention: config.response_retention.0,
         batch: config.prune_batch,
-    })
+    }
 }
 
 /// Prunes old rows now and then every `interval` (each replica does; their batches never overlap),

@@ -54,19 +54,19 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     };
     let ports = Ports::from_store(store, Arc::new(SystemClock)).with_upstream(upstream).with_video(video);
     let settings = VideoSettings {
-        poll_interval: Duration::from_millis(config.task_poll_interval_ms.max(1)),
-        deadline: config.deadline().map_err(|e| e.to_string())?,
-        webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms.max(1)),
-        lease: Duration::from_millis(config.task_lease_ms.max(1000)),
-        task_slots: slots(config.worker_task_slots),
-        delivery_slots: slots(config.worker_delivery_slots),
-        user_slots: slots(config.worker_user_slots),
+        poll_interval: Duration::from_millis(config.task_poll_interval_ms),
+        deadline: config.task_deadline.0,
+        webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms),
+        lease: Duration::from_millis(config.task_lease_ms),
+        task_slots: config.worker_task_slots,
+        delivery_slots: config.worker_delivery_slots,
+        user_slots: config.worker_user_slots,
         ..VideoSettings::default()
     };
     let admission = AdmissionSettings {
         enabled: config.caps,
         queue_wait: Duration::from_millis(config.queue_wait_ms),
-        lease_ttl: Duration::from_millis(config.cap_lease_ms.max(1000)),
+        lease_ttl: Duration::from_millis(config.cap_lease_ms),
         ..AdmissionSettings::default()
     };
     let gateway =
@@ -130,11 +130,6 @@ fn assets_client(
     upstream::HttpAssetUpstream::new(assets).map_err(|e| format!("assets: {e}"))
 }
 
-/// A worker slot count from its setting: at least one.
-fn slots(setting: u64) -> usize {
-    usize::try_from(setting.max(1)).unwrap_or(usize::MAX)
-}
-
 /// The egress client for media imports and webhooks, with its timeouts and the imports' minimum rate.
 fn egress(config: &Config) -> Result<media::Egress, String> {
     let allow = media::AllowList::parse(&config.egress_allow.join(",")).map_err(|e| format!("egress_allow: {e}"))?;
@@ -144,15 +139,15 @@ fn egress(config: &Config) -> Result<media::Egress, String> {
     };
     let min_rate = (config.media_import_min_rate_bytes > 0).then(|| media::MinRate {
         bytes_per_sec: config.media_import_min_rate_bytes,
-        window: Duration::from_millis(config.media_import_rate_window_ms.max(100)),
+        window: Duration::from_millis(config.media_import_rate_window_ms),
         grace: Duration::from_millis(config.media_import_rate_grace_ms),
     });
     media::Egress::new(media::EgressConfig {
         allow,
         extra_ca_pem,
-        connect_timeout: Duration::from_millis(config.egress_connect_timeout_ms.max(1)),
-        timeout: Duration::from_millis(config.media_import_timeout_ms.max(1)),
-        webhook_timeout: Some(Duration::from_millis(config.webhook_timeout_ms.max(1))),
+        connect_timeout: Duration::from_millis(config.egress_connect_timeout_ms),
+        timeout: Duration::from_millis(config.media_import_timeout_ms),
+        webhook_timeout: Some(Duration::from_millis(config.webhook_timeout_ms)),
         min_rate,
     })
     .map_err(|e| format!("egress: {e}"))

@@ -353,7 +353,9 @@ pub(crate) async fn media(gateway: &Gateway, parts: &Parts, key: &str) -> Result
     let mut source = gateway.open_signed_media(key, expires, sig).await?;
     let length = source.len();
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    tokio::spawn(async move {
+    // Counted with the gateway's background work, so shutdown waits for it (it ends when the reader
+    // leaves, at the latest when the drained connection closes).
+    gateway.background().spawn(async move {
         while let Some(chunk) = source.next_chunk().await {
             match chunk {
                 Ok(data) => {

@@ -15,13 +15,15 @@
 //!
 //! A lease expires unless renewed, so a replica that dies gives its slots back within one lease
 //! time; a replica that cannot renew (database unreachable) stops admitting when its leases expire.
+//! At shutdown [`Admission::release_all`] stops the manager (it ends its round and is waited for)
+//! before the leases are given back, so no renewal can take them again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use domain::{CapLeases, CapScope, Clock, LeaseRequest, Timestamp, UserId, duration_millis};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 
 use crate::ServiceError;
 
@@ -219,8 +221,12 @@ struct Inner {
     state: Mutex<State>,
     /// Wakes the manager when a cap runs short.
     wake: Notify,
-    /// Whether the manager task runs.
+    /// Whether the manager task was started.
     started: std::sync::atomic::AtomicBool,
+    /// Set once at shutdown: the manager stops, and is never started again.
+    stop: watch::Sender<bool>,
+    /// The manager task, until shutdown takes it to wait for it.
+    manager: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// This replica's admission control (cheap to clone).
@@ -358,6 +364,8 @@ impl Admission {
                 state: Mutex::new(State::default()),
                 wake: Notify::new(),
                 started: std::sync::atomic::AtomicBool::new(false),
+                stop: watch::Sender::new(false),
+                manager: Mutex::new(None),
             }),
         }
     }
@@ -465,7 +473,30 @@ impl Admission {
         if self.inner.started.load(Ordering::Relaxed) || self.inner.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        tokio::spawn(run_manager(Arc::downgrade(&self.inner)));
+        let Ok(mut manager) = self.inner.manager.lock() else { return };
+        // Checked under the lock that `stop_manager` takes after setting it: a manager is either
+        // started before the stop (and waited for) or never.
+        if !*self.inner.stop.borrow() {
+            let stop = self.inner.stop.subscribe();
+            *manager = Some(tokio::spawn(run_manager(Arc::downgrade(&self.inner), stop)));
+        }
+    }
+
+    /// Stops the manager and waits for it to end its round (shutdown); it is never started again.
+    async fn stop_manager(&self) {
+        self.inner.stop.send_replace(true);
+        let handle = self.inner.manager.lock().ok().and_then(|mut manager| manager.take());
+        if let Some(handle) = handle
+            && let Err(e) = handle.await
+        {
+            tracing::warn!(error = %e, "the concurrency lease manager ended with an error");
+        }
+    }
+
+    /// Whether the manager task is running (for tests).
+    #[cfg(test)]
+    fn manager_running(&self) -> bool {
+        self.inner.manager.lock().is_ok_and(|m| m.as_ref().is_some_and(|h| !h.is_finished()))
     }
 
     /// Calls in flight and waiting on `model` in this replica (for metrics and tests).
@@ -489,9 +520,10 @@ impl Admission {
             .collect()
     }
 
-    /// Gives every lease of this replica back (shutdown); calls still running keep their permits
-    /// but nothing new is admitted.
+    /// Gives every lease of this replica back (shutdown), after stopping the manager so that no
+    /// renewal takes them again; calls still running keep their permits but nothing new is admitted.
     pub(crate) async fn release_all(&self) -> Result<(), ServiceError> {
+        self.stop_manager().await;
         if let Ok(mut state) = self.inner.state.lock() {
             for slots in state.caps.values_mut() {
                 slots.granted = 0;
@@ -515,9 +547,13 @@ struct Change {
     keep: u32,
 }
 
-/// The lease manager: runs while the admission it serves is alive.
-async fn run_manager(inner: Weak<Inner>) {
+/// The lease manager: runs while the admission it serves is alive, until `stop` says to stop
+/// (checked before each round, so it never starts one after it).
+async fn run_manager(inner: Weak<Inner>, mut stop: watch::Receiver<bool>) {
     loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
         let Some(strong) = inner.upgrade() else { return };
         let tick = strong.settings.tick;
         let changes = plan_changes(&strong);
@@ -528,6 +564,7 @@ async fn run_manager(inner: Weak<Inner>) {
             tokio::select! {
                 () = strong.wake.notified() => {}
                 () = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => {}
             }
         };
         wake.await;

@@ -1,8 +1,10 @@
 //! Work the gateway starts that outlives the request that started it: a billable call finishing
 //! after its client hung up, a stream's pump, the refund of a call dropped half-way, an
-//! `Idempotency-Key` completed after a stream. Each runs on a task counted here, so that shutdown
-//! can wait for the money they move instead of cutting them off (which would leave holds for the
-//! recovery sweep of the next start).
+//! `Idempotency-Key` completed after a stream, the reader behind a `GET /media/{key}` body. Each
+//! runs on a task counted here, so that shutdown can wait for the money they move instead of
+//! cutting them off (which would leave holds for the recovery sweep of the next start). Work that
+//! runs until told to stop has its own stop, taken in order at shutdown: the cap-lease manager
+//! (`Admission::release_all`), the video worker and the binary's periodic loops.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -251,3 +251,30 @@ async fn a_busy_replica_gives_slots_to_a_short_one() {
         calls.join_all().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_all_stops_the_manager_so_no_renewal_leases_again() {
+    for (label, store) in stores().await {
+        let gw = gateway(&store, 10).await;
+        let u = user(&gw, 100).await;
+        let adm = admission(&store, "stopping", Duration::from_millis(200));
+        let scope = domain::CapScope::Model(MODEL.into());
+        let in_use = || async {
+            domain::CapLeases::leased_in_use(&store, &scope, domain::Clock::now(&SystemClock)).await.expect("leased")
+        };
+        // A call still running at shutdown keeps its permit.
+        let running = adm.admit(&u, MODEL).await.expect("admitted").expect("caps on");
+        assert!(adm.manager_running(), "{label}: the first call starts the manager");
+        adm.release_all().await.expect("release");
+        assert!(!adm.manager_running(), "{label}: the manager has stopped and was waited for");
+        // Ten of the manager's ticks: a manager still running would lease the running call's slot again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(in_use().await, 0, "{label}: no lease was taken after the give-back");
+        drop(running);
+        assert!(
+            matches!(adm.admit(&u, MODEL).await, Err(ServiceError::ConcurrencyLimitExceeded { .. })),
+            "{label}: nothing new is admitted after the give-back"
+        );
+        assert!(!adm.manager_running(), "{label}: a later call does not start the manager again");
+    }
+}

@@ -1,0 +1,166 @@
+//! The value types and readers of the settings: secrets that never print, durations with units,
+//! ranges, comma-separated lists, the database URL, an amount in USD and the log filter. Each
+//! refuses what it cannot read, so that serde's error names the setting.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use domain::UsdAmount;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use tracing_subscriber::filter::Targets;
+
+/// A value that must never reach a log: it prints as `*****`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret text, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "*****" })
+    }
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// For a terminal.
+    Text,
+    /// One JSON object per line, for a log pipeline.
+    Json,
+}
+
+/// A duration written as seconds or with a unit: `90`, `90s`, `30m`, `48h`, `2d` (more than zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl Span {
+    /// `n` minutes.
+    pub const fn minutes(n: u64) -> Span {
+        Span(Duration::from_secs(n * 60))
+    }
+
+    /// `n` hours.
+    pub const fn hours(n: u64) -> Span {
+        Span(Duration::from_secs(n * 3600))
+    }
+
+    /// `n` days.
+    pub const fn days(n: u64) -> Span {
+        Span(Duration::from_secs(n * 86_400))
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text)
+            .map(Span)
+            .ok_or_else(|| de::Error::custom(format!("{text:?} is not a duration such as 90s, 30m, 48h or 2d")))
+    }
+}
+
+/// `90`, `90s`, `30m`, `48h`, `2d`; `None` for anything else, zero included.
+pub(super) fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        "d" => n.checked_mul(86_400)?,
+        _ => return None,
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+/// A whole number of at least `MIN`.
+pub(super) fn at_least<'de, const MIN: u64, D: Deserializer<'de>, T>(d: D) -> Result<T, D::Error>
+where
+    T: Deserialize<'de> + Copy + fmt::Display,
+    u64: TryFrom<T>,
+{
+    within::<MIN, { u64::MAX }, D, T>(d)
+}
+
+/// A whole number from `MIN` to `MAX`.
+pub(super) fn within<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>, T>(d: D) -> Result<T, D::Error>
+where
+    T: Deserialize<'de> + Copy + fmt::Display,
+    u64: TryFrom<T>,
+{
+    let value = T::deserialize(d)?;
+    if u64::try_from(value).is_ok_and(|v| (MIN..=MAX).contains(&v)) {
+        Ok(value)
+    } else if MAX == u64::MAX {
+        Err(de::Error::custom(format!("{value} is less than {MIN}")))
+    } else {
+        Err(de::Error::custom(format!("{value} is not between {MIN} and {MAX}")))
+    }
+}
+
+/// A list: an array in the file, or comma-separated text (the environment); blanks are dropped.
+pub(super) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct List;
+    impl<'de> Visitor<'de> for List {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of strings, or comma-separated text")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Vec<String>, E> {
+            Ok(text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<String>()? {
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(List)
+}
+
+/// An address to listen on, such as `127.0.0.1:8080`.
+pub(super) fn socket_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(|_| de::Error::custom(format!("{text:?} is not an address such as 127.0.0.1:8080")))
+}
+
+/// `sqlite:…` or `postgres…`.
+pub(super) fn database_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let url = String::deserialize(d)?;
+    if url.starts_with("sqlite:") || url.starts_with("postgres") {
+        Ok(url)
+    } else {
+        Err(de::Error::custom("must start with sqlite: or postgres://"))
+    }
+}
+
+/// An amount in USD, such as `100` or `12.50`.
+pub(super) fn usd<'de, D: Deserializer<'de>>(d: D) -> Result<UsdAmount, D::Error> {
+    let text = String::deserialize(d)?;
+    UsdAmount::parse_decimal(&text).map_err(|e| de::Error::custom(format!("{text:?}: {e}")))
+}
+
+/// A log filter such as `info` or `info,store=debug`.
+pub(super) fn log_filter<'de, D: Deserializer<'de>>(d: D) -> Result<Targets, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(|e| de::Error::custom(format!("{text:?} is not a filter such as info,store=debug: {e}")))
+}
