@@ -19,8 +19,8 @@ use sea_orm::{
 use crate::entities::{reservations, tasks, users};
 use crate::{Store, backend_err, is_unique_violation};
 
-fn invalid(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Invalid(format!("stored {what}: {e}"))
+fn corrupt(what: &str, id: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::corrupt(format!("{what} of task {id}"), e)
 }
 
 fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result<TaskBilling, StoreError> {
@@ -35,7 +35,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
         });
     };
     Ok(TaskBilling {
-        status: hold.status.parse().map_err(|e| invalid("billing status", e))?,
+        status: hold.status.parse().map_err(|e| corrupt("billing status", &task.id, e))?,
         pricing_version_id: task.pricing_version_id.clone(),
         estimated: UsdAmount::from_micros(hold.amount_micros),
         actual: hold.actual_micros.map(UsdAmount::from_micros),
@@ -46,12 +46,14 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
 
 fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Result<Task, StoreError> {
     let billing = billing_of(&row, hold)?;
+    let kind = row.kind.parse().map_err(|e| corrupt("kind", &row.id, e))?;
+    let status = row.status.parse().map_err(|e| corrupt("status", &row.id, e))?;
     Ok(Task {
         id: TaskId(row.id),
         user_id: UserId(row.user_id),
         model: row.model,
-        kind: row.kind.parse().map_err(|e| invalid("kind", e))?,
-        status: row.status.parse().map_err(|e| invalid("status", e))?,
+        kind,
+        status,
         prompt: row.prompt,
         provider: row.provider,
         input_mode: row.input_mode,
@@ -111,7 +113,16 @@ fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
         LedgerError::TaskConflict { status: None, .. } => StoreError::NotFound(format!("task {id}")),
         LedgerError::NotTerminal(_) => StoreError::Invalid(e.to_string()),
         LedgerError::Backend(text) => StoreError::Backend(text),
-        other => StoreError::Conflict(other.to_string()),
+        // Every other refusal moved nothing: the task's stored state does not allow the change.
+        LedgerError::TaskConflict { status: Some(_), .. }
+        | LedgerError::ReservationOpen(_)
+        | LedgerError::AlreadyFinished { .. }
+        | LedgerError::UnknownUser(_)
+        | LedgerError::InsufficientBalance { .. }
+        | LedgerError::UnknownReservation(_)
+        | LedgerError::DuplicateReservation(_)
+        | LedgerError::InvalidAmount(_)
+        | LedgerError::Overflow => StoreError::Conflict(e.to_string()),
     }
 }
 
@@ -219,7 +230,8 @@ impl TaskStore for Store {
             .map_err(backend_err)?;
         let mut stats = TaskStats::default();
         for (status, n) in counts {
-            let status: TaskStatus = status.parse().map_err(|e| invalid("status", e))?;
+            let status: TaskStatus =
+                status.parse().map_err(|e| StoreError::corrupt(format!("task status of user {user}"), e))?;
             stats.total += n;
             if status == TaskStatus::Succeeded {
                 stats.succeeded += n;

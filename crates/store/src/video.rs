@@ -131,7 +131,7 @@ pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
 
 /// Reads a stored non-negative `BIGINT` back as unsigned.
 pub(crate) fn to_u64(what: &str, n: i64) -> Result<u64, StoreError> {
-    u64::try_from(n).map_err(|_| StoreError::Invalid(format!("stored {what} {n} is negative")))
+    u64::try_from(n).map_err(|e| StoreError::corrupt(format!("{what} {n}"), e))
 }
 
 impl Store {
@@ -161,7 +161,7 @@ impl Store {
             let next_poll_at: Option<i64> = row.try_get("", "next_poll_at").map_err(backend_err)?;
             let failures: i64 = row.try_get("", "poll_failures").map_err(backend_err)?;
             let failures = u32::try_from(failures)
-                .map_err(|_| StoreError::Invalid(format!("stored poll_failures {failures} of task {}", task.id)))?;
+                .map_err(|e| StoreError::corrupt(format!("poll_failures {failures} of task {}", task.id), e))?;
             claimed.push((next_poll_at, failures, task));
         }
         // RETURNING gives no order: oldest due first, never polled before all.
