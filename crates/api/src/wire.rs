@@ -231,6 +231,16 @@ pub struct TaskObject {
     pub completed_at: Option<DateTime>,
 }
 
+/// A task's `media_url`: its media record as the store keeps it (the JSON array of
+/// `domain::media`, written through its one serde definition), `null` without media.
+fn media_record(media: &[domain::TaskMedia]) -> Option<String> {
+    if media.is_empty() {
+        return None;
+    }
+    // Cannot fail: the items have string keys and plain values only.
+    serde_json::to_string(media).ok()
+}
+
 /// The `Task` object of `t`.
 pub fn task(t: &Task) -> TaskObject {
     TaskObject {
@@ -244,7 +254,7 @@ pub fn task(t: &Task) -> TaskObject {
         provider: t.provider.clone(),
         input_mode: t.input_mode.clone(),
         media_type: t.media_type.clone(),
-        media_url: t.media_url.clone(),
+        media_url: media_record(&t.media),
         duration: t.duration,
         resolution: t.resolution.clone(),
         ratio: t.ratio.clone(),

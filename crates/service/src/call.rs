@@ -35,8 +35,8 @@ pub(crate) struct TaskDetails {
     pub input_mode: Option<String>,
     /// `image`, `video`, `audio` or `multiple`.
     pub media_type: Option<String>,
-    /// The input media record (video: a JSON array of the task's media).
-    pub media_url: Option<String>,
+    /// The input media in order (video).
+    pub media: Vec<domain::TaskMedia>,
     /// Seconds of output asked for (video).
     pub duration: Option<i64>,
     /// Video resolution.
@@ -224,7 +224,7 @@ impl Gateway {
             provider: spec.def.upstream.provider.clone(),
             input_mode: spec.details.input_mode,
             media_type: spec.details.media_type,
-            media_url: spec.details.media_url,
+            media: spec.details.media,
             duration: spec.details.duration,
             resolution: spec.details.resolution,
             ratio: spec.details.ratio,

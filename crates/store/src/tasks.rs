@@ -7,8 +7,8 @@ use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
 use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
-    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, TaskTransition, Timestamp,
-    UsdAmount, UserId,
+    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
+    Timestamp, UsdAmount, UserId,
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -48,6 +48,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     let billing = billing_of(&row, hold)?;
     let kind = row.kind.parse().map_err(|e| corrupt("kind", &row.id, e))?;
     let status = row.status.parse().map_err(|e| corrupt("status", &row.id, e))?;
+    let media = media_from_column(row.media_url.as_deref(), &row.id)?;
     Ok(Task {
         id: TaskId(row.id),
         user_id: UserId(row.user_id),
@@ -58,7 +59,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
         provider: row.provider,
         input_mode: row.input_mode,
         media_type: row.media_type,
-        media_url: row.media_url,
+        media,
         duration: row.duration,
         resolution: row.resolution,
         ratio: row.ratio,
@@ -76,6 +77,23 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     })
 }
 
+/// A task's media as its `media_url` column holds it: the JSON array, or NULL without media.
+pub(crate) fn media_column(media: &[TaskMedia]) -> Option<String> {
+    if media.is_empty() {
+        return None;
+    }
+    // Cannot fail: the items have string keys and plain values only (`domain::media`).
+    serde_json::to_string(media).ok()
+}
+
+/// The `media_url` column read back; a record that does not parse is corrupt (never "no media").
+fn media_from_column(text: Option<&str>, id: &str) -> Result<Vec<TaskMedia>, StoreError> {
+    match text {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("media record", id, e)),
+    }
+}
+
 pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
     tasks::ActiveModel {
         id: Set(task.id.0),
@@ -87,7 +105,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         provider: Set(task.provider),
         input_mode: Set(task.input_mode),
         media_type: Set(task.media_type),
-        media_url: Set(task.media_url),
+        media_url: Set(media_column(&task.media)),
         duration: Set(task.duration),
         resolution: Set(task.resolution),
         ratio: Set(task.ratio),
@@ -144,6 +162,15 @@ impl Store {
         conn: &C,
         rows: Vec<tasks::Model>,
     ) -> Result<Vec<Task>, StoreError> {
+        self.each_with_billing(conn, rows).await?.into_iter().collect()
+    }
+
+    /// [`Store::with_billing`], with each row's own result: a corrupt row fails alone.
+    pub(crate) async fn each_with_billing<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        rows: Vec<tasks::Model>,
+    ) -> Result<Vec<Result<Task, StoreError>>, StoreError> {
         let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
         let holds: HashMap<String, reservations::Model> = if ids.is_empty() {
             HashMap::new()
@@ -157,7 +184,7 @@ impl Store {
                 .map(|r| (r.task_id.clone(), r))
                 .collect()
         };
-        rows.into_iter().map(|row| task_from_row(row.clone(), holds.get(&row.id))).collect()
+        Ok(rows.into_iter().map(|row| task_from_row(row.clone(), holds.get(&row.id))).collect())
     }
 }
 

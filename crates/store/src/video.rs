@@ -170,13 +170,18 @@ impl Store {
         });
         let failures: Vec<u32> = claimed.iter().map(|c| c.1).collect();
         let upstream_ids: Vec<Option<String>> = claimed.iter().map(|c| c.2.upstream_id.clone()).collect();
-        let tasks = self.with_billing(&self.db, claimed.into_iter().map(|c| c.2).collect()).await?;
-        Ok(tasks
-            .into_iter()
-            .zip(upstream_ids)
-            .zip(failures)
-            .map(|((task, upstream_id), poll_failures)| VideoJob { task, upstream_id, poll_failures })
-            .collect())
+        let tasks = self.each_with_billing(&self.db, claimed.into_iter().map(|c| c.2).collect()).await?;
+        let mut jobs = Vec::with_capacity(tasks.len());
+        for ((task, upstream_id), poll_failures) in tasks.into_iter().zip(upstream_ids).zip(failures) {
+            match task {
+                Ok(task) => jobs.push(VideoJob { task, upstream_id, poll_failures }),
+                // A row that does not read back is not run on a guess (a corrupt media record must
+                // not price the task as text-only): it keeps its hold and its state, is logged at
+                // every claim, and is claimed again when this lease runs out. The others run.
+                Err(e) => tracing::error!(error = %e.chain(), "a claimed video task does not read back; left unrun"),
+            }
+        }
+        Ok(jobs)
     }
 
     async fn release_task(

@@ -31,7 +31,7 @@ use tokio::task::{JoinError, JoinSet};
 
 use super::millis;
 use super::poll::{UpstreamState, parse_task};
-use super::submit::{Submission, media_items};
+use super::submit::Submission;
 use crate::{Gateway, ServiceError};
 
 /// What one worker pass did.
@@ -511,7 +511,7 @@ impl Gateway {
         };
         let pricing =
             pricing.ok_or_else(|| ServiceError::Internal(format!("task {} has no price version {id:?}", task.id)))?;
-        let with_video = media_items(task).iter().any(|m| m.kind == domain::ports::AssetKind::Video);
+        let with_video = task.media.iter().any(|m| m.kind == domain::ports::AssetKind::Video);
         let resolution = task.resolution.as_deref().unwrap_or_default();
         billing::video_charge(&pricing.sheet, resolution, with_video, tokens)
             .map(|c| c.total)
