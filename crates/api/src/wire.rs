@@ -116,7 +116,7 @@ impl ModelObject {
             pricing_kind: pricing.map(|_| def.pricing_kind.as_str()),
             pricing: pricing.map(|p| catalog::price_sheet_json(&p.sheet)),
             pricing_version: pricing.map(|p| p.version),
-            pricing_version_id: pricing.map(|p| p.id()),
+            pricing_version_id: pricing.map(|p| p.id().to_string()),
             capabilities: def.capabilities.iter().map(|c| (c.clone(), true)).collect(),
             limits: def.public_limits().clone(),
             request_schema: crate::openapi::request_schema(def),

@@ -20,7 +20,7 @@ pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
-pub use pricing::{PriceSheet, PricingVersion, Rate, RateError};
+pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
 pub use records::{
     ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Task, TaskBilling,
     TaskId, TaskStats, User, UserId,

@@ -204,7 +204,7 @@ impl Gateway {
     /// [`Gateway::open_call`] for a task id chosen beforehand (video: its uploads are stored under it).
     pub(crate) async fn open_call_as(&self, task_id: TaskId, spec: CallSpec) -> Result<OpenCall, ServiceError> {
         let now = self.ports.clock.now();
-        let pricing_version_id = spec.pricing.id();
+        let pricing_version_id = spec.pricing.id().to_string();
         let status = match spec.def.mode {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
