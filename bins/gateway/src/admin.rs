@@ -73,7 +73,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let text = std::fs::read_to_string(&rates).map_err(|e| format!("cannot read {}: {e}", rates.display()))?;
             let sheet = catalog::parse_price_sheet(&text).map_err(|e| format!("{}: {e}", rates.display()))?;
             let v = gateway.set_price(&model, sheet).await.map_err(|e| e.to_string())?;
-            json!({"model": v.model, "pricing_version": v.version, "pricing_version_id": v.id(),
+            json!({"model": v.model, "pricing_version": v.version, "pricing_version_id": v.id().to_string(),
                    "pricing": catalog::price_sheet_json(&v.sheet), "created_at": v.created_at.to_string()})
         }
         Admin::Maintenance { state } => {

@@ -120,7 +120,7 @@ impl ModelObject {
             pricing_kind: pricing.map(|_| def.pricing_kind.as_str()),
             pricing: pricing.map(|p| catalog::price_sheet_json(&p.sheet)),
             pricing_version: pricing.map(|p| p.version),
-            pricing_version_id: pricing.map(|p| p.id()),
+            pricing_version_id: pricing.map(|p| p.id().to_string()),
             capabilities: def.capabilities.iter().map(|c| (c.clone(), true)).collect(),
             limits: def.public_limits().clone(),
             request_schema: request_schema(def),
@@ -294,6 +294,16 @@ pub struct TaskObject {
     pub completed_at: Option<DateTime>,
 }
 
+/// A task's `media_url`: its media record as the store keeps it (the JSON array of
+/// `domain::media`, written through its one serde definition), `null` without media.
+fn media_record(media: &[domain::TaskMedia]) -> Option<String> {
+    if media.is_empty() {
+        return None;
+    }
+    // Cannot fail: the items have string keys and plain values only.
+    serde_json::to_string(media).ok()
+}
+
 /// The `Task` object of `t`.
 pub fn task(t: &Task) -> TaskObject {
     TaskObject {
@@ -307,7 +317,7 @@ pub fn task(t: &Task) -> TaskObject {
         provider: t.provider.clone(),
         input_mode: t.input_mode.clone(),
         media_type: t.media_type.clone(),
-        media_url: t.media_url.clone(),
+        media_url: media_record(&t.media),
         duration: t.duration,
         resolution: t.resolution.clone(),
         ratio: t.ratio.clone(),

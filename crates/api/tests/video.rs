@@ -323,3 +323,56 @@ async fn uploads_are_sniffed_bounded_per_kind_and_counted_against_the_media_quot
         env.assert_books("uploads").await;
     }
 }
+
+/// A task whose stored media record was corrupted (on purpose, under the store): reading it is a 500
+/// with the generic body and no internal text, and the worker does not run it on a guess (a broken
+/// record read as "no media" would price the task at the text-only rate): its hold stays, nothing is
+/// charged and nothing is sent upstream.
+#[tokio::test]
+async fn a_corrupt_media_record_is_a_500_and_never_runs_as_text_only() {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    for db in databases() {
+        let env = VideoEnv::new(&db, "127.0.0.1", "10").await;
+        let start = env.server.balance(&env.user.id).await;
+        let body = json!({
+            "model": "videogen-2-0",
+            "prompt": "the clip, slower",
+            "media": [{"type": "video", "url": env.https("sample/mp4")}],
+        });
+        let reply = env.create(&body).await;
+        let id = created_id(&env, &reply, "create");
+        let held = amount(&reply.json["billing"]["estimated_amount"], "estimate");
+
+        let conn = Database::connect(env.server.url.as_str()).await.expect("connect under the store");
+        let backend = conn.get_database_backend();
+        let corrupt = Statement::from_sql_and_values(
+            backend,
+            "UPDATE tasks SET media_url = $1 WHERE id = $2",
+            ["[{\"type\":\"vid\",\"url\":\"https://x\"}]".into(), id.as_str().into()],
+        );
+        assert_eq!(conn.execute_raw(corrupt).await.expect("corrupt the row").rows_affected(), 1);
+        conn.close().await.expect("close");
+
+        let read = env.server.get(&format!("/api/v1/tasks/{id}"), Some(&env.key)).await;
+        read.assert_error(500, "internal_error", &env.ctx("a corrupt row"));
+        assert_eq!(
+            read.json["error"]["message"],
+            "the gateway failed; try again later",
+            "{}",
+            env.ctx("the generic message")
+        );
+        let text = String::from_utf8_lossy(&read.raw);
+        assert!(!text.contains("media") && !text.contains("vid"), "{}", env.ctx(&format!("internal text: {text}")));
+
+        for _ in 0..40 {
+            assert_eq!(env.tick().await.tasks, 0, "{}", env.ctx("the corrupt task is not run"));
+        }
+        assert_eq!(
+            env.server.balance(&env.user.id).await,
+            start.checked_sub(held).expect("fits"),
+            "{}",
+            env.ctx("the hold stays; nothing is charged")
+        );
+        assert!(env.log.matching("GET /sample/mp4").is_empty(), "{}", env.ctx("nothing is imported"));
+    }
+}

@@ -315,7 +315,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
         provider: "conformance".into(),
         input_mode: Some("text".into()),
         media_type: None,
-        media_url: None,
+        media: Vec::new(),
         duration: None,
         resolution: None,
         ratio: None,

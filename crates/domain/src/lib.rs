@@ -5,6 +5,7 @@
 pub mod caps;
 pub mod egress;
 pub mod kind;
+pub mod media;
 pub mod money;
 pub mod ports;
 pub mod pricing;
@@ -17,8 +18,9 @@ pub mod video;
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use kind::{ModelKind, UnknownName};
+pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
-pub use pricing::{PriceSheet, PricingVersion, Rate, RateError};
+pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
 pub use records::{
     ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Task, TaskBilling,
     TaskId, TaskStats, User, UserId,

@@ -1,6 +1,8 @@
 //! Price sheets: named rates `{amount_microusd, denominator, unit}` and their versions.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use crate::time::Timestamp;
 
@@ -80,8 +82,43 @@ pub struct PricingVersion {
 
 impl PricingVersion {
     /// The identifier carried by billing objects as `pricing_version_id`, e.g. `LangB-2.0-pro@v1`.
-    pub fn id(&self) -> String {
-        format!("{}@v{}", self.model, self.version)
+    pub fn id(&self) -> PricingVersionId {
+        PricingVersionId { model: self.model.clone(), version: self.version }
+    }
+}
+
+/// Which price version of which model: `<model>@v<version>` as text (`LangB-2.0-pro@v1`). Built and
+/// read only here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PricingVersionId {
+    /// The model priced.
+    pub model: String,
+    /// Its version, from 1.
+    pub version: i64,
+}
+
+impl fmt::Display for PricingVersionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@v{}", self.model, self.version)
+    }
+}
+
+/// Text that is not `<model>@v<version>` with a version of at least 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a pricing version id (<model>@v<version>)")]
+pub struct BadPricingVersionId(pub String);
+
+impl FromStr for PricingVersionId {
+    type Err = BadPricingVersionId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || BadPricingVersionId(s.to_owned());
+        let (model, version) = s.rsplit_once("@v").ok_or_else(bad)?;
+        let version: i64 = version.parse().map_err(|_| bad())?;
+        if model.is_empty() || version < 1 || !version.to_string().eq(&s[model.len() + 2..]) {
+            return Err(bad());
+        }
+        Ok(PricingVersionId { model: model.to_owned(), version })
     }
 }
 
@@ -91,6 +128,17 @@ mod tests {
 
     fn rate(amount: i64, denominator: i64) -> Rate {
         Rate { amount_microusd: amount, denominator, unit: "token".into() }
+    }
+
+    #[test]
+    fn pricing_version_ids_round_trip() {
+        let id = PricingVersionId { model: "LangB-2.0-pro".into(), version: 12 };
+        assert_eq!(id.to_string(), "LangB-2.0-pro@v12");
+        assert_eq!("LangB-2.0-pro@v12".parse(), Ok(id));
+        assert_eq!("a@vb@v3".parse(), Ok(PricingVersionId { model: "a@vb".into(), version: 3 }));
+        for bad in ["", "m", "m@v", "@v1", "m@v0", "m@v-1", "m@v01", "m@v+1", "m@v1x"] {
+            assert!(bad.parse::<PricingVersionId>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -185,8 +185,8 @@ pub struct Task {
     pub input_mode: Option<String>,
     /// `image`, `video`, `audio` or `multiple`.
     pub media_type: Option<String>,
-    /// Input media record.
-    pub media_url: Option<String>,
+    /// The input media in order (stored as the `media_url` JSON record; empty without media).
+    pub media: Vec<crate::media::TaskMedia>,
     /// Seconds of output (video, audio).
     pub duration: Option<i64>,
     /// Video resolution.

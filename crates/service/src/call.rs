@@ -25,8 +25,8 @@ pub(crate) struct TaskDetails {
     pub input_mode: Option<String>,
     /// `image`, `video`, `audio` or `multiple`.
     pub media_type: Option<String>,
-    /// The input media record (video: a JSON array of the task's media).
-    pub media_url: Option<String>,
+    /// The input media in order (video).
+    pub media: Vec<domain::TaskMedia>,
     /// Seconds of output asked for (video).
     pub duration: Option<i64>,
     /// Video resolution.
@@ -194,7 +194,7 @@ impl Gateway {
     /// [`Gateway::open_call`] for a task id chosen beforehand (video: its uploads are stored under it).
     pub(crate) async fn open_call_as(&self, task_id: TaskId, spec: CallSpec) -> Result<OpenCall, ServiceError> {
         let now = self.ports.clock.now();
-        let pricing_version_id = spec.pricing.id();
+        let pricing_version_id = spec.pricing.id().to_string();
         let status = match spec.def.mode {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
@@ -214,7 +214,7 @@ impl Gateway {
             provider: spec.def.upstream.provider.clone(),
             input_mode: spec.details.input_mode,
             media_type: spec.details.media_type,
-            media_url: spec.details.media_url,
+            media: spec.details.media,
             duration: spec.details.duration,
             resolution: spec.details.resolution,
             ratio: spec.details.ratio,

@@ -92,6 +92,8 @@ impl From<StoreError> for ServiceError {
             StoreError::NotFound(what) => ServiceError::NotFound(what),
             StoreError::Conflict(what) => ServiceError::Conflict(what),
             StoreError::Invalid(what) => ServiceError::InvalidRequest(what),
+            // Never the caller's fault: a 500 whose text (the cause included) only reaches the log.
+            StoreError::Corrupt { .. } => ServiceError::Internal(e.chain()),
             StoreError::Backend(what) => ServiceError::Internal(what),
         }
     }
@@ -105,7 +107,14 @@ impl From<LedgerError> for ServiceError {
             }
             LedgerError::UnknownUser(user) => ServiceError::NotFound(format!("user {user}")),
             LedgerError::InvalidAmount(what) => ServiceError::InvalidRequest(what),
-            other => ServiceError::Internal(other.to_string()),
+            LedgerError::UnknownReservation(_)
+            | LedgerError::DuplicateReservation(_)
+            | LedgerError::AlreadyFinished { .. }
+            | LedgerError::Overflow
+            | LedgerError::NotTerminal(_)
+            | LedgerError::TaskConflict { .. }
+            | LedgerError::ReservationOpen(_)
+            | LedgerError::Backend(_) => ServiceError::Internal(e.to_string()),
         }
     }
 }
@@ -116,5 +125,20 @@ impl From<validation::ValidationError> for ServiceError {
             validation::ValidationError::Invalid(m) => ServiceError::InvalidRequest(m),
             validation::ValidationError::TooLarge(m) => ServiceError::TooLarge(m),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_corrupt_row_is_internal_and_a_bad_input_is_the_caller_s() {
+        let corrupt = StoreError::corrupt("media record of task t", domain::ports::BadValue("not a list".into()));
+        assert_eq!(
+            ServiceError::from(corrupt),
+            ServiceError::Internal("corrupt stored media record of task t: not a list".into())
+        );
+        assert_eq!(ServiceError::from(StoreError::Invalid("x".into())), ServiceError::InvalidRequest("x".into()));
     }
 }

@@ -222,7 +222,10 @@ impl Metrics {
         let label = ModelLabel { model: model.to_owned() };
         let (outcome, counter, amount) = match status {
             BillingStatus::Settled => ("settled", &self.settled_micros, charged),
-            _ => ("refunded", &self.refunded_micros, held),
+            // A call that ended without a charge gave its hold back, whatever its billing says.
+            BillingStatus::Refunded | BillingStatus::Reserved | BillingStatus::Unbilled => {
+                ("refunded", &self.refunded_micros, held)
+            }
         };
         counter.get_or_create(&label).inc_by(u64::try_from(amount.micros()).unwrap_or(0));
         self.calls_ended.get_or_create(&EndLabels { model: label.model, outcome }).inc();

@@ -21,7 +21,7 @@ fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
         provider: "ark".into(),
         input_mode: None,
         media_type: None,
-        media_url: None,
+        media: Vec::new(),
         duration: None,
         resolution: None,
         ratio: None,

@@ -27,7 +27,8 @@ pub(crate) fn user_from_row(row: users::Model) -> User {
 }
 
 fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
-    let scopes = Scope::parse_list(&row.scopes).map_err(|e| StoreError::Invalid(format!("key {}: {e}", row.id)))?;
+    let scopes =
+        Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
     Ok(ApiKey {
         id: ApiKeyId(row.id),
         user_id: UserId(row.user_id),

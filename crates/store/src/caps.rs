@@ -50,7 +50,7 @@ impl Store {
             .query_one_raw(self.statement(&sql, values))
             .await
             .map_err(backend_err)?
-            .ok_or_else(|| StoreError::Invalid("the cap query returned no row".into()))?;
+            .ok_or_else(|| StoreError::Backend("the cap query returned no row".into()))?;
         let get = |column: &str| row.try_get::<i64>("", column).map_err(backend_err);
         Ok(CapState {
             cap: get("cap")?,

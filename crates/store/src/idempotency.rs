@@ -78,9 +78,8 @@ impl IdempotencyStore for Store {
                 return Ok(IdempotencyClaim::Mismatch);
             }
             if let (Some(status), Some(body)) = (row.response_status, row.response_body) {
-                let status = u16::try_from(status).map_err(|_| {
-                    StoreError::Invalid(format!("stored idempotent status {status} is not an HTTP status"))
-                })?;
+                let status = u16::try_from(status)
+                    .map_err(|e| StoreError::corrupt(format!("idempotent answer status {status}"), e))?;
                 return Ok(IdempotencyClaim::Replay { status, body: body.into_bytes() });
             }
             // Unanswered: take it over only if its claimant must have died, and only once.

@@ -6,7 +6,7 @@
 //! transaction, so bytes come back once. Each write transaction starts with its write, so that on
 //! SQLite it takes the write lock first and never has to upgrade a stale read snapshot.
 
-use domain::ports::{AssetKind, StoreError};
+use domain::ports::StoreError;
 use domain::{MediaObject, MediaRecordError, TaskId, Timestamp, UserId};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
@@ -18,20 +18,11 @@ use crate::entities::{media_objects, users};
 use crate::video::{to_i64, to_u64};
 use crate::{Store, backend_err, is_unique_violation};
 
-fn kind_of(text: &str) -> Result<AssetKind, StoreError> {
-    match text {
-        "image" => Ok(AssetKind::Image),
-        "video" => Ok(AssetKind::Video),
-        "audio" => Ok(AssetKind::Audio),
-        other => Err(StoreError::Invalid(format!("stored media kind {other:?}"))),
-    }
-}
-
 fn media_from_row(row: media_objects::Model) -> Result<MediaObject, StoreError> {
     Ok(MediaObject {
-        kind: kind_of(&row.kind)?,
+        kind: row.kind.parse().map_err(|e| StoreError::corrupt(format!("media kind of {}", row.key), e))?,
         position: u32::try_from(row.position)
-            .map_err(|_| StoreError::Invalid(format!("stored media position {}", row.position)))?,
+            .map_err(|e| StoreError::corrupt(format!("media position {}", row.position), e))?,
         bytes: to_u64("media size", row.bytes)?,
         key: row.key,
         user: UserId(row.user_id),

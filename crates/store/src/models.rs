@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use domain::ports::{ModelStore, StoreError};
+use domain::ports::{BadValue, ModelStore, StoreError};
 use domain::{ModelRecord, ModelSeed, PriceSheet, PricingVersion, Rate, Timestamp};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
@@ -30,9 +30,9 @@ fn sheet_to_text(sheet: &PriceSheet) -> String {
 }
 
 fn sheet_from_text(text: &str) -> Result<PriceSheet, StoreError> {
-    let bad = |what: &str| StoreError::Invalid(format!("stored price sheet: {what}"));
-    let value: Value = serde_json::from_str(text).map_err(|e| bad(&e.to_string()))?;
-    let object = value.as_object().ok_or_else(|| bad("not an object"))?;
+    let bad = |what: &str| StoreError::corrupt("price sheet", BadValue(format!("no valid {what}")));
+    let value: Value = serde_json::from_str(text).map_err(|e| StoreError::corrupt("price sheet", e))?;
+    let object = value.as_object().ok_or_else(|| bad("object"))?;
     let mut rates = BTreeMap::new();
     for (name, rate) in object {
         let int = |k: &str| rate.get(k).and_then(Value::as_i64).ok_or_else(|| bad(k));
@@ -56,7 +56,7 @@ fn version_from_row(row: pricing_versions::Model) -> Result<PricingVersion, Stor
 
 fn record_from_row(row: models::Model, pricing: Option<PricingVersion>) -> Result<ModelRecord, StoreError> {
     Ok(ModelRecord {
-        kind: row.kind.parse().map_err(|e| StoreError::Invalid(format!("model {}: {e}", row.name)))?,
+        kind: row.kind.parse().map_err(|e| StoreError::corrupt(format!("kind of model {}", row.name), e))?,
         name: row.name,
         enabled: row.enabled,
         concurrency_limit: row.concurrency_limit,

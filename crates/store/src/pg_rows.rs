@@ -103,7 +103,7 @@ fn bind_new_tasks<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(t.iter().map(|n| n.task.provider.as_str()).collect::<Vec<_>>())
         .bind(text(|t| t.input_mode.as_deref()))
         .bind(text(|t| t.media_type.as_deref()))
-        .bind(text(|t| t.media_url.as_deref()))
+        .bind(t.iter().map(|n| crate::tasks::media_column(&n.task.media)).collect::<Vec<_>>())
         .bind(t.iter().map(|n| n.task.duration).collect::<Vec<_>>())
         .bind(text(|t| t.resolution.as_deref()))
         .bind(text(|t| t.ratio.as_deref()))

@@ -433,7 +433,7 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         t.provider,
         t.input_mode,
         t.media_type,
-        t.media_url,
+        crate::tasks::media_column(&t.media),
         t.duration,
         t.resolution,
         t.ratio,

@@ -7,8 +7,8 @@ use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
 use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
-    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskStats, TaskStatus, TaskTransition, Timestamp,
-    UsdAmount, UserId,
+    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
+    Timestamp, UsdAmount, UserId,
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -19,8 +19,8 @@ use sea_orm::{
 use crate::entities::{reservations, tasks, users};
 use crate::{Store, backend_err, is_unique_violation};
 
-fn invalid(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Invalid(format!("stored {what}: {e}"))
+fn corrupt(what: &str, id: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::corrupt(format!("{what} of task {id}"), e)
 }
 
 fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result<TaskBilling, StoreError> {
@@ -35,7 +35,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
         });
     };
     Ok(TaskBilling {
-        status: hold.status.parse().map_err(|e| invalid("billing status", e))?,
+        status: hold.status.parse().map_err(|e| corrupt("billing status", &task.id, e))?,
         pricing_version_id: task.pricing_version_id.clone(),
         estimated: UsdAmount::from_micros(hold.amount_micros),
         actual: hold.actual_micros.map(UsdAmount::from_micros),
@@ -46,17 +46,20 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
 
 fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Result<Task, StoreError> {
     let billing = billing_of(&row, hold)?;
+    let kind = row.kind.parse().map_err(|e| corrupt("kind", &row.id, e))?;
+    let status = row.status.parse().map_err(|e| corrupt("status", &row.id, e))?;
+    let media = media_from_column(row.media_url.as_deref(), &row.id)?;
     Ok(Task {
         id: TaskId(row.id),
         user_id: UserId(row.user_id),
         model: row.model,
-        kind: row.kind.parse().map_err(|e| invalid("kind", e))?,
-        status: row.status.parse().map_err(|e| invalid("status", e))?,
+        kind,
+        status,
         prompt: row.prompt,
         provider: row.provider,
         input_mode: row.input_mode,
         media_type: row.media_type,
-        media_url: row.media_url,
+        media,
         duration: row.duration,
         resolution: row.resolution,
         ratio: row.ratio,
@@ -74,6 +77,23 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     })
 }
 
+/// A task's media as its `media_url` column holds it: the JSON array, or NULL without media.
+pub(crate) fn media_column(media: &[TaskMedia]) -> Option<String> {
+    if media.is_empty() {
+        return None;
+    }
+    // Cannot fail: the items have string keys and plain values only (`domain::media`).
+    serde_json::to_string(media).ok()
+}
+
+/// The `media_url` column read back; a record that does not parse is corrupt (never "no media").
+fn media_from_column(text: Option<&str>, id: &str) -> Result<Vec<TaskMedia>, StoreError> {
+    match text {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("media record", id, e)),
+    }
+}
+
 pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
     tasks::ActiveModel {
         id: Set(task.id.0),
@@ -85,7 +105,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         provider: Set(task.provider),
         input_mode: Set(task.input_mode),
         media_type: Set(task.media_type),
-        media_url: Set(task.media_url),
+        media_url: Set(media_column(&task.media)),
         duration: Set(task.duration),
         resolution: Set(task.resolution),
         ratio: Set(task.ratio),
@@ -111,7 +131,16 @@ fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
         LedgerError::TaskConflict { status: None, .. } => StoreError::NotFound(format!("task {id}")),
         LedgerError::NotTerminal(_) => StoreError::Invalid(e.to_string()),
         LedgerError::Backend(text) => StoreError::Backend(text),
-        other => StoreError::Conflict(other.to_string()),
+        // Every other refusal moved nothing: the task's stored state does not allow the change.
+        LedgerError::TaskConflict { status: Some(_), .. }
+        | LedgerError::ReservationOpen(_)
+        | LedgerError::AlreadyFinished { .. }
+        | LedgerError::UnknownUser(_)
+        | LedgerError::InsufficientBalance { .. }
+        | LedgerError::UnknownReservation(_)
+        | LedgerError::DuplicateReservation(_)
+        | LedgerError::InvalidAmount(_)
+        | LedgerError::Overflow => StoreError::Conflict(e.to_string()),
     }
 }
 
@@ -133,6 +162,15 @@ impl Store {
         conn: &C,
         rows: Vec<tasks::Model>,
     ) -> Result<Vec<Task>, StoreError> {
+        self.each_with_billing(conn, rows).await?.into_iter().collect()
+    }
+
+    /// [`Store::with_billing`], with each row's own result: a corrupt row fails alone.
+    pub(crate) async fn each_with_billing<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        rows: Vec<tasks::Model>,
+    ) -> Result<Vec<Result<Task, StoreError>>, StoreError> {
         let ids: Vec<String> = rows.iter().map(|t| t.id.clone()).collect();
         let holds: HashMap<String, reservations::Model> = if ids.is_empty() {
             HashMap::new()
@@ -146,7 +184,7 @@ impl Store {
                 .map(|r| (r.task_id.clone(), r))
                 .collect()
         };
-        rows.into_iter().map(|row| task_from_row(row.clone(), holds.get(&row.id))).collect()
+        Ok(rows.into_iter().map(|row| task_from_row(row.clone(), holds.get(&row.id))).collect())
     }
 }
 
@@ -218,7 +256,8 @@ impl TaskStore for Store {
             .map_err(backend_err)?;
         let mut stats = TaskStats::default();
         for (status, n) in counts {
-            let status: TaskStatus = status.parse().map_err(|e| invalid("status", e))?;
+            let status: TaskStatus =
+                status.parse().map_err(|e| StoreError::corrupt(format!("task status of user {user}"), e))?;
             stats.total += n;
             if status == TaskStatus::Succeeded {
                 stats.succeeded += n;

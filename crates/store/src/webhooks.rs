@@ -55,7 +55,7 @@ const ANNOUNCE: &str = "UPDATE tasks SET webhook_status = $1 \
 fn attempt_from_row(row: webhook_attempts::Model) -> Result<DeliveryAttempt, StoreError> {
     let status = match row.status {
         None => None,
-        Some(s) => Some(u16::try_from(s).map_err(|_| StoreError::Invalid(format!("stored HTTP status {s}")))?),
+        Some(s) => Some(u16::try_from(s).map_err(|e| StoreError::corrupt(format!("HTTP status {s}"), e))?),
     };
     Ok(DeliveryAttempt {
         status,
@@ -74,7 +74,7 @@ fn delivery_from_row(row: webhook_deliveries::Model) -> Result<WebhookDelivery, 
         event: row.event,
         payload: row.payload,
         attempts: u32::try_from(row.attempts)
-            .map_err(|_| StoreError::Invalid(format!("stored attempts {}", row.attempts)))?,
+            .map_err(|e| StoreError::corrupt(format!("attempts {}", row.attempts), e))?,
         created_at: Timestamp(row.created_at),
     })
 }

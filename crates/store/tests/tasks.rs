@@ -26,7 +26,7 @@ fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
         provider: "p".into(),
         input_mode: Some("text".into()),
         media_type: None,
-        media_url: None,
+        media: Vec::new(),
         duration: Some(5),
         resolution: Some("720p".into()),
         ratio: Some("16:9".into()),

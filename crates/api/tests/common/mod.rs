@@ -82,6 +82,8 @@ pub struct Server {
     pub gateway: Gateway,
     /// The store behind them.
     pub store: Store,
+    /// The store's database URL (a test may reach under the store, to corrupt a row on purpose).
+    pub url: String,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
     dir: Option<PathBuf>,
@@ -117,6 +119,7 @@ impl Server {
             Db::Postgres(base) => ("postgres", private_postgres_url(base).await),
         };
         let store = Store::open(&url).await.expect("open and migrate the store");
+        let db_url = url.clone();
         let gateway = wire(Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)), &dir);
         let catalog = catalog::Catalog::builtin().expect("builtin catalog");
         let added = gateway.seed_catalog(&catalog).await.expect("seed the catalog");
@@ -128,7 +131,7 @@ impl Server {
             // A sent signal or a dropped sender both stop the server.
             let _ = rx.await;
         }));
-        Server { label, addr, gateway, store, shutdown: Some(tx), task: Some(task), dir: Some(dir) }
+        Server { label, addr, gateway, store, url: db_url, shutdown: Some(tx), task: Some(task), dir: Some(dir) }
     }
 
     /// Triggers the shutdown future and checks that `serve` returns `Ok` promptly; cleans up.
@@ -354,7 +357,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         provider: "ark".into(),
         input_mode: Some("text".into()),
         media_type: None,
-        media_url: None,
+        media: Vec::new(),
         duration: Some(5),
         resolution: Some("720p".into()),
         ratio: Some("16:9".into()),

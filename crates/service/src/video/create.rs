@@ -6,8 +6,7 @@
 //! request's links take positions `0..15`, uploaded files `15..`.
 
 use domain::ports::AssetKind;
-use domain::{MediaObject, MediaRecordError, ModelKind, Task, TaskId, UserId};
-use serde_json::{Value, json};
+use domain::{MediaObject, MediaRecordError, MediaSource, ModelKind, Task, TaskId, TaskMedia, UserId};
 use validation::{MediaType, VideoPlan};
 
 use super::media::{SizeLimits, TypedError, TypedSink, media_key};
@@ -130,6 +129,14 @@ fn media_type(kind: AssetKind) -> MediaType {
     }
 }
 
+fn asset_kind(kind: MediaType) -> AssetKind {
+    match kind {
+        MediaType::Image => AssetKind::Image,
+        MediaType::Video => AssetKind::Video,
+        MediaType::Audio => AssetKind::Audio,
+    }
+}
+
 impl Gateway {
     /// A fresh id for a video task about to be created (its uploads are stored under it).
     pub fn new_video_task_id(&self) -> TaskId {
@@ -233,7 +240,7 @@ impl Gateway {
             prompt: plan.request.prompt.clone(),
             input_mode: Some(plan.input_mode.to_owned()),
             media_type: plan.media_type.map(str::to_owned),
-            media_url: media_record(&plan, uploads),
+            media: task_media(&plan, uploads),
             duration: Some(plan.duration()),
             resolution: Some(plan.resolution().to_owned()),
             ratio: Some(plan.ratio().to_owned()),
@@ -326,13 +333,17 @@ fn check_upload_sizes(def: &catalog::ModelDef, uploads: &[StoredUpload]) -> Resu
     Ok(())
 }
 
-/// The task's `media_url`: a JSON array of its media in order (links as given, then uploads).
-fn media_record(plan: &VideoPlan, uploads: &[StoredUpload]) -> Option<String> {
-    let links = plan.request.media.iter().flatten().map(|m| json!({"type": m.kind.as_str(), "url": m.url}));
-    let files = uploads
+/// The task's media in order: the request's links as given, then the uploaded files (numbered from 1).
+fn task_media(plan: &VideoPlan, uploads: &[StoredUpload]) -> Vec<TaskMedia> {
+    let links = plan
+        .request
+        .media
         .iter()
-        .enumerate()
-        .map(|(i, u)| json!({"type": u.kind.as_str(), "upload": i + 1, "mime": u.mime, "bytes": u.bytes}));
-    let all: Vec<Value> = links.chain(files).collect();
-    (!all.is_empty()).then(|| Value::Array(all).to_string())
+        .flatten()
+        .map(|m| TaskMedia { kind: asset_kind(m.kind), source: MediaSource::Link(m.url.clone()) });
+    let files = (1u32..).zip(uploads).map(|(number, u)| TaskMedia {
+        kind: u.kind,
+        source: MediaSource::Upload { number, mime: u.mime.to_owned(), bytes: u.bytes },
+    });
+    links.chain(files).collect()
 }

@@ -36,35 +36,6 @@ fn failed(code: &'static str, message: impl Into<String>) -> Submission {
     Submission::Failed { code, message: message.into() }
 }
 
-/// A media item of a task: its kind and, for a link, where to import it from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MediaItem {
-    pub kind: AssetKind,
-    pub url: Option<String>,
-}
-
-fn kind_of(name: &str) -> Option<AssetKind> {
-    match name {
-        "image" => Some(AssetKind::Image),
-        "video" => Some(AssetKind::Video),
-        "audio" => Some(AssetKind::Audio),
-        _ => None,
-    }
-}
-
-/// The task's media in order, from its `media_url` record.
-pub(crate) fn media_items(task: &Task) -> Vec<MediaItem> {
-    let Some(record) = task.media_url.as_deref() else { return Vec::new() };
-    let items: Vec<Value> = serde_json::from_str(record).unwrap_or_default();
-    items
-        .iter()
-        .filter_map(|item| {
-            let kind = kind_of(item.get("type")?.as_str()?)?;
-            Some(MediaItem { kind, url: item.get("url").and_then(Value::as_str).map(str::to_owned) })
-        })
-        .collect()
-}
-
 /// The content role of a reference of `kind`.
 fn content_item(kind: AssetKind, url: &str) -> Value {
     match kind {
@@ -112,8 +83,8 @@ impl Gateway {
         let stored = self.ports.videos.task_media(&task.id).await?;
         let limits =
             SizeLimits::of(def).ok_or_else(|| ServiceError::Internal(format!("{} is not a video model", def.name)))?;
-        for (position, item) in (0u32..).zip(media_items(task)) {
-            let Some(url) = item.url else { continue };
+        for (position, item) in (0u32..).zip(&task.media) {
+            let Some(url) = item.url() else { continue };
             if stored.iter().any(|o| o.position == position) {
                 continue;
             }
@@ -121,7 +92,7 @@ impl Gateway {
             let sink =
                 video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
             let mut sink = TypedSink::new(sink, limits);
-            let fetched = video.outbound.fetch_to(&url, limits.largest(), &mut sink).await;
+            let fetched = video.outbound.fetch_to(url, limits.largest(), &mut sink).await;
             if let Err(e) = fetched {
                 let refused = sink.refused();
                 sink.abort().await;
@@ -144,7 +115,7 @@ impl Gateway {
                 kind,
                 mime: mime.to_owned(),
                 bytes,
-                source_url: Some(url),
+                source_url: Some(url.to_owned()),
                 asset_id: None,
                 created_at: self.ports.clock.now(),
             };

@@ -31,7 +31,7 @@ use domain::{
 use tokio::task::{JoinError, JoinSet};
 
 use super::poll::{UpstreamState, parse_task};
-use super::submit::{Submission, media_items};
+use super::submit::Submission;
 use crate::{Gateway, ServiceError};
 
 /// What one worker pass did.
@@ -505,15 +505,13 @@ impl Gateway {
     /// The charge for `tokens` at the price version the task was reserved at.
     async fn video_charge(&self, job: &VideoJob, tokens: u64) -> Result<UsdAmount, ServiceError> {
         let task = &job.task;
-        let id = task.billing.pricing_version_id.as_deref().unwrap_or_default();
-        let version = id.rsplit_once("@v").and_then(|(_, v)| v.parse::<i64>().ok());
-        let pricing = match version {
-            Some(v) => self.ports.models.pricing_version(&task.model, v).await?,
-            None => None,
-        };
+        let text = task.billing.pricing_version_id.as_deref().unwrap_or_default();
+        let id: domain::PricingVersionId =
+            text.parse().map_err(|e| ServiceError::Internal(format!("task {}: {e}", task.id)))?;
+        let pricing = self.ports.models.pricing_version(&id.model, id.version).await?;
         let pricing =
-            pricing.ok_or_else(|| ServiceError::Internal(format!("task {} has no price version {id:?}", task.id)))?;
-        let with_video = media_items(task).iter().any(|m| m.kind == domain::ports::AssetKind::Video);
+            pricing.ok_or_else(|| ServiceError::Internal(format!("task {} has no price version {id}", task.id)))?;
+        let with_video = task.media.iter().any(|m| m.kind == domain::ports::AssetKind::Video);
         let resolution = task.resolution.as_deref().unwrap_or_default();
         billing::video_charge(&pricing.sheet, resolution, with_video, tokens)
             .map(|c| c.total)

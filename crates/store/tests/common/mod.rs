@@ -112,7 +112,7 @@ pub fn call_task(user: &UserId, id: &TaskId) -> domain::Task {
         provider: "p".into(),
         input_mode: None,
         media_type: None,
-        media_url: None,
+        media: Vec::new(),
         duration: None,
         resolution: None,
         ratio: None,

@@ -1,0 +1,26 @@
+//! Port traits: what the use cases need from storage and identity, implemented elsewhere.
+//!
+//! All traits are object-safe and used as `Arc<dyn …>`. The ledger port lives in the
+//! `billing` crate, beside the rules it enforces.
+
+mod accounts;
+mod assets;
+mod error;
+mod idempotency;
+mod ids;
+mod media;
+mod models;
+mod responses;
+mod tasks;
+mod upstream;
+
+pub use accounts::{AccountStore, Readiness};
+pub use assets::{AssetKind, AssetStatus, AssetUpstream};
+pub use error::{BadValue, Cause, StoreError};
+pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
+pub use ids::IdSource;
+pub use media::{MediaError, MediaSink, MediaSource, MediaStore};
+pub use models::ModelStore;
+pub use responses::ResponseOwners;
+pub use tasks::{OpenWork, PageRequest, TaskOutcome, TaskStore};
+pub use upstream::{Endpoint, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamError};

@@ -1,0 +1,139 @@
+//! The upstream ports: synchronous endpoints (with their event streams) and video tasks, and their error.
+
+use async_trait::async_trait;
+
+/// Why an upstream call produced no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// The connection could not be made or broke before an answer.
+    #[error("upstream connection failed: {0}")]
+    Connect(String),
+    /// No (complete) answer within the configured time.
+    #[error("upstream timed out")]
+    Timeout,
+    /// The upstream answered with a non-2xx status; `body` is its (possibly truncated) text.
+    #[error("upstream answered {status}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// Response text, for logs.
+        body: String,
+    },
+    /// The answer was not in the expected format.
+    #[error("malformed upstream answer: {0}")]
+    Malformed(String),
+    /// The stream carried an error event or broke off.
+    #[error("upstream stream failed: {0}")]
+    Stream(String),
+    /// The upstream answered 2xx but refused the request inside the answer (the speech service's
+    /// non-zero `code`, an image call's top-level `error`).
+    #[error("the upstream refused the request ({code}: {message})")]
+    Rejected {
+        /// The upstream's error code.
+        code: String,
+        /// The upstream's message.
+        message: String,
+    },
+    /// No upstream is configured for this endpoint (no base URL or key); nothing was sent.
+    #[error("no upstream is configured for {0}")]
+    NotConfigured(String),
+}
+
+impl UpstreamError {
+    /// A short fixed name of the failure's kind (a metrics label; no upstream text in it).
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::Status { .. } => "status",
+            UpstreamError::Malformed(_) => "malformed",
+            UpstreamError::Stream(_) => "stream",
+            UpstreamError::Rejected { .. } => "rejected",
+            UpstreamError::NotConfigured(_) => "not_configured",
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (connection trouble, timeouts, 429, 5xx).
+    pub fn retryable(&self) -> bool {
+        match self {
+            UpstreamError::Connect(_) | UpstreamError::Timeout | UpstreamError::Stream(_) => true,
+            UpstreamError::Status { status, .. } => *status == 429 || *status >= 500,
+            UpstreamError::Malformed(_) | UpstreamError::NotConfigured(_) | UpstreamError::Rejected { .. } => false,
+        }
+    }
+}
+
+/// One server-sent event of an upstream stream: its `event:` name, if any, and its `data:` payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field (named-event formats: message-style and response-style streams).
+    pub event: Option<String>,
+    /// The `data:` payload (several `data:` lines joined with `\n`).
+    pub data: Vec<u8>,
+}
+
+/// The events of an upstream server-sent event stream, in order.
+#[async_trait]
+pub trait EventStream: Send {
+    /// The next event; `None` after `[DONE]` (chat framing) or the end of the stream.
+    async fn next_event(&mut self) -> Option<Result<SseEvent, UpstreamError>>;
+}
+
+/// The synchronous upstream endpoints the gateway calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `POST <platform base>/chat/completions` (data-only SSE ending with `data: [DONE]`).
+    ChatCompletions,
+    /// `POST <platform base>/images/generations` (non-streaming only).
+    ImageGenerations,
+    /// `POST <speech origin>/api/v3/tts/create`, with the speech service's own key.
+    Speech,
+    /// `POST <platform base>/responses` (response-style; named SSE events).
+    Responses,
+    /// `POST <message-compatible base>/v1/messages` (message-style; named SSE events).
+    Messages,
+}
+
+impl Endpoint {
+    /// Every endpoint.
+    pub const ALL: [Endpoint; 5] = [
+        Endpoint::ChatCompletions,
+        Endpoint::ImageGenerations,
+        Endpoint::Speech,
+        Endpoint::Responses,
+        Endpoint::Messages,
+    ];
+
+    /// A short name for logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::ImageGenerations => "image_generations",
+            Endpoint::Speech => "speech",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+        }
+    }
+}
+
+/// The upstream platform's synchronous endpoints. Bodies are JSON bytes whose `model` is already
+/// the upstream id; the adapter moves bytes and never interprets usage or prices.
+#[async_trait]
+pub trait Upstream: Send + Sync {
+    /// Sends a non-streaming request body to `endpoint`; returns the 2xx body.
+    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError>;
+    /// Sends a streaming request body to `endpoint`; returns the event stream once the upstream answered 2xx.
+    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError>;
+}
+
+/// The platform's content-generation tasks (video). Bodies are JSON bytes; the adapter moves them
+/// and does not interpret them.
+#[async_trait]
+pub trait TaskUpstream: Send + Sync {
+    /// `POST <platform base>/contents/generations/tasks`; the 2xx body (`{"id":…}`).
+    async fn create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError>;
+    /// `GET <platform base>/contents/generations/tasks/{id}`; the 2xx body (the task object).
+    async fn get_task(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError>;
+    /// `DELETE <platform base>/contents/generations/tasks/{id}`: cancels a queued task.
+    async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError>;
+}
