@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use billing::CallBook;
 use common::{TestDb, name, new_task, usd, user_with};
-use domain::ports::{AccountStore, AssetKind, StoreError, TaskStore};
+use domain::ports::{AssetKind, StoreError, TaskStore};
 use domain::{
     ClaimShare, MediaObject, MediaRecordError, ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition,
     Timestamp, UserId, VideoStore,
@@ -276,18 +276,8 @@ async fn two_claimers_never_hold_one_task_together() {
 }
 
 async fn user_with_quota(store: &Store, quota: i64) -> UserId {
-    let id = UserId(format!("usr_{}", uuid::Uuid::now_v7().simple()));
-    let user = NewUser {
-        id: id.clone(),
-        name: "m".into(),
-        email: "m@example.com".into(),
-        role: "user".into(),
-        balance: usd(1_000_000),
-        concurrency_limit: 10,
-        media_quota_bytes: quota,
-    };
-    store.create_user(user).await.expect("create user");
-    id
+    let user = testkit::new_user(&testkit::user_id(), usd(1_000_000));
+    common::create_user(store, NewUser { media_quota_bytes: quota, ..user }).await
 }
 
 fn media(user: &UserId, task: &TaskId, position: u32, bytes: u64) -> MediaObject {
