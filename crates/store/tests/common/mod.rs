@@ -4,8 +4,9 @@
 
 #![allow(dead_code, clippy::panic, clippy::unwrap_used)]
 
-use domain::ports::AccountStore;
-use domain::{NewUser, TaskId, UsdAmount, UserId};
+use billing::CallBook;
+use domain::ports::{AccountStore, TaskStore};
+use domain::{ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount, UserId};
 use store::{Backend, Store};
 use testkit::pg::Schema;
 
@@ -99,4 +100,43 @@ pub fn call_task(user: &UserId, id: &TaskId) -> domain::Task {
         updated_at: domain::Timestamp(1),
         ..billing::conformance::running_task(user, id, UsdAmount::ZERO, domain::TaskStatus::Processing)
     }
+}
+
+/// What a video task of [`open_video_task`] holds.
+pub const VIDEO_HOLD: i64 = 1_000;
+
+/// A video task of `user` in `submitting` created at `created`, stored by `CallBook::open_call`
+/// with a hold of [`VIDEO_HOLD`].
+pub async fn open_video_task(store: &Store, user: &UserId, created: i64, webhook: Option<&str>) -> TaskId {
+    let id = new_task();
+    let task = domain::Task {
+        kind: ModelKind::Video,
+        model: "Videogen-2.0".into(),
+        status: TaskStatus::Submitting,
+        prompt: Some("a cat".into()),
+        duration: Some(5),
+        webhook_url: webhook.map(str::to_owned),
+        created_at: Timestamp(created),
+        updated_at: Timestamp(created),
+        ..call_task(user, &id)
+    };
+    store.open_call(task, usd(VIDEO_HOLD)).await.unwrap_or_else(|e| panic!("{}: open: {e}", name(store)));
+    id
+}
+
+/// Moves the video task `task` by `event` (an upstream id when accepted); a terminal state ends its
+/// hold too (half of it charged on success, else refunded).
+pub async fn video_step(store: &Store, user: &UserId, task: &TaskId, from: TaskStatus, event: TaskEvent) {
+    let mut change = TaskTransition::new(from, event);
+    if event == TaskEvent::Accepted {
+        change.update.upstream_id = Some(format!("cgt-{}", task.as_str()));
+    }
+    let to = from.apply(event).expect("an allowed change");
+    let moved = if to.is_terminal() {
+        let charge = (to == TaskStatus::Succeeded).then(|| usd(VIDEO_HOLD / 2));
+        store.close_task(task, user, usd(VIDEO_HOLD), charge, change).await.map(drop).map_err(|e| e.to_string())
+    } else {
+        store.transition_task(task, change).await.map(drop).map_err(|e| e.to_string())
+    };
+    moved.unwrap_or_else(|e| panic!("{}: {from} {event:?}: {e}", name(store)));
 }
