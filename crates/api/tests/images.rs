@@ -695,12 +695,10 @@ async fn concurrent_sequential_calls_never_overdraw() {
             }
         }
         assert!((5..12).contains(&ok), "{}: {ok} accepted", env.server.label);
-        let after = env.server.balance(&user.id).await;
-        let (entries, sum) = env.server.ledger(&user.id).await;
-        assert_eq!(after, sum, "{}: balance equals the ledger sum", env.server.label);
+        let (after, entries) = env.server.assert_ledger(&user.id, &env.ctx("concurrent")).await;
         assert_eq!(after.micros(), start_micros - ok * 11 * PIECE_45, "{}: eleven images per call", env.server.label);
         assert!(!after.is_negative(), "{}", env.server.label);
-        assert_eq!(entries.len() as i64, 1 + 2 * ok, "{}: top-up + reserve/settle per call", env.server.label);
+        assert_eq!(entries as i64, 1 + 2 * ok, "{}: top-up + reserve/settle per call", env.server.label);
         env.server.stop().await;
     }
 }

@@ -11,8 +11,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Db, Reply, Server, databases, unique};
-use domain::{Scope, UsdAmount, User};
+use common::{Db, Env, Reply, databases, unique};
+use domain::{Scope, UsdAmount};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
@@ -20,25 +20,13 @@ const MODEL: &str = "LangA-V4-flash";
 /// LangA-V4-flash: input, output and cache-hit micro-USD per 1,000,000 tokens.
 const RATES: (i128, i128, i128) = (140_000, 280_000, 28_000);
 
-struct Env {
-    server: Server,
-    _sim: upstream::sim::SimHandle,
-    user: User,
-    key: String,
+/// A gateway with a chat upstream, one user with 10 USD and a key for language calls.
+async fn native_env(db: &Db) -> Env {
+    Env::new(db, "10", Duration::from_secs(2), &[Scope::LanguageCreate, Scope::TaskRead]).await
 }
 
+/// The native formats' requests.
 impl Env {
-    async fn new(db: &Db) -> Env {
-        let (server, sim) = Server::start_with_chat(db, Duration::from_secs(2)).await;
-        let user = server.user("10").await;
-        let key = server.key(&user.id, &[Scope::LanguageCreate, Scope::TaskRead]).await.secret;
-        Env { server, _sim: sim, user, key }
-    }
-
-    fn ctx(&self, what: &str) -> String {
-        format!("{}: {what}", self.server.label)
-    }
-
     async fn messages(&self, path: &str, body: &Value) -> Reply {
         let headers = [("x-api-key", self.key.as_str()), ("anthropic-version", "2023-06-01")];
         self.server.post_json_with(path, None, &headers, body).await
@@ -46,30 +34,6 @@ impl Env {
 
     async fn responses(&self, path: &str, key: &str, body: &Value) -> Reply {
         self.server.post_json(path, Some(key), body).await
-    }
-
-    async fn task(&self, id: &str) -> Value {
-        let reply = self.server.get(&format!("/api/v1/tasks/{id}"), Some(&self.key)).await;
-        assert_eq!(reply.status, 200, "{}: GET task", self.server.label);
-        reply.json
-    }
-
-    async fn settled_task(&self, id: &str) -> Value {
-        for _ in 0..100 {
-            let task = self.task(id).await;
-            if task["billing"]["status"] != "reserved" {
-                return task;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{}: task {id} still reserved after 5 s", self.server.label);
-    }
-
-    async fn assert_ledger_consistent(&self, what: &str) -> UsdAmount {
-        let balance = self.server.balance(&self.user.id).await;
-        let (_, sum) = self.server.ledger(&self.user.id).await;
-        assert_eq!(balance, sum, "{}: balance equals the ledger sum", self.ctx(what));
-        balance
     }
 }
 
@@ -127,7 +91,7 @@ fn message_body(extra: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn messages_are_billed_from_their_usage_on_both_paths() {
     for db in databases() {
-        let env = Env::new(&db).await;
+        let env = native_env(&db).await;
         for path in ["/v1/messages", "/v1/v1/messages"] {
             let ctx = env.ctx(path);
             let reply = env.messages(path, &message_body(json!({}))).await;
@@ -165,7 +129,7 @@ async fn messages_are_billed_from_their_usage_on_both_paths() {
             .post_json_with("/v1/messages", None, &[("anthropic-version", "1")], &message_body(json!({})))
             .await;
         no_key.assert_error(401, "invalid_api_key", &env.ctx("no key"));
-        let before = env.assert_ledger_consistent("before rejects").await;
+        let before = env.assert_ledger("before rejects").await.0;
         for (bad, what) in [
             (json!({"max_tokens": 0}), "max_tokens 0"),
             (json!({"max_tokens": 393_217}), "max_tokens above the model's bound"),
@@ -175,7 +139,7 @@ async fn messages_are_billed_from_their_usage_on_both_paths() {
         ] {
             env.messages("/v1/messages", &message_body(bad)).await.assert_error(400, "invalid_request", &env.ctx(what));
         }
-        assert_eq!(env.assert_ledger_consistent("after rejects").await, before, "{}", env.ctx("rejects move no money"));
+        assert_eq!(env.assert_ledger("after rejects").await.0, before, "{}", env.ctx("rejects move no money"));
         env.server.stop().await;
     }
 }
@@ -183,7 +147,7 @@ async fn messages_are_billed_from_their_usage_on_both_paths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn message_streams_end_with_message_stop_settled() {
     for db in databases() {
-        let env = Env::new(&db).await;
+        let env = native_env(&db).await;
         let ctx = env.ctx("message stream");
         let reply = env.messages("/v1/messages", &message_body(json!({"stream": true}))).await;
         assert_eq!(reply.status, 200, "{ctx}");
@@ -214,7 +178,7 @@ async fn message_streams_end_with_message_stop_settled() {
         assert!(last.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{ctx}: {last:?}");
         let failed_task = env.settled_task(failed.header("x-svc-task-id").unwrap_or_default()).await;
         assert_eq!(failed_task["status"], "succeeded", "{ctx}: charged for what was delivered: {failed_task}");
-        env.assert_ledger_consistent("message streams").await;
+        env.assert_ledger("message streams").await;
         env.server.stop().await;
     }
 }
@@ -222,7 +186,7 @@ async fn message_streams_end_with_message_stop_settled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_stream_dropped_halfway_is_settled() {
     for db in databases() {
-        let env = Env::new(&db).await;
+        let env = native_env(&db).await;
         let ctx = env.ctx("dropped message stream");
         let body = message_body(
             json!({"stream": true, "max_tokens": 400, "sim_completion_tokens": 300, "sim_chunk_delay_ms": 20}),
@@ -245,7 +209,7 @@ async fn a_message_stream_dropped_halfway_is_settled() {
         assert_eq!(task["billing"]["status"], "settled", "{ctx}: never left reserved: {task}");
         let output = n(&task["billing"]["usage"], "/completion_tokens");
         assert!(output > 0 && output < 300, "{ctx}: settled on the part delivered: {task}");
-        env.assert_ledger_consistent("dropped stream").await;
+        env.assert_ledger("dropped stream").await;
         env.server.stop().await;
     }
 }
@@ -253,7 +217,7 @@ async fn a_message_stream_dropped_halfway_is_settled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn responses_chain_only_the_callers_own_responses() {
     for db in databases() {
-        let env = Env::new(&db).await;
+        let env = native_env(&db).await;
         let ctx = env.ctx("responses");
         let first = env
             .responses(
@@ -306,7 +270,7 @@ async fn responses_chain_only_the_callers_own_responses() {
             .await;
         unknown.assert_error(404, "not_found", &ctx);
         assert_eq!(env.server.ledger(&other.id).await.0.len(), before, "{ctx}: nothing charged");
-        env.assert_ledger_consistent("responses").await;
+        env.assert_ledger("responses").await;
         env.server.stop().await;
     }
 }
@@ -314,7 +278,7 @@ async fn responses_chain_only_the_callers_own_responses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotency_keys_are_scoped_by_route() {
     for db in databases() {
-        let env = Env::new(&db).await;
+        let env = native_env(&db).await;
         let ctx = env.ctx("one key on two routes");
         let key = unique("idem-");
         let chat = json!({"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "same key"}]});

@@ -58,7 +58,7 @@ async fn json_task_with_imported_media(db: &Db) {
     env.flush().await;
     let events = env.webhooks("/hook", &id);
     assert_eq!(events, ["task.queued", "task.processing", "task.succeeded"], "{}", env.ctx("one webhook per change"));
-    env.assert_books("json task").await;
+    env.assert_ledger("json task").await;
 }
 
 #[tokio::test]
@@ -94,7 +94,7 @@ async fn a_multipart_task_with_an_image_file_succeeds() {
             "{}",
             env.ctx("one webhook per change")
         );
-        env.assert_books("multipart task").await;
+        env.assert_ledger("multipart task").await;
     }
 }
 
@@ -141,7 +141,7 @@ async fn a_queued_task_cancels_with_a_refund_and_a_processing_one_is_409() {
         refused.assert_error(409, "not_cancellable", &env.ctx("a processing task"));
         let done = env.drive(&busy_id, "succeeded").await;
         assert_eq!(done["billing"]["status"], "settled", "{}", env.ctx("the refused cancel changed nothing"));
-        env.assert_books("cancel").await;
+        env.assert_ledger("cancel").await;
     }
 }
 
@@ -166,7 +166,7 @@ async fn failed_expired_and_unreachable_outcomes_refund_or_keep_the_hold() {
         let id = created_id(&env, &env.create(&flaky).await, "flaky");
         let done = env.drive(&id, "succeeded").await;
         assert_eq!(amount(&done["billing"]["actual_amount"], "actual"), expected_charge(5), "{}", env.ctx("flaky"));
-        env.assert_books("outcomes").await;
+        env.assert_ledger("outcomes").await;
     }
 }
 
@@ -215,7 +215,7 @@ async fn the_same_idempotency_key_and_body_create_one_task_submitted_once() {
         let (entries, _) = env.server.ledger(&env.user.id).await;
         // The initial grant, the hold and its settlement: nothing twice.
         assert!(entries.len() <= 3, "{}", env.ctx(&format!("ledger entries: {entries:?}")));
-        env.assert_books("idempotency").await;
+        env.assert_ledger("idempotency").await;
     }
 }
 
@@ -271,7 +271,7 @@ async fn two_workers_on_one_database_submit_and_settle_each_task_once() {
             let settles = entries.iter().filter(|e| e.task_id.as_ref().is_some_and(|t| t.0 == *id)).count();
             assert_eq!(settles, 2, "{}", env.ctx(&format!("task {id}: one hold and one settlement")));
         }
-        env.assert_books("two workers").await;
+        env.assert_ledger("two workers").await;
     }
 }
 
@@ -320,7 +320,7 @@ async fn uploads_are_sniffed_bounded_per_kind_and_counted_against_the_media_quot
         let stripped = String::from_utf8_lossy(&body).replace("name=\"request\"", "name=\"other\"");
         let missing = env.server.post("/api/v1/tasks", Some(&key), &content_type, stripped.as_bytes()).await;
         missing.assert_error(400, "invalid_request", &env.ctx("no request field"));
-        env.assert_books("uploads").await;
+        env.assert_ledger("uploads").await;
     }
 }
 
@@ -330,7 +330,6 @@ async fn uploads_are_sniffed_bounded_per_kind_and_counted_against_the_media_quot
 /// charged and nothing is sent upstream.
 #[tokio::test]
 async fn a_corrupt_media_record_is_a_500_and_never_runs_as_text_only() {
-    use sea_orm::{ConnectionTrait, Database, Statement};
     for db in databases() {
         let env = VideoEnv::new(&db, "127.0.0.1", "10").await;
         let start = env.server.balance(&env.user.id).await;
@@ -343,15 +342,12 @@ async fn a_corrupt_media_record_is_a_500_and_never_runs_as_text_only() {
         let id = created_id(&env, &reply, "create");
         let held = amount(&reply.json["billing"]["estimated_amount"], "estimate");
 
-        let conn = Database::connect(env.server.url.as_str()).await.expect("connect under the store");
-        let backend = conn.get_database_backend();
-        let corrupt = Statement::from_sql_and_values(
-            backend,
-            "UPDATE tasks SET media_url = $1 WHERE id = $2",
-            ["[{\"type\":\"vid\",\"url\":\"https://x\"}]".into(), id.as_str().into()],
+        let corrupt = "[{\"type\":\"vid\",\"url\":\"https://x\"}]";
+        let sql = "UPDATE tasks SET media_url = $1 WHERE id = $2";
+        assert_eq!(
+            testkit::books::execute_under_the_store(env.server.url.as_str(), sql, &[corrupt, id.as_str()]).await,
+            1
         );
-        assert_eq!(conn.execute_raw(corrupt).await.expect("corrupt the row").rows_affected(), 1);
-        conn.close().await.expect("close");
 
         let read = env.server.get(&format!("/api/v1/tasks/{id}"), Some(&env.key)).await;
         read.assert_error(500, "internal_error", &env.ctx("a corrupt row"));

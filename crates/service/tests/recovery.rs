@@ -5,69 +5,41 @@ use std::time::Duration;
 
 use billing::Ledger;
 use domain::ports::{AccountStore, TaskStore};
-use domain::{
-    BillingStatus, ModelKind, NewUser, SystemClock, Task, TaskBilling, TaskId, TaskStatus, Timestamp, UsdAmount, UserId,
-};
+use domain::{BillingStatus, NewUser, SystemClock, Task, TaskId, TaskStatus, Timestamp, UsdAmount, UserId};
 use service::{Gateway, Ports};
 
+/// A running call's task created at `at` (the ledger suite's task with this test's names).
 fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
     Task {
-        id: id.clone(),
-        user_id: user.clone(),
         model: "LangA-V4-flash".into(),
-        kind: ModelKind::Language,
-        status: TaskStatus::Processing,
-        prompt: None,
         provider: "ark".into(),
         input_mode: None,
-        media_type: None,
-        media: Vec::new(),
-        duration: None,
-        resolution: None,
-        ratio: None,
-        generate_audio: None,
-        billing: TaskBilling {
-            status: BillingStatus::Reserved,
-            pricing_version_id: None,
-            estimated: UsdAmount::ZERO,
-            actual: None,
-            balance_after: None,
-            usage_json: None,
-        },
-        output_url: None,
-        last_frame_url: None,
-        error_code: None,
-        error_message: None,
-        webhook_url: None,
         created_at: at,
         updated_at: at,
-        completed_at: None,
-        runner: None,
+        ..billing::conformance::running_task(user, id, UsdAmount::ZERO, TaskStatus::Processing)
     }
 }
 
 #[tokio::test]
 async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
-    let dir = std::env::temp_dir().join(format!("gw-recovery-{}", uuid::Uuid::new_v4().simple()));
-    let url = std::env::var("TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .ok_or(())
-        .unwrap_or_else(|_| format!("sqlite://{}/gw.db?mode=rwc", dir.display()));
+    // A private schema on PostgreSQL when TEST_DATABASE_URL is set (like every other test), else a
+    // fresh SQLite file.
+    let schema = testkit::pg::Schema::from_env("gw_recovery").await;
+    let url = match &schema {
+        Some(schema) => schema.url.clone(),
+        None => {
+            let dir = std::env::temp_dir().join(format!("gw-recovery-{}", uuid::Uuid::new_v4().simple()));
+            format!("sqlite://{}/gw.db?mode=rwc", dir.display())
+        }
+    };
     let store = store::Store::open(&url).await.expect("store");
-    let user = UserId(format!("usr_{}", uuid::Uuid::new_v4().simple()));
-    store
-        .create_user(NewUser {
-            id: user.clone(),
-            name: "r".into(),
-            email: "r@example.com".into(),
-            role: "user".into(),
-            balance: UsdAmount::from_micros(10_000_000),
-            concurrency_limit: 4,
-            media_quota_bytes: 0,
-        })
-        .await
-        .expect("user");
+    let user = testkit::user_id();
+    let new_user = NewUser {
+        name: "r".into(),
+        concurrency_limit: 4,
+        ..testkit::new_user(&user, UsdAmount::from_micros(10_000_000))
+    };
+    store.create_user(new_user).await.expect("user");
     let now = domain::Clock::now(&SystemClock);
     let (old, fresh) = (TaskId(format!("task_old_{}", user)), TaskId(format!("task_new_{}", user)));
     for (id, at) in [(&old, Timestamp(now.millis() - 3_600_000)), (&fresh, now)] {
@@ -93,4 +65,8 @@ async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
     // A second sweep changes nothing for this user.
     gateway.recover_interrupted_calls(Duration::from_secs(600)).await.expect("sweep");
     assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(8_000_000));
+    store.close().await.expect("close");
+    if let Some(schema) = schema {
+        schema.drop_now().await;
+    }
 }

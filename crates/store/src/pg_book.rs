@@ -448,7 +448,6 @@ mod tests {
     use billing::LedgerError;
     use domain::ports::AccountStore;
     use domain::{LedgerKind, Timestamp};
-    use sea_orm::ConnectionTrait;
 
     fn usd(micros: i64) -> UsdAmount {
         UsdAmount::from_micros(micros)
@@ -460,23 +459,13 @@ mod tests {
     /// Needs `TEST_DATABASE_URL`; runs in a schema of its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_commit_on_their_assumptions_and_read_when_one_is_false() {
-        let Some(base) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else { return };
-        let schema = format!("gw_assumed_{}", uuid::Uuid::new_v4().simple());
-        let admin = sea_orm::Database::connect(base.as_str()).await.expect("admin");
-        admin.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("schema");
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+        let test = "batches_commit_on_their_assumptions_and_read_when_one_is_false";
+        let Some(base) = testkit::pg::required_url(test) else { return };
+        let schema = testkit::pg::Schema::create(&base, "gw_assumed").await;
+        let url = schema.url.clone();
         let store = crate::Store::open(&url).await.expect("store");
         let alice = UserId("usr_assumed".into());
-        let new_user = domain::NewUser {
-            id: alice.clone(),
-            name: "a".into(),
-            email: "a@example.com".into(),
-            role: "user".into(),
-            balance: usd(1_000),
-            concurrency_limit: 1,
-            media_quota_bytes: 0,
-        };
+        let new_user = domain::NewUser { concurrency_limit: 1, ..testkit::new_user(&alice, usd(1_000)) };
         store.create_user(new_user.clone()).await.expect("user");
         let (writer, assumed) = start_counting(writer_pool(&url, 1).await.expect("pool"), 1);
         let hold = |task: &str, amount: i64| BookOp::Hold {
@@ -526,12 +515,7 @@ mod tests {
         // A credit the stored balance cannot take (the assumed one could): the write finds it out
         // of range and changes nothing; the read refuses it.
         let carol = UserId("usr_assumed_carol".into());
-        let new_carol = domain::NewUser {
-            id: carol.clone(),
-            email: "c@example.com".into(),
-            balance: usd(i64::MAX - 100),
-            ..new_user.clone()
-        };
+        let new_carol = domain::NewUser { id: carol.clone(), balance: usd(i64::MAX - 100), ..new_user.clone() };
         store.create_user(new_carol).await.expect("carol");
         let huge =
             BookOp::Credit { user: carol.clone(), amount: usd(200), kind: LedgerKind::Topup, note: String::new() };
@@ -540,7 +524,7 @@ mod tests {
         // A task of another user's, held by Alice: ending it with a task change is refused, and
         // neither the hold nor the task moves.
         let bob = UserId("usr_assumed_bob".into());
-        let new_bob = domain::NewUser { id: bob.clone(), email: "b@example.com".into(), ..new_user };
+        let new_bob = domain::NewUser { id: bob.clone(), ..new_user };
         store.create_user(new_bob).await.expect("bob");
         let theirs = TaskId("t_bob".into());
         let task = billing::conformance::running_task(&bob, &theirs, usd(10), domain::TaskStatus::Processing);
@@ -557,14 +541,11 @@ mod tests {
         assert_eq!(store.task_status(&theirs).await, Ok(Some(domain::TaskStatus::Processing)));
         assert_eq!(store.reservation_status(&theirs).await, Ok(Some(domain::BillingStatus::Reserved)));
 
-        let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &alice)
-            .await
-            .expect("balance = ledger");
-        assert_eq!(balance, usd(945));
+        assert_eq!(testkit::assert_balance_is_ledger_sum(&store, &alice, "PostgreSQL").await, usd(945));
         let stats = domain::ports::TaskStore::task_stats(&store, &alice).await.expect("stats");
         assert_eq!(stats.spent, usd(100));
         drop(writer);
         store.close().await.expect("close");
-        admin.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop schema");
+        schema.drop_now().await;
     }
 }

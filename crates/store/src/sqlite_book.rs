@@ -472,18 +472,8 @@ mod tests {
     /// A user with `micros` of balance.
     async fn new_user(store: &crate::Store, id: &str, micros: i64) -> UserId {
         let user = UserId(id.to_owned());
-        store
-            .create_user(domain::NewUser {
-                id: user.clone(),
-                name: "t".into(),
-                email: format!("{id}@example.com"),
-                role: "user".into(),
-                balance: UsdAmount::from_micros(micros),
-                concurrency_limit: 1,
-                media_quota_bytes: 0,
-            })
-            .await
-            .expect("user");
+        let new = domain::NewUser { concurrency_limit: 1, ..testkit::new_user(&user, UsdAmount::from_micros(micros)) };
+        store.create_user(new).await.expect("user");
         user
     }
 
@@ -524,10 +514,7 @@ mod tests {
         queued.await.expect("join").expect("committed after the release");
         assert_eq!(direct.load(Ordering::Relaxed), 1, "the second one went through the writer thread");
 
-        let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &user)
-            .await
-            .expect("balance = ledger");
-        assert_eq!(balance, UsdAmount::from_micros(1_003));
+        assert_eq!(testkit::assert_balance_is_ledger_sum(&store, &user, "SQLite").await, UsdAmount::from_micros(1_003));
         drop(writer);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
@@ -567,9 +554,7 @@ mod tests {
         // Nothing was lost across the restarts: every credit is in every balance and ledger.
         for i in 0..64 {
             let user = UserId(format!("usr_ckpt_{i}"));
-            let balance = billing::conformance::balance_is_ledger_sum(&store as &dyn billing::Ledger, &user)
-                .await
-                .expect("balance = ledger");
+            let balance = testkit::assert_balance_is_ledger_sum(&store, &user, "SQLite").await;
             assert_eq!(balance, UsdAmount::from_micros(1_000_150));
         }
         // 9,600 entries of ~300 bytes: without restarts the WAL grows past 30 MB (measured: 35);

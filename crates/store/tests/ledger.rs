@@ -185,7 +185,9 @@ async fn in_memory_sqlite_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_writer_reconnects_after_its_connection_is_ended() {
     use sea_orm::ConnectionTrait;
-    let Some(base) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else { return };
+    let Some(base) = testkit::pg::required_url("the_postgres_writer_reconnects_after_its_connection_is_ended") else {
+        return;
+    };
     let name = format!("gw_reconnect_{}", uuid::Uuid::new_v4().simple());
     let admin = sea_orm::Database::connect(base.as_str()).await.expect("admin connection");
     admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create database");

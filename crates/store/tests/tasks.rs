@@ -15,39 +15,21 @@ use domain::{
     UsdAmount, UserId,
 };
 
+/// A video task (the ledger suite's running task with a video's fields).
 fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
+    let base = billing::conformance::running_task(user, id, UsdAmount::ZERO, status);
     Task {
-        id: id.clone(),
-        user_id: user.clone(),
         model: "Videogen-2.0".into(),
         kind: ModelKind::Video,
-        status,
         prompt: Some("a cat".into()),
         provider: "p".into(),
-        input_mode: Some("text".into()),
-        media_type: None,
-        media: Vec::new(),
         duration: Some(5),
         resolution: Some("720p".into()),
         ratio: Some("16:9".into()),
         generate_audio: Some(true),
-        billing: TaskBilling {
-            status: BillingStatus::Reserved,
-            pricing_version_id: Some("Videogen-2.0@v1".into()),
-            estimated: UsdAmount::ZERO,
-            actual: None,
-            balance_after: None,
-            usage_json: None,
-        },
-        output_url: None,
-        last_frame_url: None,
-        error_code: None,
-        error_message: None,
+        billing: TaskBilling { pricing_version_id: Some("Videogen-2.0@v1".into()), ..base.billing },
         webhook_url: Some("https://example.com/hook".into()),
-        created_at: Timestamp(1_795_300_000_000),
-        updated_at: Timestamp(1_795_300_000_000),
-        completed_at: None,
-        runner: None,
+        ..base
     }
 }
 

@@ -43,7 +43,10 @@ impl Rng {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_mixing_every_operation_keep_every_money_rule() {
-    let Some(db) = TestDb::postgres("mixed").await else { return };
+    let Some(db) = TestDb::postgres_only("mixed", "two_replicas_mixing_every_operation_keep_every_money_rule").await
+    else {
+        return;
+    };
     let a = db.open().await;
     let b = Store::connect(&db.url).await.expect("second replica");
     let mut users = Vec::new();

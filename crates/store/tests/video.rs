@@ -12,49 +12,16 @@ use std::sync::{Arc, Mutex};
 
 use billing::CallBook;
 use common::{TestDb, name, new_task, usd, user_with};
-use domain::ports::{AccountStore, AssetKind, StoreError, TaskStore};
+use domain::ports::{AssetKind, StoreError};
 use domain::{
-    ClaimShare, MediaObject, MediaRecordError, ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition,
-    Timestamp, UserId, VideoStore,
+    ClaimShare, MediaObject, MediaRecordError, NewUser, TaskEvent, TaskId, TaskStatus, Timestamp, UserId, VideoStore,
 };
 use store::Store;
 
 /// The tests' "now".
 const T: i64 = 1_795_300_000_000;
 /// The hold every test task reserves, in micro-USD.
-const HOLD: i64 = 1_000;
-
-/// A video task of `user` in `submitting` created at `created`, stored by `CallBook::open_call`.
-async fn video_task(store: &Store, user: &UserId, created: i64, webhook: Option<&str>) -> TaskId {
-    let id = new_task();
-    let mut task = common::call_task(user, &id);
-    task.kind = ModelKind::Video;
-    task.model = "Videogen-2.0".into();
-    task.status = TaskStatus::Submitting;
-    task.prompt = Some("a cat".into());
-    task.duration = Some(5);
-    task.webhook_url = webhook.map(str::to_owned);
-    task.created_at = Timestamp(created);
-    task.updated_at = Timestamp(created);
-    store.open_call(task, usd(HOLD)).await.unwrap_or_else(|e| panic!("{}: open: {e}", name(store)));
-    id
-}
-
-/// Moves `task` by `event`; a terminal state ends its hold too (settled on success, else refunded).
-async fn step(store: &Store, user: &UserId, task: &TaskId, from: TaskStatus, event: TaskEvent) {
-    let mut change = TaskTransition::new(from, event);
-    if event == TaskEvent::Accepted {
-        change.update.upstream_id = Some(format!("cgt-{}", task.as_str()));
-    }
-    let to = from.apply(event).expect("an allowed change");
-    let moved = if to.is_terminal() {
-        let charge = (to == TaskStatus::Succeeded).then(|| usd(HOLD / 2));
-        store.close_task(task, user, usd(HOLD), charge, change).await.map(drop).map_err(|e| e.to_string())
-    } else {
-        store.transition_task(task, change).await.map(drop).map_err(|e| e.to_string())
-    };
-    moved.unwrap_or_else(|e| panic!("{}: {from} {event:?}: {e}", name(store)));
-}
+const HOLD: i64 = common::VIDEO_HOLD;
 
 async fn claim(store: &Store, owner: &str, now: i64, limit: u64) -> Vec<TaskId> {
     let jobs = store.claim_video_tasks(owner, Timestamp(now), Timestamp(now + 30_000), &ClaimShare::up_to(limit)).await;
@@ -75,9 +42,9 @@ async fn a_claim_gives_no_user_more_than_its_share_and_skips_users_at_it() {
         let (busy, quiet) = (user_with(&store, usd(1_000_000)).await, user_with(&store, usd(1_000_000)).await);
         // The busy user's backlog is older than the quiet user's one task.
         for i in 0..12 {
-            video_task(&store, &busy, T - 1_000 + i, None).await;
+            common::open_video_task(&store, &busy, T - 1_000 + i, None).await;
         }
-        video_task(&store, &quiet, T - 10, None).await;
+        common::open_video_task(&store, &quiet, T - 10, None).await;
         let share = |limit, per_user, busy_now: &[(&UserId, u64)]| ClaimShare {
             limit,
             per_user,
@@ -100,8 +67,8 @@ async fn a_claim_gives_no_user_more_than_its_share_and_skips_users_at_it() {
         assert_eq!(claim_shared(&store, "w", &share(5, 0, &[])).await.len(), 0, "{db_name}: no share");
         // Several busy users at once, one of them above its share (counts may lag a release).
         let other = user_with(&store, usd(1_000_000)).await;
-        video_task(&store, &other, T - 5, None).await;
-        video_task(&store, &other, T - 4, None).await;
+        common::open_video_task(&store, &other, T - 5, None).await;
+        common::open_video_task(&store, &other, T - 4, None).await;
         let got = claim_shared(&store, "w", &share(10, 2, &[(&busy, 7), (&other, 1), (&quiet, 1)])).await;
         assert_eq!(got, std::slice::from_ref(&other), "{db_name}: one left of other's share, none of busy's");
         store.close().await.expect("close");
@@ -117,13 +84,13 @@ async fn claims_honour_due_time_leases_and_terminal_states() {
         let alice = user_with(&store, usd(1_000_000)).await;
         let [a, b, c] = [T - 3, T - 2, T - 1];
         let (a, b, c) = (
-            video_task(&store, &alice, a, None).await,
-            video_task(&store, &alice, b, None).await,
-            video_task(&store, &alice, c, None).await,
+            common::open_video_task(&store, &alice, a, None).await,
+            common::open_video_task(&store, &alice, b, None).await,
+            common::open_video_task(&store, &alice, c, None).await,
         );
         // A synchronous call's task is never a video job.
         store.open_call(common::call_task(&alice, &new_task()), usd(HOLD)).await.expect("open a chat call");
-        step(&store, &alice, &b, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        common::video_step(&store, &alice, &b, TaskStatus::Submitting, TaskEvent::Accepted).await;
 
         assert_eq!(claim(&store, "w1", T, 0).await, Vec::<TaskId>::new(), "{db_name}: limit 0");
         let jobs = store
@@ -160,16 +127,16 @@ async fn claims_honour_due_time_leases_and_terminal_states() {
         assert_eq!((&jobs[0].task.id, jobs[0].poll_failures), (&a, 2), "{db_name}: failures kept");
 
         // Expired leases are claimed again; terminal tasks never are.
-        step(&store, &alice, &c, TaskStatus::Submitting, TaskEvent::Failed).await;
+        common::video_step(&store, &alice, &c, TaskStatus::Submitting, TaskEvent::Failed).await;
         assert_eq!(
             claim(&store, "w3", T + 30_000, 10).await,
             std::slice::from_ref(&b),
             "{db_name}: b's lease expired; c failed"
         );
-        step(&store, &alice, &b, TaskStatus::Queued, TaskEvent::Cancel).await;
+        common::video_step(&store, &alice, &b, TaskStatus::Queued, TaskEvent::Cancel).await;
         release(b.clone(), "w3", T + 30_001, 0).await.expect("a terminal task's lease is released too");
         assert_eq!(claim(&store, "w4", T + 40_000, 10).await, std::slice::from_ref(&a), "{db_name}: only a is left");
-        step(&store, &alice, &a, TaskStatus::Submitting, TaskEvent::Expire).await;
+        common::video_step(&store, &alice, &a, TaskStatus::Submitting, TaskEvent::Expire).await;
         assert!(claim(&store, "w5", T + 1_000_000, 10).await.is_empty(), "{db_name}: all terminal");
         db.cleanup().await;
     }
@@ -181,7 +148,7 @@ async fn only_the_lease_holder_renews_and_a_renewed_lease_is_not_taken_over() {
         let store = db.open().await;
         let db_name = name(&store);
         let alice = user_with(&store, usd(1_000_000)).await;
-        let task = video_task(&store, &alice, T - 1, None).await;
+        let task = common::open_video_task(&store, &alice, T - 1, None).await;
         assert_eq!(claim(&store, "w1", T, 10).await, std::slice::from_ref(&task), "{db_name}");
         let renew = |owner: &'static str, until: i64| {
             let (store, task) = (store.clone(), task.clone());
@@ -201,14 +168,14 @@ async fn active_video_tasks_count_per_user_and_per_model() {
     for db in TestDb::all("video_active").await {
         let store = db.open().await;
         let (alice, bob) = (user_with(&store, usd(1_000_000)).await, user_with(&store, usd(1_000_000)).await);
-        let a1 = video_task(&store, &alice, T, None).await;
-        let a2 = video_task(&store, &alice, T, None).await;
-        video_task(&store, &bob, T, None).await;
+        let a1 = common::open_video_task(&store, &alice, T, None).await;
+        let a2 = common::open_video_task(&store, &alice, T, None).await;
+        common::open_video_task(&store, &bob, T, None).await;
         store.open_call(common::call_task(&alice, &new_task()), usd(HOLD)).await.expect("a chat call");
         assert_eq!(store.active_video_tasks(&alice, "Videogen-2.0").await, Ok((2, 3)), "{}", name(&store));
         assert_eq!(store.active_video_tasks(&alice, "Other").await, Ok((2, 0)));
-        step(&store, &alice, &a1, TaskStatus::Submitting, TaskEvent::Accepted).await;
-        step(&store, &alice, &a2, TaskStatus::Submitting, TaskEvent::Succeeded).await;
+        common::video_step(&store, &alice, &a1, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        common::video_step(&store, &alice, &a2, TaskStatus::Submitting, TaskEvent::Succeeded).await;
         assert_eq!(store.active_video_tasks(&alice, "Videogen-2.0").await, Ok((1, 2)), "queued counts, done not");
         db.cleanup().await;
     }
@@ -226,7 +193,7 @@ async fn two_claimers_never_hold_one_task_together() {
         let alice = user_with(&stores[0], usd(1_000_000)).await;
         let mut all = HashSet::new();
         for i in 0..TASKS {
-            all.insert(video_task(&stores[0], &alice, T + i64::from(i), None).await);
+            all.insert(common::open_video_task(&stores[0], &alice, T + i64::from(i), None).await);
         }
         let held: Arc<Mutex<HashMap<TaskId, &'static str>>> = Arc::default();
         let polls: Arc<Mutex<HashMap<TaskId, u32>>> = Arc::default();
@@ -276,18 +243,8 @@ async fn two_claimers_never_hold_one_task_together() {
 }
 
 async fn user_with_quota(store: &Store, quota: i64) -> UserId {
-    let id = UserId(format!("usr_{}", uuid::Uuid::now_v7().simple()));
-    let user = NewUser {
-        id: id.clone(),
-        name: "m".into(),
-        email: "m@example.com".into(),
-        role: "user".into(),
-        balance: usd(1_000_000),
-        concurrency_limit: 10,
-        media_quota_bytes: quota,
-    };
-    store.create_user(user).await.expect("create user");
-    id
+    let user = testkit::new_user(&testkit::user_id(), usd(1_000_000));
+    common::create_user(store, NewUser { media_quota_bytes: quota, ..user }).await
 }
 
 fn media(user: &UserId, task: &TaskId, position: u32, bytes: u64) -> MediaObject {

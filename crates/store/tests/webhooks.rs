@@ -9,19 +9,17 @@ mod common;
 
 use std::sync::Arc;
 
-use billing::CallBook;
 use common::{TestDb, name, new_task, usd, user_with};
-use domain::ports::{StoreError, TaskStore};
+use domain::ports::StoreError;
 use domain::{
-    ClaimShare, Clock, DeliveryAttempt, ModelKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UserId,
-    VideoStore, WebhookDelivery,
+    ClaimShare, Clock, DeliveryAttempt, TaskEvent, TaskId, TaskStatus, Timestamp, UserId, VideoStore, WebhookDelivery,
 };
 use store::Store;
 
 /// The stores' fixed "now".
 const T: i64 = 1_795_300_000_000;
 /// The hold of every test task, in micro-USD.
-const HOLD: i64 = 1_000;
+const HOLD: i64 = common::VIDEO_HOLD;
 const HOOK: &str = "https://hooks.example.com/in";
 
 #[derive(Debug)]
@@ -35,30 +33,6 @@ impl Clock for Fixed {
 
 async fn open(db: &TestDb) -> Store {
     db.open().await.with_clock(Arc::new(Fixed))
-}
-
-async fn video_task(store: &Store, user: &UserId, webhook: Option<&str>) -> TaskId {
-    let id = new_task();
-    let mut task = common::call_task(user, &id);
-    task.kind = ModelKind::Video;
-    task.model = "Videogen-2.0".into();
-    task.status = TaskStatus::Submitting;
-    task.webhook_url = webhook.map(str::to_owned);
-    store.open_call(task, usd(HOLD)).await.unwrap_or_else(|e| panic!("{}: open: {e}", name(store)));
-    id
-}
-
-/// Moves `task` by `event`; a terminal state ends its hold too (settled on success, else refunded).
-async fn step(store: &Store, user: &UserId, task: &TaskId, from: TaskStatus, event: TaskEvent) {
-    let change = TaskTransition::new(from, event);
-    let to = from.apply(event).expect("an allowed change");
-    let moved = if to.is_terminal() {
-        let charge = (to == TaskStatus::Succeeded).then(|| usd(HOLD / 2));
-        store.close_task(task, user, usd(HOLD), charge, change).await.map(drop).map_err(|e| e.to_string())
-    } else {
-        store.transition_task(task, change).await.map(drop).map_err(|e| e.to_string())
-    };
-    moved.unwrap_or_else(|e| panic!("{}: {from} {event:?}: {e}", name(store)));
 }
 
 async fn enqueue(store: &Store, task: &TaskId, status: TaskStatus) -> bool {
@@ -85,14 +59,14 @@ async fn each_status_is_enqueued_once_and_only_while_current() {
         let store = &stores[0];
         let db_name = name(store);
         let alice = user_with(store, usd(1_000_000)).await;
-        let t = video_task(store, &alice, Some(HOOK)).await;
-        let quiet = video_task(store, &alice, None).await;
+        let t = common::open_video_task(store, &alice, 1, Some(HOOK)).await;
+        let quiet = common::open_video_task(store, &alice, 1, None).await;
         assert!(!enqueue(store, &t, TaskStatus::Submitting).await, "{db_name}: creation is not announced");
         assert!(!enqueue(store, &t, TaskStatus::Queued).await, "{db_name}: not the task's status");
         assert!(unannounced(store).await.is_empty(), "{db_name}: nothing to announce yet");
 
-        step(store, &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
-        step(store, &alice, &quiet, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        common::video_step(store, &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        common::video_step(store, &alice, &quiet, TaskStatus::Submitting, TaskEvent::Accepted).await;
         assert_eq!(unannounced(store).await, std::slice::from_ref(&t), "{db_name}: only tasks with a webhook URL");
         let mut tries = tokio::task::JoinSet::new();
         for i in 0..16 {
@@ -108,8 +82,8 @@ async fn each_status_is_enqueued_once_and_only_while_current() {
         assert!(!enqueue(store, &t, TaskStatus::Processing).await, "{db_name}: the task is queued");
 
         // Two changes before anyone announced: only the current status is announced.
-        step(store, &alice, &t, TaskStatus::Queued, TaskEvent::Started).await;
-        step(store, &alice, &t, TaskStatus::Processing, TaskEvent::Succeeded).await;
+        common::video_step(store, &alice, &t, TaskStatus::Queued, TaskEvent::Started).await;
+        common::video_step(store, &alice, &t, TaskStatus::Processing, TaskEvent::Succeeded).await;
         let found = store.unannounced_tasks(100).await.expect("unannounced");
         assert_eq!(found.len(), 1, "{db_name}");
         assert_eq!((&found[0].id, found[0].status), (&t, TaskStatus::Succeeded), "{db_name}: the full task");
@@ -153,8 +127,8 @@ async fn deliveries_are_leased_retried_given_up_and_logged() {
         let store = open(&db).await;
         let db_name = name(&store);
         let alice = user_with(&store, usd(1_000_000)).await;
-        let t = video_task(&store, &alice, Some(HOOK)).await;
-        step(&store, &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        let t = common::open_video_task(&store, &alice, 1, Some(HOOK)).await;
+        common::video_step(&store, &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
         assert!(enqueue(&store, &t, TaskStatus::Queued).await);
 
         assert!(claim(&store, "w1", T - 1).await.is_empty(), "{db_name}: due at its enqueue time");
@@ -183,7 +157,7 @@ async fn deliveries_are_leased_retried_given_up_and_logged() {
         assert!(claim(&store, "w4", T + 86_400_000).await.is_empty(), "{db_name}: given up");
 
         // The next status: delivered on the first attempt, never claimed again.
-        step(&store, &alice, &t, TaskStatus::Queued, TaskEvent::Cancel).await;
+        common::video_step(&store, &alice, &t, TaskStatus::Queued, TaskEvent::Cancel).await;
         assert!(enqueue(&store, &t, TaskStatus::Cancelled).await);
         let next = claim(&store, "w1", T + 100_000).await;
         assert_eq!(next.iter().map(|d| d.event.as_str()).collect::<Vec<_>>(), ["task.cancelled"], "{db_name}");
@@ -210,15 +184,15 @@ async fn a_delivery_claim_takes_one_per_task_within_each_users_share() {
         let (busy, quiet) = (user_with(&store, usd(1_000_000)).await, user_with(&store, usd(1_000_000)).await);
         let mut busy_tasks = Vec::new();
         for _ in 0..4 {
-            let t = video_task(&store, &busy, Some(HOOK)).await;
-            step(&store, &busy, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+            let t = common::open_video_task(&store, &busy, 1, Some(HOOK)).await;
+            common::video_step(&store, &busy, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
             assert!(enqueue(&store, &t, TaskStatus::Queued).await);
-            step(&store, &busy, &t, TaskStatus::Queued, TaskEvent::Started).await;
+            common::video_step(&store, &busy, &t, TaskStatus::Queued, TaskEvent::Started).await;
             assert!(enqueue(&store, &t, TaskStatus::Processing).await);
             busy_tasks.push(t);
         }
-        let t = video_task(&store, &quiet, Some(HOOK)).await;
-        step(&store, &quiet, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+        let t = common::open_video_task(&store, &quiet, 1, Some(HOOK)).await;
+        common::video_step(&store, &quiet, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
         assert!(enqueue(&store, &t, TaskStatus::Queued).await);
         let claim_with = |owner: &'static str, limit, per_user, busy_now: Vec<(UserId, u64)>| {
             let store = store.clone();
@@ -253,8 +227,8 @@ async fn two_claimers_share_the_outbox_without_overlap() {
         let db_name = name(&stores[0]);
         let alice = user_with(&stores[0], usd(1_000_000)).await;
         for _ in 0..TASKS {
-            let t = video_task(&stores[0], &alice, Some(HOOK)).await;
-            step(&stores[0], &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
+            let t = common::open_video_task(&stores[0], &alice, 1, Some(HOOK)).await;
+            common::video_step(&stores[0], &alice, &t, TaskStatus::Submitting, TaskEvent::Accepted).await;
             assert!(enqueue(&stores[0], &t, TaskStatus::Queued).await);
         }
         let mut claimers = tokio::task::JoinSet::new();

@@ -1,10 +1,19 @@
-//! Test support shared by the crates' tests (a dev-dependency only): a test CA and a server
-//! certificate for `localhost`, `127.0.0.1` and `::1` made with openssl, and an https receiver on
-//! loopback that records every request reaching it and answers a few fixed routes (media files of
-//! each kind, redirects, statuses, a webhook endpoint that can fail its first calls).
+//! Test support shared by the crates' tests (a dev-dependency only), one helper per job:
+//! [`pg`], a private PostgreSQL schema per test and the visible skip (a failure in CI) of a test
+//! that runs on PostgreSQL alone; [`books`], the one test user (`NewUser`) and the check that a
+//! balance equals the sum of its ledger entries; and here a test CA and a server certificate for
+//! `localhost`, `127.0.0.1` and `::1` made with openssl, and an https receiver on loopback that
+//! records every request reaching it and answers a few fixed routes (media files of each kind,
+//! redirects, statuses, a webhook endpoint that can fail its first calls).
 //!
-//! Tests never reach any address but 127.0.0.1 and ::1.
+//! It depends on `domain` and `billing`, never on `store`, so the store's own unit tests can use
+//! it without a second copy of the store. Tests never reach any address but 127.0.0.1 and ::1.
 #![allow(clippy::unwrap_used, clippy::panic, missing_docs)]
+
+pub mod books;
+pub mod pg;
+
+pub use books::{assert_balance_is_ledger_sum, new_user, user_id};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

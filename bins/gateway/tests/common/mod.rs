@@ -277,47 +277,61 @@ pub fn spawn_serve(sandbox: &Sandbox, stderr: &Path) -> Running {
 /// A sandbox on a private PostgreSQL schema when `TEST_DATABASE_URL` is set, else on a SQLite file;
 /// and which of the two.
 pub fn sandbox(rt: &tokio::runtime::Runtime) -> (Sandbox, &'static str) {
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(base) if !base.trim().is_empty() => {
-            use sea_orm::{ConnectionTrait, Database};
-            let schema = format!(
-                "gw_it_proc_{}_{}",
-                std::process::id(),
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
-            );
-            rt.block_on(async {
-                let db = Database::connect(&base).await.expect("connect to TEST_DATABASE_URL");
-                db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create a schema");
-                db.close().await.expect("close");
-            });
-            let sep = if base.contains('?') { '&' } else { '?' };
-            (Sandbox::with_database(format!("{base}{sep}options=-c%20search_path%3D{schema}")), "postgres")
-        }
-        _ => (Sandbox::new(), "sqlite"),
+    match rt.block_on(testkit::pg::Schema::from_env("gw_it_proc")) {
+        Some(schema) => (Sandbox::with_database(schema.url), "postgres"),
+        None => (Sandbox::new(), "sqlite"),
     }
 }
 
 /// A user with `balance` and a concurrency limit of 200, and a key carrying `scopes`
 /// (comma-separated): (user id, key).
 pub fn account(sandbox: &Sandbox, balance: &str, scopes: &str) -> (String, String) {
-    let user = sandbox
-        .run(&[
-            "admin",
-            "user",
-            "create",
-            "--name",
-            "P",
-            "--email",
-            "p@example.com",
-            "--balance",
-            balance,
-            "--concurrency-limit",
-            "200",
-        ])
-        .json();
+    account_with(sandbox, balance, scopes, &[])
+}
+
+/// [`account`] with more `admin user create` options (such as `--media-quota-bytes N`).
+pub fn account_with(sandbox: &Sandbox, balance: &str, scopes: &str, options: &[&str]) -> (String, String) {
+    let mut args = vec![
+        "admin",
+        "user",
+        "create",
+        "--name",
+        "P",
+        "--email",
+        "p@example.com",
+        "--balance",
+        balance,
+        "--concurrency-limit",
+        "200",
+    ];
+    args.extend_from_slice(options);
+    let user = sandbox.run(&args).json();
     let id = user["id"].as_str().expect("user id").to_owned();
     let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", scopes]).json();
     (id, key["key"].as_str().expect("key").to_owned())
+}
+
+/// `POST path` with the JSON bytes `body`, the user's `key` and extra header lines `headers` (each
+/// ending in `\r\n`), on a fresh connection to 127.0.0.1 closed after the answer: the status (0
+/// when none came within `limit`) and the whole answer's text. The gateway may answer (400, 413,
+/// 503) before it has read the whole body; a failed write is then fine.
+pub fn post_bytes(addr: &str, path: &str, key: &str, headers: &str, body: &[u8], limit: Duration) -> (u16, String) {
+    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
+    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
+    stream.set_read_timeout(Some(limit)).expect("read timeout");
+    stream.set_write_timeout(Some(limit)).expect("write timeout");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n{headers}\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
+    let mut raw = Vec::new();
+    // What came before an error (a reset after an early answer) is kept.
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
 }
 
 /// `gateway serve` on 127.0.0.1:0 with every upstream endpoint at the simulator `sim`, with `env` on top
@@ -371,10 +385,8 @@ pub fn video_env(sim: std::net::SocketAddr) -> Vec<(&'static str, String)> {
 /// the balance equals the ledger's sum. Read only once no money moves (no task running): two
 /// separate reads could otherwise straddle a commit.
 async fn read_books(store: &store::Store, user: &domain::UserId) -> (Vec<domain::Task>, Vec<domain::LedgerEntry>) {
-    let balance = billing::Ledger::balance(store, user).await.expect("balance");
+    testkit::assert_balance_is_ledger_sum(store, user, "the books read from the database").await;
     let entries = billing::Ledger::entries(store, user, 1_000_000).await.expect("entries");
-    let sum = domain::UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("sum fits");
-    assert_eq!(balance, sum, "the balance equals the ledger's sum");
     (all_tasks(store, user).await, entries)
 }
 

@@ -4,30 +4,19 @@
 //! refused without growing memory, and ten large bodies at once keep RSS under 1.5 GiB (the body budget
 //! turns the rest away with 503).
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::common;
 use crate::common::memory_kib;
-use crate::connections::read_status;
 
 const MIB: u64 = 1024 * 1024;
 
 /// Sends `body` as a JSON `POST path` on a fresh connection and returns (status, time to answer).
-fn post(addr: &str, key: &str, path: &str, body: &[u8]) -> (Option<u16>, Duration) {
+fn post(addr: &str, key: &str, path: &str, body: &[u8]) -> (u16, Duration) {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).expect("head");
-    let _ = stream.write_all(body);
-    let status = read_status(&mut stream, Duration::from_secs(120)).map(|(s, _)| s);
+    let (status, _) = common::post_bytes(addr, path, key, "", body, Duration::from_secs(120));
     (status, started.elapsed())
 }
 
@@ -64,14 +53,14 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
 
     // A warm-up call, so that the figures below are what a body costs, not the first arenas.
     let (status, _) = post(&addr, &key, "/api/v1/images/generations", &image_body(2 * MIB));
-    assert_eq!(status, Some(200), "warm-up");
+    assert_eq!(status, 200, "warm-up");
 
     // One 60-MB image request with two Base64 references.
     let body = image_body(60 * MIB);
     let (_, before) = memory_kib(pid);
     let (status, took) = post(&addr, &key, "/api/v1/images/generations", &body);
     let (_, after) = memory_kib(pid);
-    assert_eq!(status, Some(200));
+    assert_eq!(status, 200);
     let grew = after.saturating_sub(before);
     report.push(format!("60-MiB image request: {status:?} in {} ms, peak +{} MiB", took.as_millis(), mib_of(grew)));
     assert!(grew <= 2 * 60 * 1024 + 32 * 1024, "peak grew {grew} KiB for a 60-MiB body");
@@ -82,7 +71,7 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
     let (_, before) = memory_kib(pid);
     let (status, took) = post(&addr, &key, "/api/v1/images/generations", &body);
     let (_, after) = memory_kib(pid);
-    assert_eq!(status, Some(400));
+    assert_eq!(status, 400);
     let grew = after.saturating_sub(before);
     report.push(format!(
         "60-MiB unknown image member: {status:?} in {} ms, peak +{} MiB",
@@ -110,7 +99,7 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
         took.as_millis(),
         mib_of(grew)
     ));
-    assert!(matches!(status, Some(200 | 400)), "{status:?}");
+    assert!(matches!(status, 200 | 400), "{status:?}");
     assert!(grew <= 2 * size / 1024 + 32 * 1024, "peak grew {grew} KiB for a {size}-byte body");
     drop(body);
 
@@ -123,7 +112,7 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
             std::thread::spawn(move || post(&addr, &key, "/api/v1/images/generations", &body).0)
         })
         .collect();
-    let statuses: Vec<Option<u16>> = calls.into_iter().map(|c| c.join().expect("caller")).collect();
+    let statuses: Vec<u16> = calls.into_iter().map(|c| c.join().expect("caller")).collect();
     let (rss, peak) = memory_kib(pid);
     report.push(format!(
         "ten 60-MiB image requests at once: {statuses:?} in {} ms, RSS {} MiB, peak {} MiB",
@@ -132,6 +121,6 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
         mib_of(peak)
     ));
     println!("{}", report.join("\n"));
-    assert!(statuses.iter().all(|s| matches!(s, Some(200 | 503))), "{statuses:?}");
+    assert!(statuses.iter().all(|s| matches!(s, 200 | 503)), "{statuses:?}");
     assert!(peak < 1536 * 1024, "peak RSS {peak} KiB");
 }

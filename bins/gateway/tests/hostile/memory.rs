@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::common::{account, sandbox, serve_against};
+use super::common::{account, post_bytes, sandbox, serve_against};
 
 /// The body size of the probe.
 const BODY_BYTES: usize = 60_000_000;
@@ -156,26 +156,6 @@ fn padded(head: &str, size: usize) -> Vec<u8> {
     body
 }
 
-/// `POST path` with `body` on a fresh connection; the status and the answer's text.
-fn post(addr: &str, path: &str, key: &str, headers: &str, body: &[u8]) -> (u16, String) {
-    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
-    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT)).expect("read timeout");
-    stream.set_write_timeout(Some(REQUEST_TIMEOUT)).expect("write timeout");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n{headers}\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    // The gateway may answer (413, 503) before reading the whole body; a failed write is then fine.
-    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, text)
-}
-
 /// `VmHWM` (peak resident set) and `VmRSS` of process `pid`, in bytes.
 fn memory(pid: u32) -> (u64, u64) {
     let (rss, peak) = crate::common::memory_kib(pid);
@@ -200,14 +180,14 @@ fn chat_family_bodies_cost_their_bytes_not_a_tree() {
         let (mut gateway, addr) = serve_against(&sandbox, upstream_addr, &format!("memory-{}", format.name), &env);
         let pid = gateway.0.id();
         let small = padded(format.head, 200);
-        let (status, text) = post(&addr, format.path, &key, format.headers, &small);
+        let (status, text) = post_bytes(&addr, format.path, &key, format.headers, &small, REQUEST_TIMEOUT);
         assert_eq!(status, 200, "{db} {}: warm-up call: {text}", format.name);
         let body = Arc::new(padded(format.head, BODY_BYTES));
         assert_eq!(body.len(), BODY_BYTES);
 
         let (peak_before, rss_before) = memory(pid);
         let started = Instant::now();
-        let (status, text) = post(&addr, format.path, &key, format.headers, &body);
+        let (status, text) = post_bytes(&addr, format.path, &key, format.headers, &body, REQUEST_TIMEOUT);
         assert_eq!(status, 200, "{db} {}: one 60 MB body: {}", format.name, text.chars().take(300).collect::<String>());
         let (peak_one, _) = memory(pid);
         let rise = peak_one.saturating_sub(peak_before);
@@ -229,7 +209,7 @@ fn chat_family_bodies_cost_their_bytes_not_a_tree() {
             .map(|_| {
                 let (body, addr, key) = (Arc::clone(&body), addr.clone(), key.clone());
                 let (path, headers) = (format.path, format.headers);
-                std::thread::spawn(move || post(&addr, path, &key, headers, &body))
+                std::thread::spawn(move || post_bytes(&addr, path, &key, headers, &body, REQUEST_TIMEOUT))
             })
             .collect();
         let answers: Vec<(u16, String)> = senders.into_iter().map(|s| s.join().expect("sender")).collect();

@@ -70,24 +70,9 @@ fn hostile_multipart_bodies_get_their_4xx_in_time_and_leave_nothing_behind() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
     let (sandbox, db) = sandbox(&rt);
-    let user = sandbox
-        .run(&[
-            "admin",
-            "user",
-            "create",
-            "--name",
-            "M",
-            "--email",
-            "m@example.com",
-            "--balance",
-            "10",
-            "--media-quota-bytes",
-            &(2 * MIB).to_string(),
-        ])
-        .json();
-    let id = user["id"].as_str().expect("user id").to_owned();
-    let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", "video:create,task:read"]).json();
-    let key = key["key"].as_str().expect("key").to_owned();
+    let quota = (2 * MIB).to_string();
+    let (_, key) =
+        common::account_with(&sandbox, "10", "video:create,task:read", &["--media-quota-bytes", quota.as_str()]);
     let mut env = common::video_env(sim);
     env.push(("GATEWAY_BODY_MIN_RATE_BYTES", MIB.to_string()));
     env.push(("GATEWAY_BODY_GRACE_MS", "1000".to_owned()));

@@ -22,7 +22,7 @@ const HOSTILE_TASKS: usize = 6;
 /// The databases to run on: SQLite always, PostgreSQL when `TEST_DATABASE_URL` is set.
 fn sandboxes(rt: &tokio::runtime::Runtime) -> Vec<(Sandbox, &'static str)> {
     let mut all = vec![(Sandbox::new(), "sqlite")];
-    if std::env::var("TEST_DATABASE_URL").is_ok_and(|u| !u.trim().is_empty()) {
+    if testkit::pg::base_url().is_some() {
         all.push(common::sandbox(rt));
     }
     all

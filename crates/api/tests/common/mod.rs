@@ -58,18 +58,12 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Creates a private schema on the shared PostgreSQL database and returns a URL whose connections use it.
+/// A private schema on the shared PostgreSQL database `base` and a URL whose connections use it.
 ///
 /// Models, prices and the maintenance switch are global rows, so tests that change them must not share
 /// tables with other tests; user and task ids are unique anyway. Nothing is ever dropped.
 async fn private_postgres_url(base: &str) -> String {
-    use sea_orm::{ConnectionTrait, Database};
-    let schema = unique("gw_it_api_");
-    let db = Database::connect(base).await.expect("connect to TEST_DATABASE_URL");
-    db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create a private schema");
-    db.close().await.expect("close the admin connection");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+    testkit::pg::Schema::create(base, "gw_it_api").await.url
 }
 
 /// A running gateway: its address, the use cases behind it, and the store they share.
@@ -499,6 +493,13 @@ impl Server {
         let sum = UsdAmount::checked_sum(entries.iter().map(|e| e.amount)).expect("ledger sum fits");
         (entries, sum)
     }
+
+    /// Asserts that the user's balance equals the sum of its ledger entries (`testkit`'s check,
+    /// naming `context`); returns the balance and the number of entries.
+    pub async fn assert_ledger(&self, user: &UserId, context: &str) -> (UsdAmount, usize) {
+        let balance = testkit::assert_balance_is_ledger_sum(&self.store, user, context).await;
+        (balance, self.ledger(user).await.0.len())
+    }
 }
 
 /// A `UsdAmount` field of an answer, checked against `^-?\d+\.\d{6}$`.
@@ -508,8 +509,9 @@ pub fn amount(v: &Value, ctx: &str) -> UsdAmount {
     UsdAmount::parse_wire(text).unwrap_or_else(|e| panic!("{ctx}: {text}: {e}"))
 }
 
-/// A gateway with the upstream simulator behind it, one user and one key: the setting of the image and
-/// audio tests.
+/// A gateway with the upstream simulator behind it, one user and one key: the setting of the chat,
+/// native, image, audio, reasoning and metrics tests (the video setting, [`video::VideoEnv`], is one
+/// of these and more).
 pub struct Env {
     /// The gateway.
     pub server: Server,
@@ -553,6 +555,18 @@ impl Env {
         reply.json
     }
 
+    /// Polls the task (bounded, ≤ 5 s) until its billing is no longer `reserved`; the task.
+    pub async fn settled_task(&self, id: &str) -> Value {
+        for _ in 0..100 {
+            let task = self.task(id).await;
+            if task["billing"]["status"] != "reserved" {
+                return task;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{}: task {id} still has a reserved billing after 5 s", self.server.label);
+    }
+
     /// Every task of the user, through every page of `GET /api/v1/tasks`.
     pub async fn tasks(&self) -> Vec<Value> {
         let mut all = Vec::new();
@@ -567,18 +581,21 @@ impl Env {
         panic!("{}: more than 100 pages of tasks", self.server.label);
     }
 
+    /// The balance equals the sum of the ledger entries; returns the balance and the number of
+    /// entries.
+    pub async fn assert_ledger(&self, what: &str) -> (UsdAmount, usize) {
+        self.server.assert_ledger(&self.user.id, &self.ctx(what)).await
+    }
+
     /// The books after a scenario: the balance equals the sum of the ledger entries, and no task's
     /// billing is left `reserved`. Returns the balance, the number of ledger entries and of tasks.
     pub async fn assert_books(&self, what: &str) -> (UsdAmount, usize, usize) {
-        let ctx = self.ctx(what);
-        let balance = self.balance().await;
-        let (entries, sum) = self.server.ledger(&self.user.id).await;
-        assert_eq!(balance, sum, "{ctx}: the balance equals the sum of the ledger entries");
+        let (balance, entries) = self.assert_ledger(what).await;
         let tasks = self.tasks().await;
         for t in &tasks {
-            assert_ne!(t["billing"]["status"], "reserved", "{ctx}: a task was left reserved: {t}");
+            assert_ne!(t["billing"]["status"], "reserved", "{}: a task was left reserved: {t}", self.ctx(what));
         }
-        (balance, entries.len(), tasks.len())
+        (balance, entries, tasks.len())
     }
 }
 

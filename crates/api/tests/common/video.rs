@@ -7,12 +7,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use domain::User;
 use serde_json::Value;
 use service::{Gateway, VideoPorts, VideoSettings};
 use tokio::net::TcpListener;
 
-use super::{Db, Reply, STEP_TIMEOUT, Server, unique};
+use super::{Db, Env, Reply, STEP_TIMEOUT, Server, unique};
 
 /// Pacing for tests: every pass finds the claimed tasks due again at once.
 pub fn test_settings() -> VideoSettings {
@@ -27,24 +26,27 @@ pub fn test_settings() -> VideoSettings {
     }
 }
 
-/// A gateway with video tasks, a simulator, a receiver, one user with a key and a webhook secret.
+/// A gateway with video tasks, a simulator, a receiver, one user with a key and a webhook secret: an
+/// [`Env`] (reached through it: `env.server`, `env.key`, `env.assert_ledger(…)`) and more.
 pub struct VideoEnv {
-    /// The gateway.
-    pub server: Server,
-    /// The simulator, its clock moved by [`VideoEnv::tick`].
-    pub sim: upstream::sim::SimHandle,
+    /// The gateway, its simulator (its clock moved by [`VideoEnv::tick`]), the user and its key.
+    pub env: Env,
     /// The https receiver on 127.0.0.1.
     pub receiver: SocketAddr,
     /// What reached the receiver.
     pub log: Arc<testkit::Log>,
-    /// The user.
-    pub user: User,
-    /// The user's key secret.
-    pub key: String,
     /// The user's webhook signing secret.
     pub webhook_secret: String,
     /// This test's worker name.
     pub owner: String,
+}
+
+impl std::ops::Deref for VideoEnv {
+    type Target = Env;
+
+    fn deref(&self) -> &Env {
+        &self.env
+    }
 }
 
 impl VideoEnv {
@@ -91,20 +93,12 @@ impl VideoEnv {
         let scopes = [domain::Scope::VideoCreate, domain::Scope::TaskRead, domain::Scope::TaskWrite];
         let key = server.key(&created.user.id, &scopes).await.secret;
         VideoEnv {
-            server,
-            sim,
+            env: Env { server, sim, user: created.user, key },
             receiver,
             log,
-            user: created.user,
-            key,
             webhook_secret: created.webhook_secret,
             owner: unique("worker_"),
         }
-    }
-
-    /// `what`, prefixed with the database's label.
-    pub fn ctx(&self, what: &str) -> String {
-        format!("{}: {what}", self.server.label)
     }
 
     /// `https://127.0.0.1:<receiver>/<path>`.
@@ -122,18 +116,6 @@ impl VideoEnv {
     pub async fn create_multipart(&self, request: &Value, files: &[(&str, Vec<u8>)]) -> Reply {
         let (content_type, body) = multipart(request, files);
         self.server.post("/api/v1/tasks", Some(&self.key), &content_type, &body).await
-    }
-
-    /// `GET /api/v1/tasks/{id}`.
-    pub async fn task(&self, id: &str) -> Value {
-        let reply = self.server.get(&format!("/api/v1/tasks/{id}"), Some(&self.key)).await;
-        assert_eq!(
-            reply.status,
-            200,
-            "{}",
-            self.ctx(&format!("GET task {id}: {}", String::from_utf8_lossy(&reply.raw)))
-        );
-        reply.json
     }
 
     /// One worker pass, then the simulator's clock moves half a second.
@@ -195,13 +177,6 @@ impl VideoEnv {
             events.push(kind);
         }
         events
-    }
-
-    /// The balance equals the ledger's sum, and no task is left `reserved`.
-    pub async fn assert_books(&self, what: &str) {
-        let balance = self.server.balance(&self.user.id).await;
-        let (_, sum) = self.server.ledger(&self.user.id).await;
-        assert_eq!(balance, sum, "{}", self.ctx(&format!("{what}: balance equals the ledger sum")));
     }
 }
 

@@ -20,21 +20,10 @@ async fn stores() -> Vec<(String, store::Store)> {
         "sqlite".to_owned(),
         store::Store::open(&format!("sqlite://{}/gw.db?mode=rwc", dir.display())).await.expect("sqlite store"),
     )];
-    if let Some(base) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.trim().is_empty()) {
-        out.push(("postgres".to_owned(), store::Store::open(&private_schema(&base).await).await.expect("pg store")));
+    if let Some(schema) = testkit::pg::Schema::from_env("gw_adm").await {
+        out.push(("postgres".to_owned(), store::Store::open(&schema.url).await.expect("pg store")));
     }
     out
-}
-
-/// A URL whose connections use a fresh schema of the PostgreSQL database `base`.
-async fn private_schema(base: &str) -> String {
-    use sea_orm::ConnectionTrait;
-    let schema = format!("gw_adm_{}", uuid::Uuid::new_v4().simple());
-    let db = sea_orm::Database::connect(base).await.expect("connect");
-    db.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create schema");
-    db.close().await.expect("close");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
 }
 
 /// A gateway on `store` with the catalog loaded, `MODEL` capped at `model_cap`.

@@ -4,36 +4,36 @@
 
 #![allow(dead_code, clippy::panic, clippy::unwrap_used)]
 
-use billing::Ledger;
-use domain::ports::AccountStore;
-use domain::{NewUser, TaskId, UsdAmount, UserId};
-use sea_orm::{ConnectionTrait, Database};
+use billing::CallBook;
+use domain::ports::{AccountStore, TaskStore};
+use domain::{ModelKind, NewUser, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount, UserId};
 use store::{Backend, Store};
+use testkit::pg::Schema;
 
 /// A database for one test: its URL, and the schema to drop afterwards (PostgreSQL).
 pub struct TestDb {
     pub url: String,
-    admin_url: Option<String>,
-    schema: Option<String>,
+    schema: Option<Schema>,
 }
 
 impl TestDb {
     /// A new SQLite file in a fresh temporary directory.
     pub fn sqlite(name: &str) -> TestDb {
         let dir = std::env::temp_dir().join(format!("gw-store-{name}-{}", uuid::Uuid::new_v4().simple()));
-        TestDb { url: format!("sqlite://{}/gw.db?mode=rwc", dir.display()), admin_url: None, schema: None }
+        TestDb { url: format!("sqlite://{}/gw.db?mode=rwc", dir.display()), schema: None }
     }
 
     /// A new schema on the `TEST_DATABASE_URL` server, when set.
     pub async fn postgres(name: &str) -> Option<TestDb> {
-        let base = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())?;
-        let schema = format!("gw_store_{name}_{}", uuid::Uuid::new_v4().simple());
-        let admin = Database::connect(base.as_str()).await.unwrap_or_else(|e| panic!("connect {base}: {e}"));
-        admin.execute_unprepared(&format!("CREATE SCHEMA {schema}")).await.expect("create schema");
-        admin.close().await.ok();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-        Some(TestDb { url, admin_url: Some(base), schema: Some(schema) })
+        let schema = Schema::from_env(&format!("gw_store_{name}")).await?;
+        Some(TestDb { url: schema.url.clone(), schema: Some(schema) })
+    }
+
+    /// A new schema for a test that runs on PostgreSQL alone: `None` after a visible skip when
+    /// `TEST_DATABASE_URL` is unset (a failure in CI: `testkit::pg::required_url`).
+    pub async fn postgres_only(name: &str, test: &str) -> Option<TestDb> {
+        let schema = Schema::create(&testkit::pg::required_url(test)?, &format!("gw_store_{name}")).await;
+        Some(TestDb { url: schema.url.clone(), schema: Some(schema) })
     }
 
     /// The databases a test runs on: SQLite always, PostgreSQL when configured.
@@ -50,11 +50,8 @@ impl TestDb {
 
     /// Drops the PostgreSQL schema (SQLite files stay in the temporary directory).
     pub async fn cleanup(self) {
-        if let (Some(base), Some(schema)) = (self.admin_url, self.schema)
-            && let Ok(admin) = Database::connect(base.as_str()).await
-        {
-            let _ = admin.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await;
-            let _ = admin.close().await;
+        if let Some(schema) = self.schema {
+            schema.drop_now().await;
         }
     }
 }
@@ -77,62 +74,69 @@ pub fn new_task() -> TaskId {
 
 /// A new user with `balance` (booked as the opening top-up).
 pub async fn user_with(store: &Store, balance: UsdAmount) -> UserId {
-    let id = UserId(format!("usr_{}", uuid::Uuid::now_v7().simple()));
-    store
-        .create_user(NewUser {
-            id: id.clone(),
-            name: "t".into(),
-            email: "t@example.com".into(),
-            role: "user".into(),
-            balance,
-            concurrency_limit: 10,
-            media_quota_bytes: 0,
-        })
-        .await
-        .expect("create user");
+    create_user(store, testkit::new_user(&testkit::user_id(), balance)).await
+}
+
+/// Creates `user` (a [`testkit::new_user`], changed as a test needs); its id.
+pub async fn create_user(store: &Store, user: NewUser) -> UserId {
+    let id = user.id.clone();
+    store.create_user(user).await.unwrap_or_else(|e| panic!("{}: create user: {e}", name(store)));
     id
 }
 
 /// Balance = Σ ledger, checked through the port; returns the balance.
 pub async fn balance_is_ledger_sum(store: &Store, user: &UserId) -> UsdAmount {
-    billing::conformance::balance_is_ledger_sum(store as &dyn Ledger, user)
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", name(store)))
+    testkit::assert_balance_is_ledger_sum(store, user, name(store)).await
 }
 
-/// A running call's task, as `CallBook::open_call` stores it.
+/// A running call's task, as `CallBook::open_call` stores it (the ledger suite's task with this
+/// crate's names and times).
 pub fn call_task(user: &UserId, id: &TaskId) -> domain::Task {
     domain::Task {
-        id: id.clone(),
-        user_id: user.clone(),
         model: "m".into(),
-        kind: domain::ModelKind::Language,
-        status: domain::TaskStatus::Processing,
-        prompt: None,
         provider: "p".into(),
         input_mode: None,
-        media_type: None,
-        media: Vec::new(),
-        duration: None,
-        resolution: None,
-        ratio: None,
-        generate_audio: None,
-        billing: domain::TaskBilling {
-            status: domain::BillingStatus::Reserved,
-            pricing_version_id: None,
-            estimated: UsdAmount::ZERO,
-            actual: None,
-            balance_after: None,
-            usage_json: None,
-        },
-        output_url: None,
-        last_frame_url: None,
-        error_code: None,
-        error_message: None,
-        webhook_url: None,
         created_at: domain::Timestamp(1),
         updated_at: domain::Timestamp(1),
-        completed_at: None,
-        runner: None,
+        ..billing::conformance::running_task(user, id, UsdAmount::ZERO, domain::TaskStatus::Processing)
     }
+}
+
+/// What a video task of [`open_video_task`] holds.
+pub const VIDEO_HOLD: i64 = 1_000;
+
+/// A video task of `user` in `submitting` created at `created`, stored by `CallBook::open_call`
+/// with a hold of [`VIDEO_HOLD`].
+pub async fn open_video_task(store: &Store, user: &UserId, created: i64, webhook: Option<&str>) -> TaskId {
+    let id = new_task();
+    let task = domain::Task {
+        kind: ModelKind::Video,
+        model: "Videogen-2.0".into(),
+        status: TaskStatus::Submitting,
+        prompt: Some("a cat".into()),
+        duration: Some(5),
+        webhook_url: webhook.map(str::to_owned),
+        created_at: Timestamp(created),
+        updated_at: Timestamp(created),
+        ..call_task(user, &id)
+    };
+    store.open_call(task, usd(VIDEO_HOLD)).await.unwrap_or_else(|e| panic!("{}: open: {e}", name(store)));
+    id
+}
+
+/// Moves the video task `task` by `event` (an upstream id when accepted); a terminal state ends its
+/// hold too (half of it charged on success, else refunded).
+pub async fn video_step(store: &Store, user: &UserId, task: &TaskId, from: TaskStatus, event: TaskEvent) {
+    let mut change = TaskTransition::new(from, event);
+    if event == TaskEvent::Accepted {
+        change.update.upstream_id = Some(format!("cgt-{}", task.as_str()));
+    }
+    let to = from.apply(event).expect("an allowed change");
+    let moved = if to.is_terminal() {
+        let charge = (to == TaskStatus::Succeeded).then(|| usd(VIDEO_HOLD / 2));
+        store.close_task(task, user, usd(VIDEO_HOLD), charge, change).await.map(drop).map_err(|e| e.to_string())
+    } else {
+        store.transition_task(task, change).await.map(drop).map_err(|e| e.to_string())
+    };
+    moved.unwrap_or_else(|e| panic!("{}: {from} {event:?}: {e}", name(store)));
 }
