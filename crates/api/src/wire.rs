@@ -401,7 +401,7 @@ fn user(u: &User) -> UserObject {
         id: u.id.as_str().to_owned(),
         name: u.name.clone(),
         email: u.email.clone(),
-        role: u.role.clone(),
+        role: u.role.as_str().to_owned(),
         balance_usd: u.balance.into(),
         balance_microusd: u.balance.micros(),
         concurrency_limit: u.concurrency_limit,

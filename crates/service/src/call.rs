@@ -536,7 +536,7 @@ mod tests {
             id: user.clone(),
             name: "c".into(),
             email: "c@example.com".into(),
-            role: "user".into(),
+            role: domain::Role::User,
             balance: UsdAmount::from_micros(1_000_000),
             concurrency_limit: 4,
             media_quota_bytes: 0,

@@ -16,7 +16,7 @@ pub fn new_user(id: &UserId, balance: UsdAmount) -> NewUser {
         id: id.clone(),
         name: "t".into(),
         email: "t@example.com".into(),
-        role: "user".into(),
+        role: domain::Role::User,
         balance,
         concurrency_limit: 10,
         media_quota_bytes: 0,
@@ -88,7 +88,7 @@ mod tests {
     fn new_user_is_an_ordinary_user_with_the_balance() {
         let id = user_id();
         let user = new_user(&id, UsdAmount::from_micros(5));
-        assert_eq!((user.id, user.balance, user.role.as_str()), (id, UsdAmount::from_micros(5), "user"));
+        assert_eq!((user.id, user.balance, user.role), (id, UsdAmount::from_micros(5), domain::Role::User));
     }
 }
 
