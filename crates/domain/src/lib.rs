@@ -4,6 +4,7 @@
 
 pub mod caps;
 pub mod egress;
+pub mod inputs;
 pub mod kind;
 pub mod media;
 pub mod money;
@@ -17,6 +18,7 @@ pub mod video;
 
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
+pub use inputs::{InputMode, MediaType, Ratio};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};

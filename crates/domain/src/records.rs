@@ -217,10 +217,10 @@ pub struct Task {
     pub prompt: Option<String>,
     /// Upstream provider name.
     pub provider: String,
-    /// `text`, `url`, `base64`, `mixed` or `stream`.
-    pub input_mode: Option<String>,
-    /// `image`, `video`, `audio` or `multiple`.
-    pub media_type: Option<String>,
+    /// How the input media arrived.
+    pub input_mode: Option<crate::inputs::InputMode>,
+    /// What kind of media the inputs are.
+    pub media_type: Option<crate::inputs::MediaType>,
     /// The input media in order (stored as the `media_url` JSON record; empty without media).
     pub media: Vec<crate::media::TaskMedia>,
     /// Seconds of output (video, audio).
@@ -228,7 +228,7 @@ pub struct Task {
     /// Video resolution.
     pub resolution: Option<String>,
     /// Video aspect ratio.
-    pub ratio: Option<String>,
+    pub ratio: Option<crate::inputs::Ratio>,
     /// Whether video has sound.
     pub generate_audio: Option<bool>,
     /// Billing.

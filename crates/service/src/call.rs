@@ -21,10 +21,10 @@ use crate::{Gateway, ServiceError};
 pub(crate) struct TaskDetails {
     /// The prompt, when the call has one worth showing (kept to [`PROMPT_KEPT_CHARS`]).
     pub prompt: Option<String>,
-    /// `text`, `url`, `base64`, `mixed` or `stream`.
-    pub input_mode: Option<String>,
-    /// `image`, `video`, `audio` or `multiple`.
-    pub media_type: Option<String>,
+    /// How the input media arrived.
+    pub input_mode: Option<domain::InputMode>,
+    /// What kind of media the inputs are.
+    pub media_type: Option<domain::MediaType>,
     /// The input media in order (video).
     pub media: Vec<domain::TaskMedia>,
     /// Seconds of output asked for (video).
@@ -32,7 +32,7 @@ pub(crate) struct TaskDetails {
     /// Video resolution.
     pub resolution: Option<String>,
     /// Video aspect ratio.
-    pub ratio: Option<String>,
+    pub ratio: Option<domain::Ratio>,
     /// Whether the video has sound.
     pub generate_audio: Option<bool>,
     /// Where status changes are posted (video).

@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::{TestDb, name, usd, user_with};
-use domain::ports::{AccountStore, StoreError};
+use billing::CallBook;
+use common::{TestDb, name, new_task, usd, user_with};
+use domain::ports::{AccountStore, StoreError, TaskStore};
 
 /// Asserts that `read` is `Corrupt` about `what`.
 fn assert_corrupt<T: std::fmt::Debug>(read: Result<T, StoreError>, what: &str, db: &str) {
@@ -25,6 +26,24 @@ async fn an_unknown_stored_role_is_corrupt() {
         let sql = "UPDATE users SET role = $1 WHERE id = $2";
         assert_eq!(testkit::books::execute_under_the_store(&db.url, sql, &["root", user.as_str()]).await, 1);
         assert_corrupt(store.user(&user).await, &format!("role of user {user}"), name(&store));
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_stored_input_mode_media_type_or_ratio_is_corrupt() {
+    for db in TestDb::all("corrupt_task_fields").await {
+        let store = db.open().await;
+        let user = user_with(&store, usd(10_000)).await;
+        for (column, value, what) in
+            [("input_mode", "file", "input mode"), ("media_type", "images", "media type"), ("ratio", "2:1", "ratio")]
+        {
+            let task = new_task();
+            store.open_call(common::call_task(&user, &task), usd(1_000)).await.expect("open");
+            let sql = format!("UPDATE tasks SET {column} = $1 WHERE id = $2");
+            assert_eq!(testkit::books::execute_under_the_store(&db.url, &sql, &[value, task.as_str()]).await, 1);
+            assert_corrupt(store.task(&user, &task).await, &format!("{what} of task {task}"), name(&store));
+        }
         db.cleanup().await;
     }
 }
