@@ -231,7 +231,7 @@ pub fn billing(b: &TaskBilling) -> Billing {
     Billing {
         currency: "USD",
         status: b.status.as_str(),
-        pricing_version_id: b.pricing_version_id.clone(),
+        pricing_version_id: b.pricing_version_id.as_ref().map(ToString::to_string),
         estimated_amount: b.estimated.into(),
         estimated_amount_microusd: b.estimated.micros(),
         actual_amount: b.actual.map(Usd::from),

@@ -188,8 +188,8 @@ impl FromStr for BillingStatus {
 pub struct TaskBilling {
     /// Where the reservation stands.
     pub status: BillingStatus,
-    /// The price version used, e.g. `LangB-2.0-pro@v1`.
-    pub pricing_version_id: Option<String>,
+    /// The price version used (`LangB-2.0-pro@v1` on the wire).
+    pub pricing_version_id: Option<crate::pricing::PricingVersionId>,
     /// The amount reserved up front.
     pub estimated: UsdAmount,
     /// The amount charged, once settled (zero when refunded).

@@ -78,7 +78,7 @@ struct CallState {
     /// The public model name (metrics).
     model: String,
     estimate: UsdAmount,
-    pricing_version_id: String,
+    pricing_version_id: domain::PricingVersionId,
     /// Counts the call in `gateway_calls_in_flight` until it ends.
     _in_flight: crate::metrics::InFlight,
     /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
@@ -194,7 +194,7 @@ impl Gateway {
     /// [`Gateway::open_call`] for a task id chosen beforehand (video: its uploads are stored under it).
     pub(crate) async fn open_call_as(&self, task_id: TaskId, spec: CallSpec) -> Result<OpenCall, ServiceError> {
         let now = self.ports.clock.now();
-        let pricing_version_id = spec.pricing.id().to_string();
+        let pricing_version_id = spec.pricing.id();
         let status = match spec.def.mode {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,

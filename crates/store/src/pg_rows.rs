@@ -108,7 +108,7 @@ fn bind_new_tasks<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(text(|t| t.resolution.as_deref()))
         .bind(text(|t| t.ratio.map(domain::Ratio::as_str)))
         .bind(t.iter().map(|n| n.task.generate_audio).collect::<Vec<_>>())
-        .bind(text(|t| t.billing.pricing_version_id.as_deref()))
+        .bind(t.iter().map(|n| n.task.billing.pricing_version_id.as_ref().map(ToString::to_string)).collect::<Vec<_>>())
         .bind(text(|t| t.billing.usage_json.as_deref()))
         .bind(text(|t| t.output_url.as_deref()))
         .bind(text(|t| t.last_frame_url.as_deref()))

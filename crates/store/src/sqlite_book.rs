@@ -438,7 +438,7 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         t.resolution,
         t.ratio.map(domain::Ratio::as_str),
         t.generate_audio,
-        t.billing.pricing_version_id,
+        t.billing.pricing_version_id.as_ref().map(ToString::to_string),
         t.billing.usage_json,
         t.output_url,
         t.last_frame_url,

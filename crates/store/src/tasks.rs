@@ -24,10 +24,11 @@ fn corrupt(what: &str, id: &str, e: impl std::error::Error + Send + Sync + 'stat
 }
 
 fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result<TaskBilling, StoreError> {
+    let pricing_version_id = parsed(task.pricing_version_id.as_deref(), "pricing version id", &task.id)?;
     let Some(hold) = hold else {
         return Ok(TaskBilling {
             status: BillingStatus::Unbilled,
-            pricing_version_id: task.pricing_version_id.clone(),
+            pricing_version_id,
             estimated: UsdAmount::ZERO,
             actual: None,
             balance_after: None,
@@ -36,7 +37,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
     };
     Ok(TaskBilling {
         status: hold.status.parse().map_err(|e| corrupt("billing status", &task.id, e))?,
-        pricing_version_id: task.pricing_version_id.clone(),
+        pricing_version_id,
         estimated: UsdAmount::from_micros(hold.amount_micros),
         actual: hold.actual_micros.map(UsdAmount::from_micros),
         balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
@@ -121,7 +122,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         resolution: Set(task.resolution),
         ratio: Set(task.ratio.map(|r| r.as_str().to_owned())),
         generate_audio: Set(task.generate_audio),
-        pricing_version_id: Set(task.billing.pricing_version_id),
+        pricing_version_id: Set(task.billing.pricing_version_id.map(|id| id.to_string())),
         usage: Set(task.billing.usage_json),
         output_url: Set(task.output_url),
         last_frame_url: Set(task.last_frame_url),

@@ -31,13 +31,16 @@ async fn an_unknown_stored_role_is_corrupt() {
 }
 
 #[tokio::test]
-async fn an_unknown_stored_input_mode_media_type_or_ratio_is_corrupt() {
+async fn unknown_stored_task_fields_are_corrupt() {
     for db in TestDb::all("corrupt_task_fields").await {
         let store = db.open().await;
         let user = user_with(&store, usd(10_000)).await;
-        for (column, value, what) in
-            [("input_mode", "file", "input mode"), ("media_type", "images", "media type"), ("ratio", "2:1", "ratio")]
-        {
+        for (column, value, what) in [
+            ("input_mode", "file", "input mode"),
+            ("media_type", "images", "media type"),
+            ("ratio", "2:1", "ratio"),
+            ("pricing_version_id", "m@1", "pricing version id"),
+        ] {
             let task = new_task();
             store.open_call(common::call_task(&user, &task), usd(1_000)).await.expect("open");
             let sql = format!("UPDATE tasks SET {column} = $1 WHERE id = $2");

@@ -27,7 +27,10 @@ fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
         resolution: Some("720p".into()),
         ratio: Some(domain::Ratio::Wide),
         generate_audio: Some(true),
-        billing: TaskBilling { pricing_version_id: Some("Videogen-2.0@v1".into()), ..base.billing },
+        billing: TaskBilling {
+            pricing_version_id: Some(domain::PricingVersionId { model: "Videogen-2.0".into(), version: 1 }),
+            ..base.billing
+        },
         webhook_url: Some("https://example.com/hook".into()),
         ..base
     }

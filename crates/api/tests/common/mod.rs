@@ -358,7 +358,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         generate_audio: Some(true),
         billing: TaskBilling {
             status: BillingStatus::Unbilled,
-            pricing_version_id: Some("videogen-2-0@v1".into()),
+            pricing_version_id: Some(domain::PricingVersionId { model: "videogen-2-0".into(), version: 1 }),
             estimated: UsdAmount::ZERO,
             actual: None,
             balance_after: None,
