@@ -27,7 +27,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let user = &created.user;
             json!({
-                "id": user.id.as_str(), "name": user.name, "email": user.email, "role": user.role,
+                "id": user.id.as_str(), "name": user.name, "email": user.email, "role": user.role.as_str(),
                 "balance_usd": user.balance.to_string(), "concurrency_limit": user.concurrency_limit,
                 "media_quota_bytes": user.media_quota_bytes, "created_at": user.created_at.to_string(),
                 "webhook_secret": created.webhook_secret,

@@ -231,7 +231,7 @@ pub fn billing(b: &TaskBilling) -> Billing {
     Billing {
         currency: "USD",
         status: b.status.as_str(),
-        pricing_version_id: b.pricing_version_id.clone(),
+        pricing_version_id: b.pricing_version_id.as_ref().map(ToString::to_string),
         estimated_amount: b.estimated.into(),
         estimated_amount_microusd: b.estimated.micros(),
         actual_amount: b.actual.map(Usd::from),
@@ -261,9 +261,9 @@ pub struct TaskObject {
     /// The upstream provider's name.
     pub provider: String,
     /// `text`, `url`, `base64`, `mixed` or `stream`.
-    pub input_mode: Option<String>,
+    pub input_mode: Option<&'static str>,
     /// `image`, `video`, `audio` or `multiple`.
-    pub media_type: Option<String>,
+    pub media_type: Option<&'static str>,
     /// The input media record.
     pub media_url: Option<String>,
     /// Seconds of video asked for.
@@ -271,7 +271,7 @@ pub struct TaskObject {
     /// Video resolution.
     pub resolution: Option<String>,
     /// Video aspect ratio.
-    pub ratio: Option<String>,
+    pub ratio: Option<&'static str>,
     /// Whether the video has sound.
     pub generate_audio: Option<bool>,
     /// The task's billing.
@@ -315,12 +315,12 @@ pub fn task(t: &Task) -> TaskObject {
         status: t.status.as_str(),
         prompt: t.prompt.clone(),
         provider: t.provider.clone(),
-        input_mode: t.input_mode.clone(),
-        media_type: t.media_type.clone(),
+        input_mode: t.input_mode.map(domain::InputMode::as_str),
+        media_type: t.media_type.map(domain::MediaType::as_str),
         media_url: media_record(&t.media),
         duration: t.duration,
         resolution: t.resolution.clone(),
-        ratio: t.ratio.clone(),
+        ratio: t.ratio.map(domain::Ratio::as_str),
         generate_audio: t.generate_audio,
         billing: billing(&t.billing),
         output_url: t.output_url.clone(),
@@ -401,7 +401,7 @@ fn user(u: &User) -> UserObject {
         id: u.id.as_str().to_owned(),
         name: u.name.clone(),
         email: u.email.clone(),
-        role: u.role.clone(),
+        role: u.role.as_str().to_owned(),
         balance_usd: u.balance.into(),
         balance_microusd: u.balance.micros(),
         concurrency_limit: u.concurrency_limit,

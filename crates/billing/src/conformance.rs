@@ -313,7 +313,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
         status,
         prompt: None,
         provider: "conformance".into(),
-        input_mode: Some("text".into()),
+        input_mode: Some(domain::InputMode::Text),
         media_type: None,
         media: Vec::new(),
         duration: None,

@@ -4,6 +4,7 @@
 
 pub mod caps;
 pub mod egress;
+pub mod inputs;
 pub mod kind;
 pub mod media;
 pub mod money;
@@ -17,12 +18,13 @@ pub mod video;
 
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
+pub use inputs::{InputMode, MediaType, Ratio};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
 pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
 pub use records::{
-    ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Task, TaskBilling,
+    ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Role, Task, TaskBilling,
     TaskId, TaskStats, User, UserId,
 };
 pub use scope::Scope;

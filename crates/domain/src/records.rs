@@ -44,6 +44,42 @@ string_id!(
     TaskId
 );
 
+/// What an account may do: an ordinary `user`, or an `admin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// An ordinary account.
+    User,
+    /// An operator's account.
+    Admin,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 2] = [Role::User, Role::Admin];
+
+    /// The stored and wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownName { what: "role", value: s.to_owned() })
+    }
+}
+
 /// An account holding a prepaid USD balance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -53,8 +89,8 @@ pub struct User {
     pub name: String,
     /// Contact address.
     pub email: String,
-    /// `user` or `admin`.
-    pub role: String,
+    /// What the account may do.
+    pub role: Role,
     /// Current balance; equals the sum of the user's ledger entries.
     pub balance: UsdAmount,
     /// Most in-flight calls and unfinished video tasks at once.
@@ -76,8 +112,8 @@ pub struct NewUser {
     pub name: String,
     /// Contact address.
     pub email: String,
-    /// `user` or `admin`.
-    pub role: String,
+    /// What the account may do.
+    pub role: Role,
     /// Opening balance, booked as a `topup` ledger entry when above zero.
     pub balance: UsdAmount,
     /// Per-user concurrency cap.
@@ -152,8 +188,8 @@ impl FromStr for BillingStatus {
 pub struct TaskBilling {
     /// Where the reservation stands.
     pub status: BillingStatus,
-    /// The price version used, e.g. `LangB-2.0-pro@v1`.
-    pub pricing_version_id: Option<String>,
+    /// The price version used (`LangB-2.0-pro@v1` on the wire).
+    pub pricing_version_id: Option<crate::pricing::PricingVersionId>,
     /// The amount reserved up front.
     pub estimated: UsdAmount,
     /// The amount charged, once settled (zero when refunded).
@@ -181,10 +217,10 @@ pub struct Task {
     pub prompt: Option<String>,
     /// Upstream provider name.
     pub provider: String,
-    /// `text`, `url`, `base64`, `mixed` or `stream`.
-    pub input_mode: Option<String>,
-    /// `image`, `video`, `audio` or `multiple`.
-    pub media_type: Option<String>,
+    /// How the input media arrived.
+    pub input_mode: Option<crate::inputs::InputMode>,
+    /// What kind of media the inputs are.
+    pub media_type: Option<crate::inputs::MediaType>,
     /// The input media in order (stored as the `media_url` JSON record; empty without media).
     pub media: Vec<crate::media::TaskMedia>,
     /// Seconds of output (video, audio).
@@ -192,7 +228,7 @@ pub struct Task {
     /// Video resolution.
     pub resolution: Option<String>,
     /// Video aspect ratio.
-    pub ratio: Option<String>,
+    pub ratio: Option<crate::inputs::Ratio>,
     /// Whether video has sound.
     pub generate_audio: Option<bool>,
     /// Billing.
@@ -351,5 +387,11 @@ mod tests {
             assert_eq!(k.as_str().parse::<LedgerKind>(), Ok(k));
         }
         assert!("Settled".parse::<BillingStatus>().is_err());
+        for r in Role::ALL {
+            assert_eq!(r.as_str().parse::<Role>(), Ok(r));
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        assert_eq!("root".parse::<Role>(), Err(UnknownName { what: "role", value: "root".into() }));
+        assert!("Admin".parse::<Role>().is_err());
     }
 }

@@ -2,8 +2,8 @@
 
 use catalog::Catalog;
 use domain::{
-    ApiKey, ApiKeyId, LedgerEntry, LedgerKind, ModelRecord, NewUser, PriceSheet, PricingVersion, Scope, UsdAmount,
-    User, UserId,
+    ApiKey, ApiKeyId, LedgerEntry, LedgerKind, ModelRecord, NewUser, PriceSheet, PricingVersion, Role, Scope,
+    UsdAmount, User, UserId,
 };
 
 use crate::keys::{generate_secret, hex};
@@ -96,9 +96,10 @@ impl Gateway {
         if !looks_like_email(&req.email) {
             return Err(ServiceError::InvalidRequest(format!("{:?} is not an email address", req.email)));
         }
-        if !matches!(req.role.as_str(), "user" | "admin") {
-            return Err(ServiceError::InvalidRequest(format!("role must be user or admin, got {:?}", req.role)));
-        }
+        let role: Role = req
+            .role
+            .parse()
+            .map_err(|_| ServiceError::InvalidRequest(format!("role must be user or admin, got {:?}", req.role)))?;
         if req.balance.is_negative() {
             return Err(ServiceError::InvalidRequest("balance must not be negative".into()));
         }
@@ -112,7 +113,7 @@ impl Gateway {
             id: UserId(self.ports.ids.new_id("usr_")),
             name: name.to_owned(),
             email: req.email,
-            role: req.role,
+            role,
             balance: req.balance,
             concurrency_limit: req.concurrency_limit,
             media_quota_bytes: req.media_quota_bytes,
@@ -210,7 +211,7 @@ impl Gateway {
             .create_user(NewUserRequest {
                 name: "Demo".into(),
                 email: "demo@example.com".into(),
-                role: "admin".into(),
+                role: Role::Admin.as_str().into(),
                 balance,
                 concurrency_limit: 64,
                 media_quota_bytes: 1 << 30,

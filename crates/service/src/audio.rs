@@ -27,8 +27,8 @@ impl Gateway {
         let upstream_body = plan.upstream_body(&def.upstream.model_id)?;
         let details = TaskDetails {
             prompt: Some(plan.request.text_prompt.clone()),
-            input_mode: Some(plan.input_mode.to_owned()),
-            media_type: plan.media_type.map(str::to_owned),
+            input_mode: Some(plan.input_mode),
+            media_type: plan.media_type,
             ..TaskDetails::default()
         };
         let (public_model, sheet) = (def.name.clone(), pricing.sheet.clone());

@@ -21,10 +21,10 @@ use crate::{Gateway, ServiceError};
 pub(crate) struct TaskDetails {
     /// The prompt, when the call has one worth showing (kept to [`PROMPT_KEPT_CHARS`]).
     pub prompt: Option<String>,
-    /// `text`, `url`, `base64`, `mixed` or `stream`.
-    pub input_mode: Option<String>,
-    /// `image`, `video`, `audio` or `multiple`.
-    pub media_type: Option<String>,
+    /// How the input media arrived.
+    pub input_mode: Option<domain::InputMode>,
+    /// What kind of media the inputs are.
+    pub media_type: Option<domain::MediaType>,
     /// The input media in order (video).
     pub media: Vec<domain::TaskMedia>,
     /// Seconds of output asked for (video).
@@ -32,7 +32,7 @@ pub(crate) struct TaskDetails {
     /// Video resolution.
     pub resolution: Option<String>,
     /// Video aspect ratio.
-    pub ratio: Option<String>,
+    pub ratio: Option<domain::Ratio>,
     /// Whether the video has sound.
     pub generate_audio: Option<bool>,
     /// Where status changes are posted (video).
@@ -78,7 +78,7 @@ struct CallState {
     /// The public model name (metrics).
     model: String,
     estimate: UsdAmount,
-    pricing_version_id: String,
+    pricing_version_id: domain::PricingVersionId,
     /// Counts the call in `gateway_calls_in_flight` until it ends.
     _in_flight: crate::metrics::InFlight,
     /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
@@ -194,7 +194,7 @@ impl Gateway {
     /// [`Gateway::open_call`] for a task id chosen beforehand (video: its uploads are stored under it).
     pub(crate) async fn open_call_as(&self, task_id: TaskId, spec: CallSpec) -> Result<OpenCall, ServiceError> {
         let now = self.ports.clock.now();
-        let pricing_version_id = spec.pricing.id().to_string();
+        let pricing_version_id = spec.pricing.id();
         let status = match spec.def.mode {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
@@ -536,7 +536,7 @@ mod tests {
             id: user.clone(),
             name: "c".into(),
             email: "c@example.com".into(),
-            role: "user".into(),
+            role: domain::Role::User,
             balance: UsdAmount::from_micros(1_000_000),
             concurrency_limit: 4,
             media_quota_bytes: 0,

@@ -147,7 +147,7 @@ impl Gateway {
         let hold = hold_description(&def.name, &plan);
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();
-        let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
+        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {

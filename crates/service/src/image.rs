@@ -33,8 +33,8 @@ impl Gateway {
         let upstream_body = plan.upstream_body(&def.upstream.model_id)?;
         let details = TaskDetails {
             prompt: Some(plan.request.prompt.clone()),
-            input_mode: Some(plan.input_mode.to_owned()),
-            media_type: (plan.reference_images > 0).then(|| "image".to_owned()),
+            input_mode: Some(plan.input_mode),
+            media_type: (plan.reference_images > 0).then_some(domain::MediaType::Image),
             ..TaskDetails::default()
         };
         let (public_model, sheet, references) = (def.name.clone(), pricing.sheet.clone(), plan.reference_images);

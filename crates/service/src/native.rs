@@ -133,7 +133,7 @@ impl Gateway {
             plan.prompt_bound_tokens,
             plan.max_output_tokens,
         );
-        let details = TaskDetails { input_mode: Some("text".into()), ..TaskDetails::default() };
+        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
         let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {

@@ -12,18 +12,19 @@ use sea_orm::{
 use crate::entities::{api_keys, ledger_entries, users};
 use crate::{Store, backend_err, is_unique_violation};
 
-pub(crate) fn user_from_row(row: users::Model) -> User {
-    User {
+pub(crate) fn user_from_row(row: users::Model) -> Result<User, StoreError> {
+    let role = row.role.parse().map_err(|e| StoreError::corrupt(format!("role of user {}", row.id), e))?;
+    Ok(User {
         id: UserId(row.id),
         name: row.name,
         email: row.email,
-        role: row.role,
+        role,
         balance: UsdAmount::from_micros(row.balance_micros),
         concurrency_limit: row.concurrency_limit,
         media_quota_bytes: row.media_quota_bytes,
         media_used_bytes: row.media_used_bytes,
         created_at: Timestamp(row.created_at),
-    }
+    })
 }
 
 fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
@@ -57,7 +58,7 @@ impl AccountStore for Store {
             id: Set(user.id.0.clone()),
             name: Set(user.name),
             email: Set(user.email),
-            role: Set(user.role),
+            role: Set(user.role.as_str().to_owned()),
             balance_micros: Set(user.balance.micros()),
             concurrency_limit: Set(user.concurrency_limit),
             media_quota_bytes: Set(user.media_quota_bytes),
@@ -89,12 +90,12 @@ impl AccountStore for Store {
             .map_err(backend_err)?;
         }
         txn.commit().await.map_err(backend_err)?;
-        Ok(user_from_row(row))
+        user_from_row(row)
     }
 
     async fn user(&self, id: &UserId) -> Result<Option<User>, StoreError> {
         let row = users::Entity::find_by_id(id.0.clone()).one(self.db.reads()).await.map_err(backend_err)?;
-        Ok(row.map(user_from_row))
+        row.map(user_from_row).transpose()
     }
 
     async fn count_users(&self) -> Result<u64, StoreError> {

@@ -24,10 +24,11 @@ fn corrupt(what: &str, id: &str, e: impl std::error::Error + Send + Sync + 'stat
 }
 
 fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result<TaskBilling, StoreError> {
+    let pricing_version_id = parsed(task.pricing_version_id.as_deref(), "pricing version id", &task.id)?;
     let Some(hold) = hold else {
         return Ok(TaskBilling {
             status: BillingStatus::Unbilled,
-            pricing_version_id: task.pricing_version_id.clone(),
+            pricing_version_id,
             estimated: UsdAmount::ZERO,
             actual: None,
             balance_after: None,
@@ -36,7 +37,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
     };
     Ok(TaskBilling {
         status: hold.status.parse().map_err(|e| corrupt("billing status", &task.id, e))?,
-        pricing_version_id: task.pricing_version_id.clone(),
+        pricing_version_id,
         estimated: UsdAmount::from_micros(hold.amount_micros),
         actual: hold.actual_micros.map(UsdAmount::from_micros),
         balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
@@ -44,8 +45,19 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
     })
 }
 
+/// An optional text column read as `T`; text `T` does not accept is corrupt (never `None`).
+fn parsed<T: std::str::FromStr>(text: Option<&str>, what: &str, id: &str) -> Result<Option<T>, StoreError>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    text.map(|t| t.parse().map_err(|e| corrupt(what, id, e))).transpose()
+}
+
 fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Result<Task, StoreError> {
     let billing = billing_of(&row, hold)?;
+    let input_mode = parsed(row.input_mode.as_deref(), "input mode", &row.id)?;
+    let media_type = parsed(row.media_type.as_deref(), "media type", &row.id)?;
+    let ratio = parsed(row.ratio.as_deref(), "ratio", &row.id)?;
     let kind = row.kind.parse().map_err(|e| corrupt("kind", &row.id, e))?;
     let status = row.status.parse().map_err(|e| corrupt("status", &row.id, e))?;
     let media = media_from_column(row.media_url.as_deref(), &row.id)?;
@@ -57,12 +69,12 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
         status,
         prompt: row.prompt,
         provider: row.provider,
-        input_mode: row.input_mode,
-        media_type: row.media_type,
+        input_mode,
+        media_type,
         media,
         duration: row.duration,
         resolution: row.resolution,
-        ratio: row.ratio,
+        ratio,
         generate_audio: row.generate_audio,
         billing,
         output_url: row.output_url,
@@ -103,14 +115,14 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         status: Set(task.status.as_str().to_owned()),
         prompt: Set(task.prompt),
         provider: Set(task.provider),
-        input_mode: Set(task.input_mode),
-        media_type: Set(task.media_type),
+        input_mode: Set(task.input_mode.map(|m| m.as_str().to_owned())),
+        media_type: Set(task.media_type.map(|m| m.as_str().to_owned())),
         media_url: Set(media_column(&task.media)),
         duration: Set(task.duration),
         resolution: Set(task.resolution),
-        ratio: Set(task.ratio),
+        ratio: Set(task.ratio.map(|r| r.as_str().to_owned())),
         generate_audio: Set(task.generate_audio),
-        pricing_version_id: Set(task.billing.pricing_version_id),
+        pricing_version_id: Set(task.billing.pricing_version_id.map(|id| id.to_string())),
         usage: Set(task.billing.usage_json),
         output_url: Set(task.output_url),
         last_frame_url: Set(task.last_frame_url),

@@ -25,9 +25,12 @@ fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
         provider: "p".into(),
         duration: Some(5),
         resolution: Some("720p".into()),
-        ratio: Some("16:9".into()),
+        ratio: Some(domain::Ratio::Wide),
         generate_audio: Some(true),
-        billing: TaskBilling { pricing_version_id: Some("Videogen-2.0@v1".into()), ..base.billing },
+        billing: TaskBilling {
+            pricing_version_id: Some(domain::PricingVersionId { model: "Videogen-2.0".into(), version: 1 }),
+            ..base.billing
+        },
         webhook_url: Some("https://example.com/hook".into()),
         ..base
     }

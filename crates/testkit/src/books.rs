@@ -16,7 +16,7 @@ pub fn new_user(id: &UserId, balance: UsdAmount) -> NewUser {
         id: id.clone(),
         name: "t".into(),
         email: "t@example.com".into(),
-        role: "user".into(),
+        role: domain::Role::User,
         balance,
         concurrency_limit: 10,
         media_quota_bytes: 0,
@@ -30,6 +30,22 @@ pub async fn assert_balance_is_ledger_sum(ledger: &dyn Ledger, user: &UserId, co
     billing::conformance::balance_is_ledger_sum(ledger, user)
         .await
         .unwrap_or_else(|e| panic!("{context}: balance = Σ ledger of {user:?}: {e}"))
+}
+
+/// Runs one statement (`$1`… placeholders, text values) on the database at `url`, under the store,
+/// and returns the rows it changed: for a test that makes a stored row what no code path writes
+/// (a corrupt record, an old timestamp).
+pub async fn execute_under_the_store(url: &str, sql: &str, values: &[&str]) -> u64 {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    let conn = Database::connect(url).await.expect("connect under the store");
+    let statement = Statement::from_sql_and_values(
+        conn.get_database_backend(),
+        sql,
+        values.iter().map(|v| sea_orm::Value::from(*v)).collect::<Vec<_>>(),
+    );
+    let changed = conn.execute_raw(statement).await.expect("run the statement").rows_affected();
+    conn.close().await.expect("close");
+    changed
 }
 
 #[cfg(test)]
@@ -88,22 +104,6 @@ mod tests {
     fn new_user_is_an_ordinary_user_with_the_balance() {
         let id = user_id();
         let user = new_user(&id, UsdAmount::from_micros(5));
-        assert_eq!((user.id, user.balance, user.role.as_str()), (id, UsdAmount::from_micros(5), "user"));
+        assert_eq!((user.id, user.balance, user.role), (id, UsdAmount::from_micros(5), domain::Role::User));
     }
-}
-
-/// Runs one statement (`$1`… placeholders, text values) on the database at `url`, under the store,
-/// and returns the rows it changed: for a test that makes a stored row what no code path writes
-/// (a corrupt record, an old timestamp).
-pub async fn execute_under_the_store(url: &str, sql: &str, values: &[&str]) -> u64 {
-    use sea_orm::{ConnectionTrait, Database, Statement};
-    let conn = Database::connect(url).await.expect("connect under the store");
-    let statement = Statement::from_sql_and_values(
-        conn.get_database_backend(),
-        sql,
-        values.iter().map(|v| sea_orm::Value::from(*v)).collect::<Vec<_>>(),
-    );
-    let changed = conn.execute_raw(statement).await.expect("run the statement").rows_affected();
-    conn.close().await.expect("close");
-    changed
 }

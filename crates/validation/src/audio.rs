@@ -252,10 +252,10 @@ pub struct AudioPlan<'a> {
     pub max_billed_seconds: u64,
     /// How the reference media arrives, in the Task schema's words: `url` (links only), `base64`
     /// (inline data only), `mixed`, or `text` (no references, or only speaker ids, which are not media).
-    pub input_mode: &'static str,
+    pub input_mode: domain::InputMode,
     /// The kind of the reference media, in the Task schema's words: `audio` (`audio_data` / `audio_url`),
     /// `image` (one image reference), `None` without media references (text only, or speakers only).
-    pub media_type: Option<&'static str>,
+    pub media_type: Option<domain::MediaType>,
 }
 
 impl AudioPlan<'_> {
@@ -358,21 +358,21 @@ struct ReferenceMedia {
 
 impl ReferenceMedia {
     /// The Task schema's `input_mode`: speaker ids are not media, so speakers alone are `text`.
-    fn input_mode(self) -> &'static str {
+    fn input_mode(self) -> domain::InputMode {
         match (self.links, self.inline) {
-            (0, 0) => "text",
-            (_, 0) => "url",
-            (0, _) => "base64",
-            _ => "mixed",
+            (0, 0) => domain::InputMode::Text,
+            (_, 0) => domain::InputMode::Url,
+            (0, _) => domain::InputMode::Base64,
+            _ => domain::InputMode::Mixed,
         }
     }
 
     /// The Task schema's `media_type` of the reference media (images and audio never mix).
-    fn media_type(self) -> Option<&'static str> {
+    fn media_type(self) -> Option<domain::MediaType> {
         match (self.links + self.inline, self.images) {
             (0, _) => None,
-            (_, 0) => Some("audio"),
-            _ => Some("image"),
+            (_, 0) => Some(domain::MediaType::Audio),
+            _ => Some(domain::MediaType::Image),
         }
     }
 }

@@ -240,7 +240,7 @@ pub struct ImagePlan<'a> {
     /// size or default the model's largest (named or custom).
     pub max_pixels_per_image: u64,
     /// `text` (no references), `url`, `base64` or `mixed`.
-    pub input_mode: &'static str,
+    pub input_mode: domain::InputMode,
 }
 
 impl ImagePlan<'_> {

@@ -34,8 +34,8 @@ pub use native::{
 };
 pub use raw::RawBody;
 pub use video::{
-    MediaInput, MediaType, Ratio, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest,
-    check_video_request, parse_video_request,
+    MediaInput, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest, check_video_request,
+    parse_video_request,
 };
 
 /// A request that breaks a rule of the interface; the message names the field and the rule.

@@ -7,6 +7,8 @@
 //! together), https links, and "prompt or media".
 
 use catalog::{ModelDef, VideoLimits};
+use domain::ports::AssetKind;
+use domain::{InputMode, MediaType, Ratio};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
@@ -20,10 +22,18 @@ pub const VIDEO_PROMPT_MAX_CHARS: u64 = 4000;
 /// Most media items (URLs and uploaded files together).
 pub const VIDEO_MAX_MEDIA: u64 = 15;
 
+// The request's media item kind is `domain::ports::AssetKind` and its ratio `domain::Ratio` (one
+// definition each, with their serde names). The domain crate derives no JSON Schema, so the two
+// schema-only mirrors below give `/openapi.json` and the models' request schemas the same `MediaType`
+// and `Ratio` definitions as before; they are never read or written, and a test checks that they
+// list the same names as the domain types.
+
 /// The kind of one media input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum MediaType {
+#[schemars(rename = "MediaType")]
+#[allow(dead_code)]
+enum MediaTypeSchema {
     /// A reference image.
     Image,
     /// A reference video.
@@ -32,20 +42,11 @@ pub enum MediaType {
     Audio,
 }
 
-impl MediaType {
-    /// The wire name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            MediaType::Image => "image",
-            MediaType::Video => "video",
-            MediaType::Audio => "audio",
-        }
-    }
-}
-
 /// The aspect ratios a task may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Ratio {
+#[derive(JsonSchema)]
+#[schemars(rename = "Ratio")]
+#[allow(dead_code)]
+enum RatioSchema {
     /// The upstream picks it from the inputs.
     #[serde(rename = "adaptive")]
     Adaptive,
@@ -69,32 +70,14 @@ pub enum Ratio {
     UltraWide,
 }
 
-impl Ratio {
-    /// Every ratio.
-    pub const ALL: [Ratio; 7] =
-        [Ratio::Adaptive, Ratio::Wide, Ratio::Standard, Ratio::Square, Ratio::Portrait, Ratio::Tall, Ratio::UltraWide];
-
-    /// The wire name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Ratio::Adaptive => "adaptive",
-            Ratio::Wide => "16:9",
-            Ratio::Standard => "4:3",
-            Ratio::Square => "1:1",
-            Ratio::Portrait => "3:4",
-            Ratio::Tall => "9:16",
-            Ratio::UltraWide => "21:9",
-        }
-    }
-}
-
 /// One `media` item: a link the gateway imports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MediaInput {
     /// Image, video or audio.
     #[serde(rename = "type", deserialize_with = "plain")]
-    pub kind: MediaType,
+    #[schemars(with = "MediaTypeSchema")]
+    pub kind: AssetKind,
     /// An https link.
     pub url: String,
 }
@@ -117,6 +100,7 @@ pub struct VideoRequest {
     pub resolution: Option<String>,
     /// Aspect ratio; default `adaptive`.
     #[serde(default, deserialize_with = "present_plain", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<RatioSchema>")]
     pub ratio: Option<Ratio>,
     /// Whether the video has sound; default true.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
@@ -136,13 +120,13 @@ pub struct VideoPlan {
     /// The request, defaults applied (`duration`, `resolution`, `ratio`, `generate_audio` always set).
     pub request: VideoRequest,
     /// The media of the task in order: the request's links, then the uploaded files.
-    pub media: Vec<MediaType>,
+    pub media: Vec<AssetKind>,
     /// Whether a video is among the inputs (it changes the rate).
     pub has_video_input: bool,
     /// `text`, `url`, `stream` (uploaded files) or `mixed`.
-    pub input_mode: &'static str,
+    pub input_mode: InputMode,
     /// `image`, `video`, `audio`, `multiple`, or `None` without media.
-    pub media_type: Option<&'static str>,
+    pub media_type: Option<MediaType>,
 }
 
 impl VideoPlan {
@@ -156,9 +140,9 @@ impl VideoPlan {
         self.request.resolution.as_deref().unwrap_or_default()
     }
 
-    /// The ratio's wire name.
-    pub fn ratio(&self) -> &'static str {
-        self.request.ratio.unwrap_or(Ratio::Adaptive).as_str()
+    /// The ratio.
+    pub fn ratio(&self) -> Ratio {
+        self.request.ratio.unwrap_or(Ratio::Adaptive)
     }
 }
 
@@ -177,7 +161,7 @@ fn invalid(message: String) -> ValidationError {
 pub fn check_video_request(
     def: &ModelDef,
     mut req: VideoRequest,
-    uploads: &[MediaType],
+    uploads: &[AssetKind],
 ) -> Result<VideoPlan, ValidationError> {
     let Some(limits) = def.video_limits() else {
         return Err(invalid(format!("model {} is not a video model", def.name)));
@@ -218,44 +202,40 @@ pub fn check_video_request(
     {
         return Err(invalid("webhook_url must be an https URL".into()));
     }
-    let media: Vec<MediaType> = links.iter().map(|m| m.kind).chain(uploads.iter().copied()).collect();
+    let media: Vec<AssetKind> = links.iter().map(|m| m.kind).chain(uploads.iter().copied()).collect();
     check_counts(limits, &media)?;
     req.duration = Some(duration);
     req.resolution = Some(resolution);
     req.ratio = Some(ratio);
     req.generate_audio = Some(req.generate_audio.unwrap_or(limits.generate_audio_default));
     let input_mode = match (links.is_empty(), uploads.is_empty()) {
-        (true, true) => "text",
-        (false, true) => "url",
-        (true, false) => "stream",
-        (false, false) => "mixed",
+        (true, true) => InputMode::Text,
+        (false, true) => InputMode::Url,
+        (true, false) => InputMode::Stream,
+        (false, false) => InputMode::Mixed,
     };
-    let media_type = match media.first() {
-        None => None,
-        Some(first) if media.iter().all(|m| m == first) => Some(first.as_str()),
-        Some(_) => Some("multiple"),
-    };
-    let has_video_input = media.contains(&MediaType::Video);
+    let media_type = MediaType::of(media.iter().copied());
+    let has_video_input = media.contains(&AssetKind::Video);
     Ok(VideoPlan { request: req, media, has_video_input, input_mode, media_type })
 }
 
 fn default_ratio(limits: &VideoLimits) -> Result<Ratio, ValidationError> {
-    Ratio::ALL
-        .into_iter()
-        .find(|r| r.as_str() == limits.default_ratio)
-        .ok_or_else(|| invalid(format!("the catalog's default ratio {:?} is unknown", limits.default_ratio)))
+    limits
+        .default_ratio
+        .parse()
+        .map_err(|_| invalid(format!("the catalog's default ratio {:?} is unknown", limits.default_ratio)))
 }
 
 /// At most `max_items` media in all and the per-kind maxima, links and uploads together.
-fn check_counts(limits: &VideoLimits, media: &[MediaType]) -> Result<(), ValidationError> {
+fn check_counts(limits: &VideoLimits, media: &[AssetKind]) -> Result<(), ValidationError> {
     let m = &limits.media;
-    let count = |kind: MediaType| media.iter().filter(|k| **k == kind).count() as u64;
+    let count = |kind: AssetKind| media.iter().filter(|k| **k == kind).count() as u64;
     let total = media.len() as u64;
     if total > m.max_items {
         return Err(invalid(format!("a task may carry at most {} media items, got {total}", m.max_items)));
     }
     for (kind, max) in
-        [(MediaType::Image, m.max_images), (MediaType::Video, m.max_videos), (MediaType::Audio, m.max_audios)]
+        [(AssetKind::Image, m.max_images), (AssetKind::Video, m.max_videos), (AssetKind::Audio, m.max_audios)]
     {
         let n = count(kind);
         if n > max {

@@ -3,12 +3,15 @@
 use std::str::FromStr;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use super::UpstreamError;
 use crate::kind::UnknownName;
 
-/// What kind of media an asset (or a stored file) is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What kind of media an asset (or a stored file, or a request's media item) is (serde: the
+/// item `type` of the gateway's own API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AssetKind {
     /// A still image.
     Image,

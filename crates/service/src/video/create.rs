@@ -7,7 +7,7 @@
 
 use domain::ports::AssetKind;
 use domain::{MediaObject, MediaRecordError, MediaSource, ModelKind, Task, TaskId, TaskMedia, UserId};
-use validation::{MediaType, VideoPlan};
+use validation::VideoPlan;
 
 use super::media::{SizeLimits, TypedError, TypedSink, media_key};
 use crate::call::{CallSpec, TaskDetails};
@@ -121,22 +121,6 @@ pub(crate) async fn record_media(gateway: &Gateway, object: MediaObject) -> Resu
     }
 }
 
-fn media_type(kind: AssetKind) -> MediaType {
-    match kind {
-        AssetKind::Image => MediaType::Image,
-        AssetKind::Video => MediaType::Video,
-        AssetKind::Audio => MediaType::Audio,
-    }
-}
-
-fn asset_kind(kind: MediaType) -> AssetKind {
-    match kind {
-        MediaType::Image => AssetKind::Image,
-        MediaType::Video => AssetKind::Video,
-        MediaType::Audio => AssetKind::Audio,
-    }
-}
-
 impl Gateway {
     /// A fresh id for a video task about to be created (its uploads are stored under it).
     pub fn new_video_task_id(&self) -> TaskId {
@@ -224,26 +208,26 @@ impl Gateway {
         let video = self.video()?;
         let request = validation::parse_video_request(body)?;
         let (def, pricing) = self.priced_model(ModelKind::Video, &request.model).await?;
-        let kinds: Vec<MediaType> = uploads.iter().map(|u| media_type(u.kind)).collect();
+        let kinds: Vec<AssetKind> = uploads.iter().map(|u| u.kind).collect();
         let plan = validation::check_video_request(&def, request, &kinds)?;
         check_upload_sizes(&def, uploads)?;
         self.check_links(video, &plan).await?;
         let estimate = billing::video_reservation(
             &pricing.sheet,
             plan.resolution(),
-            plan.ratio(),
+            plan.ratio().as_str(),
             plan.duration(),
             plan.has_video_input,
         )
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
         let details = TaskDetails {
             prompt: plan.request.prompt.clone(),
-            input_mode: Some(plan.input_mode.to_owned()),
-            media_type: plan.media_type.map(str::to_owned),
+            input_mode: Some(plan.input_mode),
+            media_type: plan.media_type,
             media: task_media(&plan, uploads),
             duration: Some(plan.duration()),
             resolution: Some(plan.resolution().to_owned()),
-            ratio: Some(plan.ratio().to_owned()),
+            ratio: Some(plan.ratio()),
             generate_audio: plan.request.generate_audio,
             webhook_url: plan.request.webhook_url.clone(),
         };
@@ -340,7 +324,7 @@ fn task_media(plan: &VideoPlan, uploads: &[StoredUpload]) -> Vec<TaskMedia> {
         .media
         .iter()
         .flatten()
-        .map(|m| TaskMedia { kind: asset_kind(m.kind), source: MediaSource::Link(m.url.clone()) });
+        .map(|m| TaskMedia { kind: m.kind, source: MediaSource::Link(m.url.clone()) });
     let files = (1u32..).zip(uploads).map(|(number, u)| TaskMedia {
         kind: u.kind,
         source: MediaSource::Upload { number, mime: u.mime.to_owned(), bytes: u.bytes },

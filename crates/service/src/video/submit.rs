@@ -203,7 +203,7 @@ fn upstream_body(def: &ModelDef, task: &Task, assets: &[(AssetKind, String)], de
         "model": def.upstream.model_id,
         "content": content,
         "resolution": task.resolution,
-        "ratio": task.ratio,
+        "ratio": task.ratio.map(domain::Ratio::as_str),
         "duration": task.duration,
         "generate_audio": task.generate_audio,
         "return_last_frame": true,

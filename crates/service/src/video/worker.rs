@@ -505,9 +505,11 @@ impl Gateway {
     /// The charge for `tokens` at the price version the task was reserved at.
     async fn video_charge(&self, job: &VideoJob, tokens: u64) -> Result<UsdAmount, ServiceError> {
         let task = &job.task;
-        let text = task.billing.pricing_version_id.as_deref().unwrap_or_default();
-        let id: domain::PricingVersionId =
-            text.parse().map_err(|e| ServiceError::Internal(format!("task {}: {e}", task.id)))?;
+        let id = task
+            .billing
+            .pricing_version_id
+            .as_ref()
+            .ok_or_else(|| ServiceError::Internal(format!("task {} has no pricing version id", task.id)))?;
         let pricing = self.ports.models.pricing_version(&id.model, id.version).await?;
         let pricing =
             pricing.ok_or_else(|| ServiceError::Internal(format!("task {} has no price version {id}", task.id)))?;

@@ -140,7 +140,7 @@ fn reference_counts_and_composition() {
     // The task row's input_mode and media_type, in the Task schema's values.
     let task_fields = |request: Value| {
         let p = plan(request);
-        (p.input_mode, p.media_type)
+        (p.input_mode.as_str(), p.media_type.map(domain::MediaType::as_str))
     };
     assert_eq!(task_fields(json!({})), ("text", None));
     assert_eq!(task_fields(refs(vec![speaker(), speaker()])), ("text", None), "speaker ids are not media");

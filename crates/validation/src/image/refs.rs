@@ -12,12 +12,12 @@ pub(super) struct Refs {
     /// How many.
     pub count: u64,
     /// `text`, `url`, `base64` or `mixed`.
-    pub mode: &'static str,
+    pub mode: domain::InputMode,
 }
 
 /// Checks the references against the model's `reference_images` limits.
 pub(super) fn check(limits: &ImageLimits, image: Option<&ImageRefs>) -> Result<Refs, ValidationError> {
-    let Some(image) = image else { return Ok(Refs { count: 0, mode: "text" }) };
+    let Some(image) = image else { return Ok(Refs { count: 0, mode: domain::InputMode::Text }) };
     let rules = &limits.reference_images;
     let items = image.as_slice();
     let count = u64::try_from(items.len()).unwrap_or(u64::MAX);
@@ -37,9 +37,9 @@ pub(super) fn check(limits: &ImageLimits, image: Option<&ImageRefs>) -> Result<R
         }
     }
     let mode = match (urls, inline) {
-        (_, 0) => "url",
-        (0, _) => "base64",
-        _ => "mixed",
+        (_, 0) => domain::InputMode::Url,
+        (0, _) => domain::InputMode::Base64,
+        _ => domain::InputMode::Mixed,
     };
     Ok(Refs { count, mode })
 }

@@ -215,7 +215,7 @@ fn decoded_size_limit_per_model() {
     for model in MODELS {
         let body = |uri: &str| format!(r#"{{"model":"{model}","prompt":"p","image":["https://e.com/a.png","{uri}"]}}"#);
         let ok = run_bytes(model, body(&at).as_bytes());
-        assert_eq!(ok.map(|p| p.input_mode), Ok("mixed"), "{model}: 30 MB exactly is accepted");
+        assert_eq!(ok.map(|p| p.input_mode.as_str()), Ok("mixed"), "{model}: 30 MB exactly is accepted");
         let err = run_bytes(model, body(&over).as_bytes());
         assert!(
             matches!(&err, Err(ValidationError::TooLarge(m)) if m == "image[1] is 31457281 bytes decoded, above the limit of 31457280 bytes"),
@@ -227,10 +227,10 @@ fn decoded_size_limit_per_model() {
 #[test]
 fn input_modes() {
     let png = data_uri("png", 3);
-    assert_eq!(plan(V45, json!({})).input_mode, "text");
-    assert_eq!(plan(V45, json!({"image": "https://e.com/a.png"})).input_mode, "url");
-    assert_eq!(plan(V45, json!({"image": [png.clone(), png.clone()]})).input_mode, "base64");
-    assert_eq!(plan(PRO, json!({"image": [png, "https://e.com/a.png"]})).input_mode, "mixed");
+    assert_eq!(plan(V45, json!({})).input_mode.as_str(), "text");
+    assert_eq!(plan(V45, json!({"image": "https://e.com/a.png"})).input_mode.as_str(), "url");
+    assert_eq!(plan(V45, json!({"image": [png.clone(), png.clone()]})).input_mode.as_str(), "base64");
+    assert_eq!(plan(PRO, json!({"image": [png, "https://e.com/a.png"]})).input_mode.as_str(), "mixed");
     assert_eq!(plan(V45, json!({})).reference_images, 0);
 }
 

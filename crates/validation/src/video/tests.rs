@@ -8,7 +8,7 @@ fn def(name: &str) -> ModelDef {
     catalog::Catalog::builtin().expect("catalog").get(name).cloned().expect("model")
 }
 
-fn check_with(model: &str, body: Value, uploads: &[MediaType]) -> Result<VideoPlan, ValidationError> {
+fn check_with(model: &str, body: Value, uploads: &[AssetKind]) -> Result<VideoPlan, ValidationError> {
     let req = parse_video_request(body.to_string().as_bytes())?;
     check_video_request(&def(model), req, uploads)
 }
@@ -35,9 +35,9 @@ fn media(kind: &str, n: usize) -> Vec<Value> {
 #[test]
 fn defaults() {
     let plan = check(json!({})).expect("valid");
-    assert_eq!((plan.duration(), plan.resolution(), plan.ratio()), (5, "720p", "adaptive"));
+    assert_eq!((plan.duration(), plan.resolution(), plan.ratio()), (5, "720p", Ratio::Adaptive));
     assert_eq!(plan.request.generate_audio, Some(true));
-    assert_eq!((plan.input_mode, plan.media_type, plan.has_video_input), ("text", None, false));
+    assert_eq!((plan.input_mode, plan.media_type, plan.has_video_input), (InputMode::Text, None, false));
 }
 
 #[test]
@@ -50,8 +50,8 @@ fn prompt_edges() {
     assert!(message(no_prompt).contains("prompt or media"));
     let media_only = check_with("videogen-2-0", json!({"model": "videogen-2-0", "media": media("image", 1)}), &[]);
     assert!(media_only.is_ok());
-    let upload_only = check_with("videogen-2-0", json!({"model": "videogen-2-0"}), &[MediaType::Image]);
-    assert_eq!(upload_only.map(|p| p.input_mode), Ok("stream"));
+    let upload_only = check_with("videogen-2-0", json!({"model": "videogen-2-0"}), &[AssetKind::Image]);
+    assert_eq!(upload_only.map(|p| p.input_mode), Ok(InputMode::Stream));
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn resolution_per_model() {
 #[test]
 fn ratio_and_audio() {
     for ratio in Ratio::ALL {
-        assert_eq!(check(json!({"ratio": ratio.as_str()})).map(|p| p.ratio()), Ok(ratio.as_str()));
+        assert_eq!(check(json!({"ratio": ratio.as_str()})).map(|p| p.ratio()), Ok(*ratio));
     }
     assert!(message(check(json!({"ratio": "2:1"}))).contains("ratio"));
     assert_eq!(check(json!({"generate_audio": false})).map(|p| p.request.generate_audio), Ok(Some(false)));
@@ -99,17 +99,17 @@ fn media_counts_and_links() {
     assert!(check(json!({"media": media("audio", 4)})).is_err());
     let fifteen: Vec<Value> = [media("image", 9), media("video", 3), media("audio", 3)].concat();
     let plan = check(json!({"media": fifteen})).expect("15 items");
-    assert_eq!((plan.media.len(), plan.media_type, plan.has_video_input), (15, Some("multiple"), true));
+    assert_eq!((plan.media.len(), plan.media_type, plan.has_video_input), (15, Some(MediaType::Multiple), true));
     // The sixteenth item, whatever its kind: through the JSON array, or as an uploaded file.
     let sixteen: Vec<Value> = [media("image", 9), media("video", 3), media("audio", 3), media("image", 1)].concat();
     assert!(check(json!({"media": sixteen})).is_err());
     let fifteen: Vec<Value> = [media("image", 8), media("video", 3), media("audio", 3)].concat();
     let body = json!({"model": "videogen-2-0", "prompt": "p", "media": fifteen});
-    assert!(check_with("videogen-2-0", body.clone(), &[MediaType::Image]).is_ok());
-    assert!(message(check_with("videogen-2-0", body, &[MediaType::Image, MediaType::Image])).contains("at most"));
+    assert!(check_with("videogen-2-0", body.clone(), &[AssetKind::Image]).is_ok());
+    assert!(message(check_with("videogen-2-0", body, &[AssetKind::Image, AssetKind::Image])).contains("at most"));
     let mixed =
-        check_with("videogen-2-0", json!({"model": "videogen-2-0", "media": media("image", 1)}), &[MediaType::Audio]);
-    assert_eq!(mixed.map(|p| (p.input_mode, p.media_type)), Ok(("mixed", Some("multiple"))));
+        check_with("videogen-2-0", json!({"model": "videogen-2-0", "media": media("image", 1)}), &[AssetKind::Audio]);
+    assert_eq!(mixed.map(|p| (p.input_mode, p.media_type)), Ok((InputMode::Mixed, Some(MediaType::Multiple))));
     assert!(message(check(json!({"media": [{"type": "image", "url": "http://example.com/a.png"}]}))).contains("https"));
     assert!(check(json!({"media": [{"type": "image"}]})).is_err(), "url is required");
     assert!(check(json!({"media": [{"type": "text", "url": "https://e.com/x"}]})).is_err());
@@ -130,5 +130,42 @@ fn webhook_and_unknown_fields() {
     assert!(message(check_video_request(&def("LangA-V4-flash"), not_video, &[])).contains("not a video model"));
     for hostile in [&b"[]"[..], b"{", b"\xff", b"{\"model\": 5}", b"{\"model\": \"videogen-2-0\", \"media\": {}}"] {
         assert!(parse_video_request(hostile).is_err(), "{hostile:?}");
+    }
+}
+
+/// Every string a schema lists under `const` or `enum`, in order.
+fn listed_names(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("const", Value::String(s)) => out.push(s.clone()),
+                    ("enum", Value::Array(items)) => {
+                        out.extend(items.iter().filter_map(|v| v.as_str().map(str::to_owned)))
+                    }
+                    _ => listed_names(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| listed_names(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_schema_mirrors_list_the_domain_names() {
+    let names = |schema: schemars::Schema| {
+        let mut out = Vec::new();
+        listed_names(&serde_json::to_value(schema).expect("schema"), &mut out);
+        out
+    };
+    let kinds: Vec<String> = AssetKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
+    assert_eq!(names(schemars::schema_for!(MediaTypeSchema)), kinds);
+    let ratios: Vec<String> = Ratio::ALL.iter().map(|r| r.as_str().to_owned()).collect();
+    assert_eq!(names(schemars::schema_for!(RatioSchema)), ratios);
+    for kind in AssetKind::ALL {
+        let item: MediaInput =
+            serde_json::from_value(json!({"type": kind.as_str(), "url": "https://e.com/x"})).expect("item");
+        assert_eq!(item.kind, kind);
     }
 }
