@@ -269,7 +269,7 @@ pub struct TaskObject {
     /// Seconds of video asked for.
     pub duration: Option<i64>,
     /// Video resolution.
-    pub resolution: Option<String>,
+    pub resolution: Option<&'static str>,
     /// Video aspect ratio.
     pub ratio: Option<&'static str>,
     /// Whether the video has sound.
@@ -319,7 +319,7 @@ pub fn task(t: &Task) -> TaskObject {
         media_type: t.media_type.map(domain::MediaType::as_str),
         media_url: media_record(&t.media),
         duration: t.duration,
-        resolution: t.resolution.clone(),
+        resolution: t.resolution.map(domain::Resolution::as_str),
         ratio: t.ratio.map(domain::Ratio::as_str),
         generate_audio: t.generate_audio,
         billing: billing(&t.billing),

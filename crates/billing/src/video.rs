@@ -16,18 +16,12 @@
 //! covers whichever ratio is picked. See [`video_dimensions`].
 //!
 //! The estimate counts output only. The upstream may count the seconds of an input video too,
-//! at the lower `_with_video_input` rate; settlement then exceeds the hold, which DESIGN §4
-//! allows and records.
+//! at the lower `_with_video_input` rate; settlement then exceeds the hold, which is
+//! allowed and counted (`gateway_overdraft_micro_usd_total`).
 
-use domain::{PriceSheet, UsdAmount};
+use domain::{PriceSheet, Ratio, Resolution, UsdAmount};
 
 use crate::charge::{Charge, ChargeBuilder, PricingError};
-
-/// The resolutions with a rate key.
-pub const RESOLUTIONS: [&str; 4] = ["480p", "720p", "1080p", "4k"];
-
-/// The ratios a video request may ask for.
-pub const RATIOS: [&str; 7] = ["adaptive", "16:9", "4:3", "1:1", "3:4", "9:16", "21:9"];
 
 /// Seconds assumed for `duration = -1`.
 pub const AUTO_DURATION_SECONDS: u64 = 15;
@@ -39,66 +33,56 @@ const FPS: u64 = 24;
 const PIXELS_PER_TOKEN: u64 = 1024;
 
 /// (resolution, ratio, width, height) for every fixed ratio.
-const SIZES: [(&str, &str, u64, u64); 24] = [
-    ("480p", "16:9", 854, 480),
-    ("480p", "4:3", 752, 560),
-    ("480p", "1:1", 640, 640),
-    ("480p", "3:4", 560, 752),
-    ("480p", "9:16", 480, 854),
-    ("480p", "21:9", 992, 432),
-    ("720p", "16:9", 1280, 720),
-    ("720p", "4:3", 1112, 834),
-    ("720p", "1:1", 960, 960),
-    ("720p", "3:4", 834, 1112),
-    ("720p", "9:16", 720, 1280),
-    ("720p", "21:9", 1470, 630),
-    ("1080p", "16:9", 1920, 1080),
-    ("1080p", "4:3", 1664, 1248),
-    ("1080p", "1:1", 1440, 1440),
-    ("1080p", "3:4", 1248, 1664),
-    ("1080p", "9:16", 1080, 1920),
-    ("1080p", "21:9", 2206, 946),
-    ("4k", "16:9", 3840, 2160),
-    ("4k", "4:3", 3328, 2496),
-    ("4k", "1:1", 2880, 2880),
-    ("4k", "3:4", 2496, 3328),
-    ("4k", "9:16", 2160, 3840),
-    ("4k", "21:9", 4412, 1892),
+const SIZES: [(Resolution, Ratio, u64, u64); 24] = [
+    (Resolution::P480, Ratio::Wide, 854, 480),
+    (Resolution::P480, Ratio::Standard, 752, 560),
+    (Resolution::P480, Ratio::Square, 640, 640),
+    (Resolution::P480, Ratio::Portrait, 560, 752),
+    (Resolution::P480, Ratio::Tall, 480, 854),
+    (Resolution::P480, Ratio::UltraWide, 992, 432),
+    (Resolution::P720, Ratio::Wide, 1280, 720),
+    (Resolution::P720, Ratio::Standard, 1112, 834),
+    (Resolution::P720, Ratio::Square, 960, 960),
+    (Resolution::P720, Ratio::Portrait, 834, 1112),
+    (Resolution::P720, Ratio::Tall, 720, 1280),
+    (Resolution::P720, Ratio::UltraWide, 1470, 630),
+    (Resolution::P1080, Ratio::Wide, 1920, 1080),
+    (Resolution::P1080, Ratio::Standard, 1664, 1248),
+    (Resolution::P1080, Ratio::Square, 1440, 1440),
+    (Resolution::P1080, Ratio::Portrait, 1248, 1664),
+    (Resolution::P1080, Ratio::Tall, 1080, 1920),
+    (Resolution::P1080, Ratio::UltraWide, 2206, 946),
+    (Resolution::K4, Ratio::Wide, 3840, 2160),
+    (Resolution::K4, Ratio::Standard, 3328, 2496),
+    (Resolution::K4, Ratio::Square, 2880, 2880),
+    (Resolution::K4, Ratio::Portrait, 2496, 3328),
+    (Resolution::K4, Ratio::Tall, 2160, 3840),
+    (Resolution::K4, Ratio::UltraWide, 4412, 1892),
 ];
 
-fn check_resolution(resolution: &str) -> Result<(), PricingError> {
-    if RESOLUTIONS.contains(&resolution) {
-        Ok(())
-    } else {
-        Err(PricingError::InvalidInput(format!("unknown video resolution {resolution:?}")))
-    }
-}
-
 /// The rate key for `resolution`, with or without a video among the inputs.
-pub fn video_rate_key(resolution: &str, with_video_input: bool) -> Result<String, PricingError> {
-    check_resolution(resolution)?;
+pub fn video_rate_key(resolution: Resolution, with_video_input: bool) -> String {
     let suffix = if with_video_input { "_with_video_input" } else { "" };
-    Ok(format!("output_tokens_{resolution}{suffix}"))
+    format!("output_tokens_{resolution}{suffix}")
 }
 
 /// The charge for a finished video task: `completion_tokens` at the resolution's rate.
 pub fn video_charge(
     sheet: &PriceSheet,
-    resolution: &str,
+    resolution: Resolution,
     with_video_input: bool,
     completion_tokens: u64,
 ) -> Result<Charge, PricingError> {
     let mut bill = ChargeBuilder::new(sheet);
-    bill.add_units(&video_rate_key(resolution, with_video_input)?, completion_tokens)?;
+    bill.add_units(&video_rate_key(resolution, with_video_input), completion_tokens)?;
     bill.finish()
 }
 
 /// The frame size `(width, height)` estimated for `resolution` and `ratio`; `adaptive` gives the
 /// size of largest area at that resolution (see the module notes).
-pub fn video_dimensions(resolution: &str, ratio: &str) -> Result<(u64, u64), PricingError> {
-    check_resolution(resolution)?;
+pub fn video_dimensions(resolution: Resolution, ratio: Ratio) -> Result<(u64, u64), PricingError> {
     let mut at_resolution = SIZES.iter().filter(|(res, ..)| *res == resolution);
-    let found = if ratio == "adaptive" {
+    let found = if ratio == Ratio::Adaptive {
         at_resolution.max_by_key(|(_, _, w, h)| w * h)
     } else {
         at_resolution.find(|(_, r, ..)| *r == ratio)
@@ -118,7 +102,7 @@ fn estimated_seconds(duration_seconds: i64) -> Result<u64, PricingError> {
 }
 
 /// Estimated output tokens: `width × height × (24 × seconds + 1) / 1024`, floored.
-pub fn video_estimate_tokens(resolution: &str, ratio: &str, duration_seconds: i64) -> Result<u64, PricingError> {
+pub fn video_estimate_tokens(resolution: Resolution, ratio: Ratio, duration_seconds: i64) -> Result<u64, PricingError> {
     let (width, height) = video_dimensions(resolution, ratio)?;
     let seconds = estimated_seconds(duration_seconds)?;
     let frames = u128::from(seconds) * u128::from(FPS) + 1;
@@ -129,8 +113,8 @@ pub fn video_estimate_tokens(resolution: &str, ratio: &str, duration_seconds: i6
 /// The amount to hold when a video task is created: the estimated tokens at the task's rate.
 pub fn video_reservation(
     sheet: &PriceSheet,
-    resolution: &str,
-    ratio: &str,
+    resolution: Resolution,
+    ratio: Ratio,
     duration_seconds: i64,
     with_video_input: bool,
 ) -> Result<UsdAmount, PricingError> {
@@ -144,19 +128,19 @@ mod tests {
 
     #[test]
     fn design_sample_is_108900_tokens() {
-        assert_eq!(video_estimate_tokens("720p", "16:9", 5), Ok(108_900));
+        assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Wide, 5), Ok(108_900));
     }
 
     #[test]
     fn every_ratio_keeps_about_the_16_9_area() {
-        for res in RESOLUTIONS {
-            let base = video_dimensions(res, "16:9").map(|(w, h)| w * h).unwrap_or(0);
+        for &res in Resolution::ALL {
+            let base = video_dimensions(res, Ratio::Wide).map(|(w, h)| w * h).unwrap_or(0);
             assert!(base > 0, "{res}");
-            for ratio in RATIOS {
+            for &ratio in Ratio::ALL {
                 let area = video_dimensions(res, ratio).map(|(w, h)| w * h).unwrap_or(0);
                 assert!(area * 100 >= base * 99 && area * 100 <= base * 105, "{res} {ratio}: {area} vs {base}");
-                if ratio != "adaptive" {
-                    let adaptive = video_dimensions(res, "adaptive").map(|(w, h)| w * h).unwrap_or(0);
+                if ratio != Ratio::Adaptive {
+                    let adaptive = video_dimensions(res, Ratio::Adaptive).map(|(w, h)| w * h).unwrap_or(0);
                     assert!(adaptive >= area, "{res} adaptive below {ratio}");
                 }
             }
@@ -165,8 +149,8 @@ mod tests {
 
     #[test]
     fn portrait_mirrors_landscape() {
-        for res in RESOLUTIONS {
-            for (a, b) in [("16:9", "9:16"), ("4:3", "3:4")] {
+        for &res in Resolution::ALL {
+            for (a, b) in [(Ratio::Wide, Ratio::Tall), (Ratio::Standard, Ratio::Portrait)] {
                 let (w, h) = video_dimensions(res, a).unwrap_or_default();
                 assert_eq!(video_dimensions(res, b), Ok((h, w)), "{res} {a}");
             }
@@ -175,12 +159,15 @@ mod tests {
 
     #[test]
     fn bad_inputs_are_refused() {
-        assert!(matches!(video_estimate_tokens("8k", "16:9", 5), Err(PricingError::InvalidInput(_))));
-        assert!(matches!(video_estimate_tokens("720p", "2:1", 5), Err(PricingError::InvalidInput(_))));
-        assert!(matches!(video_estimate_tokens("720p", "16:9", 0), Err(PricingError::InvalidInput(_))));
-        assert!(matches!(video_estimate_tokens("720p", "16:9", -2), Err(PricingError::InvalidInput(_))));
-        assert_eq!(video_estimate_tokens("720p", "16:9", -1), video_estimate_tokens("720p", "16:9", 15));
-        assert!(matches!(video_rate_key("720p_with_video_input", false), Err(PricingError::InvalidInput(_))));
-        assert_eq!(video_estimate_tokens("4k", "16:9", i64::MAX), Err(PricingError::Overflow));
+        // An unknown resolution or ratio cannot reach the rules: it does not parse.
+        assert!("8k".parse::<Resolution>().is_err() && "2:1".parse::<Ratio>().is_err());
+        assert!(matches!(video_estimate_tokens(Resolution::P720, Ratio::Wide, 0), Err(PricingError::InvalidInput(_))));
+        assert!(matches!(video_estimate_tokens(Resolution::P720, Ratio::Wide, -2), Err(PricingError::InvalidInput(_))));
+        assert_eq!(
+            video_estimate_tokens(Resolution::P720, Ratio::Wide, -1),
+            video_estimate_tokens(Resolution::P720, Ratio::Wide, 15)
+        );
+        assert_eq!(video_rate_key(Resolution::P720, true), "output_tokens_720p_with_video_input");
+        assert_eq!(video_estimate_tokens(Resolution::K4, Ratio::Wide, i64::MAX), Err(PricingError::Overflow));
     }
 }

@@ -10,6 +10,7 @@ use billing::{
     language_reservation, language_reservation_text_only, video_charge, video_estimate_tokens, video_reservation,
 };
 use common::*;
+use domain::{Ratio, Resolution};
 use proptest::prelude::*;
 
 fn total(usage: &LanguageUsage, sheet: &domain::PriceSheet) -> i64 {
@@ -162,8 +163,8 @@ proptest! {
         more in 0..10_000_000u64,
         with_video in any::<bool>(),
     ) {
-        let resolution = billing::video::RESOLUTIONS[res];
-        let ratio = billing::video::RATIOS[ratio];
+        let resolution = Resolution::ALL[res];
+        let ratio = Ratio::ALL[ratio];
         let sheet = videogen_20();
         let a = video_charge(&sheet, resolution, with_video, tokens).unwrap().total;
         let b = video_charge(&sheet, resolution, with_video, tokens + more).unwrap().total;

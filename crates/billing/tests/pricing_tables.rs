@@ -14,6 +14,7 @@ use billing::{
 };
 use common::*;
 use domain::{PriceSheet, UsdAmount};
+use domain::{Ratio, Resolution};
 
 /// `(rate, quantity, exact amount)` of each line, as text.
 fn lines(charge: &Charge) -> Vec<(String, String, String)> {
@@ -269,59 +270,65 @@ fn image_reservations() {
 fn video_models_every_rate() {
     // 108900 tokens (5 s, 720p, 16:9) at each rate in USD per 1M tokens.
     let t = 108_900;
-    let cases: Vec<(PriceSheet, &str, bool, i64)> = vec![
-        (videogen_20(), "480p", false, 762_300),      // × 7.0
-        (videogen_20(), "720p", false, 762_300),      // × 7.0
-        (videogen_20(), "1080p", false, 838_530),     // × 7.7
-        (videogen_20(), "4k", false, 435_600),        // × 4.0
-        (videogen_20(), "480p", true, 468_270),       // × 4.3
-        (videogen_20(), "720p", true, 468_270),       // × 4.3
-        (videogen_20(), "1080p", true, 511_830),      // × 4.7
-        (videogen_20(), "4k", true, 261_360),         // × 2.4
-        (videogen_20_fast(), "480p", false, 609_840), // × 5.6
-        (videogen_20_fast(), "720p", false, 609_840),
-        (videogen_20_fast(), "480p", true, 359_370), // × 3.3
-        (videogen_20_fast(), "720p", true, 359_370),
-        (videogen_20_mini(), "480p", false, 381_150), // × 3.5
-        (videogen_20_mini(), "720p", false, 381_150),
-        (videogen_20_mini(), "480p", true, 228_690), // × 2.1
-        (videogen_20_mini(), "720p", true, 228_690),
+    let cases: Vec<(PriceSheet, Resolution, bool, i64)> = vec![
+        (videogen_20(), Resolution::P480, false, 762_300),      // × 7.0
+        (videogen_20(), Resolution::P720, false, 762_300),      // × 7.0
+        (videogen_20(), Resolution::P1080, false, 838_530),     // × 7.7
+        (videogen_20(), Resolution::K4, false, 435_600),        // × 4.0
+        (videogen_20(), Resolution::P480, true, 468_270),       // × 4.3
+        (videogen_20(), Resolution::P720, true, 468_270),       // × 4.3
+        (videogen_20(), Resolution::P1080, true, 511_830),      // × 4.7
+        (videogen_20(), Resolution::K4, true, 261_360),         // × 2.4
+        (videogen_20_fast(), Resolution::P480, false, 609_840), // × 5.6
+        (videogen_20_fast(), Resolution::P720, false, 609_840),
+        (videogen_20_fast(), Resolution::P480, true, 359_370), // × 3.3
+        (videogen_20_fast(), Resolution::P720, true, 359_370),
+        (videogen_20_mini(), Resolution::P480, false, 381_150), // × 3.5
+        (videogen_20_mini(), Resolution::P720, false, 381_150),
+        (videogen_20_mini(), Resolution::P480, true, 228_690), // × 2.1
+        (videogen_20_mini(), Resolution::P720, true, 228_690),
     ];
     for (sheet, res, with_video, want) in cases {
         let got = video_charge(&sheet, res, with_video, t).map(|c| c.total.micros());
         assert_eq!(got, Ok(want), "{res} with_video_input={with_video}");
     }
     // Rounding once: 1 × 7.7 = 7.7 → 8; 5 × 2.1 = 10.5 → 11; 3 × 4.3 = 12.9 → 13.
-    assert_eq!(video_charge(&videogen_20(), "1080p", false, 1).map(|c| c.total.micros()), Ok(8));
-    assert_eq!(video_charge(&videogen_20_mini(), "720p", true, 5).map(|c| c.total.micros()), Ok(11));
-    assert_eq!(video_charge(&videogen_20(), "480p", true, 3).map(|c| c.total.micros()), Ok(13));
+    assert_eq!(video_charge(&videogen_20(), Resolution::P1080, false, 1).map(|c| c.total.micros()), Ok(8));
+    assert_eq!(video_charge(&videogen_20_mini(), Resolution::P720, true, 5).map(|c| c.total.micros()), Ok(11));
+    assert_eq!(video_charge(&videogen_20(), Resolution::P480, true, 3).map(|c| c.total.micros()), Ok(13));
     // The fast model has no 1080p rate.
     assert_eq!(
-        video_charge(&videogen_20_fast(), "1080p", false, 1),
+        video_charge(&videogen_20_fast(), Resolution::P1080, false, 1),
         Err(PricingError::MissingRate("output_tokens_1080p".into()))
     );
 }
 
 #[test]
 fn video_token_estimates() {
-    assert_eq!(video_estimate_tokens("720p", "16:9", 5), Ok(108_900)); // 1280 × 720 × 121 / 1024
-    assert_eq!(video_estimate_tokens("720p", "9:16", 5), Ok(108_900));
-    assert_eq!(video_estimate_tokens("720p", "1:1", 5), Ok(108_900)); // 960 × 960 is the same area
-    assert_eq!(video_estimate_tokens("720p", "16:9", -1), Ok(324_900)); // 15 s: 900 × 361
-    assert_eq!(video_estimate_tokens("480p", "16:9", 5), Ok(48_437)); // 409920 × 121 / 1024 = 48437.81
-    assert_eq!(video_estimate_tokens("1080p", "16:9", 5), Ok(245_025)); // 2025 × 121
-    assert_eq!(video_estimate_tokens("4k", "16:9", 5), Ok(980_100)); // 8100 × 121
-    assert_eq!(video_estimate_tokens("720p", "3:4", 5), Ok(109_586)); // 834 × 1112 × 121 / 1024 = 109586.3
-    assert_eq!(video_estimate_tokens("720p", "adaptive", 5), Ok(109_586)); // the largest 720p area
-    assert_eq!(video_estimate_tokens("720p", "16:9", 4), Ok(87_300)); // 900 × 97
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Wide, 5), Ok(108_900)); // 1280 × 720 × 121 / 1024
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Tall, 5), Ok(108_900));
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Square, 5), Ok(108_900)); // 960 × 960 is the same area
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Wide, -1), Ok(324_900)); // 15 s: 900 × 361
+    assert_eq!(video_estimate_tokens(Resolution::P480, Ratio::Wide, 5), Ok(48_437)); // 409920 × 121 / 1024 = 48437.81
+    assert_eq!(video_estimate_tokens(Resolution::P1080, Ratio::Wide, 5), Ok(245_025)); // 2025 × 121
+    assert_eq!(video_estimate_tokens(Resolution::K4, Ratio::Wide, 5), Ok(980_100)); // 8100 × 121
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Portrait, 5), Ok(109_586)); // 834 × 1112 × 121 / 1024 = 109586.3
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Adaptive, 5), Ok(109_586)); // the largest 720p area
+    assert_eq!(video_estimate_tokens(Resolution::P720, Ratio::Wide, 4), Ok(87_300)); // 900 × 97
 }
 
 #[test]
 fn video_reservations() {
     // 108900 × 7 = 762300 ($0.76 for 5 s at 720p).
-    assert_eq!(video_reservation(&videogen_20(), "720p", "16:9", 5, false), Ok(UsdAmount::from_micros(762_300)));
+    assert_eq!(
+        video_reservation(&videogen_20(), Resolution::P720, Ratio::Wide, 5, false),
+        Ok(UsdAmount::from_micros(762_300))
+    );
     // 10 s 1080p with a video input: 2025 × 241 = 488025 tokens × 4.7 = 2293717.5 → 2293718.
-    assert_eq!(video_reservation(&videogen_20(), "1080p", "16:9", 10, true), Ok(UsdAmount::from_micros(2_293_718)));
+    assert_eq!(
+        video_reservation(&videogen_20(), Resolution::P1080, Ratio::Wide, 10, true),
+        Ok(UsdAmount::from_micros(2_293_718))
+    );
 }
 
 #[test]

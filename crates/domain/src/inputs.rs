@@ -158,6 +158,38 @@ impl Ratio {
 
 named_enum!(Ratio, "ratio", [Adaptive, Wide, Standard, Square, Portrait, Tall, UltraWide]);
 
+/// A video's resolution: the set billing has a rate for (`output_tokens_<resolution>`), closed,
+/// so a task can only carry one it can be priced at. Each model offers a subset (catalog data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Resolution {
+    /// 480p.
+    #[serde(rename = "480p")]
+    P480,
+    /// 720p.
+    #[serde(rename = "720p")]
+    P720,
+    /// 1080p.
+    #[serde(rename = "1080p")]
+    P1080,
+    /// 4K.
+    #[serde(rename = "4k")]
+    K4,
+}
+
+impl Resolution {
+    /// The stored and wire name (also the rate key's part).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Resolution::P480 => "480p",
+            Resolution::P720 => "720p",
+            Resolution::P1080 => "1080p",
+            Resolution::K4 => "4k",
+        }
+    }
+}
+
+named_enum!(Resolution, "resolution", [P480, P720, P1080, K4]);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +205,10 @@ mod tests {
         round_trips(InputMode::ALL);
         round_trips(MediaType::ALL);
         round_trips(Ratio::ALL);
+        round_trips(Resolution::ALL);
+        assert_eq!(Resolution::ALL.len(), 4);
+        assert!("4K".parse::<Resolution>().is_err());
+        assert!("720".parse::<Resolution>().is_err());
         assert_eq!(InputMode::ALL.len(), 5);
         assert_eq!(MediaType::ALL.len(), 4);
         assert_eq!(Ratio::ALL.len(), 7);
@@ -186,6 +222,9 @@ mod tests {
     #[test]
     fn ratio_serde_names_are_its_wire_names() {
         for r in Ratio::ALL {
+            assert_eq!(serde_json::to_string(r).ok(), Some(format!("\"{}\"", r.as_str())));
+        }
+        for r in Resolution::ALL {
             assert_eq!(serde_json::to_string(r).ok(), Some(format!("\"{}\"", r.as_str())));
         }
     }

@@ -18,7 +18,7 @@ pub mod video;
 
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
-pub use inputs::{InputMode, MediaType, Ratio};
+pub use inputs::{InputMode, MediaType, Ratio, Resolution};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};

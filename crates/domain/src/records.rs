@@ -226,7 +226,7 @@ pub struct Task {
     /// Seconds of output (video, audio).
     pub duration: Option<i64>,
     /// Video resolution.
-    pub resolution: Option<String>,
+    pub resolution: Option<crate::Resolution>,
     /// Video aspect ratio.
     pub ratio: Option<crate::inputs::Ratio>,
     /// Whether video has sound.

@@ -30,7 +30,7 @@ pub(crate) struct TaskDetails {
     /// Seconds of output asked for (video).
     pub duration: Option<i64>,
     /// Video resolution.
-    pub resolution: Option<String>,
+    pub resolution: Option<domain::Resolution>,
     /// Video aspect ratio.
     pub ratio: Option<domain::Ratio>,
     /// Whether the video has sound.

@@ -105,7 +105,7 @@ fn bind_new_tasks<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(text(|t| t.media_type.map(domain::MediaType::as_str)))
         .bind(t.iter().map(|n| crate::tasks::media_column(&n.task.media)).collect::<Vec<_>>())
         .bind(t.iter().map(|n| n.task.duration).collect::<Vec<_>>())
-        .bind(text(|t| t.resolution.as_deref()))
+        .bind(text(|t| t.resolution.map(domain::Resolution::as_str)))
         .bind(text(|t| t.ratio.map(domain::Ratio::as_str)))
         .bind(t.iter().map(|n| n.task.generate_audio).collect::<Vec<_>>())
         .bind(t.iter().map(|n| n.task.billing.pricing_version_id.as_ref().map(ToString::to_string)).collect::<Vec<_>>())

@@ -435,7 +435,7 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         t.media_type.map(domain::MediaType::as_str),
         crate::tasks::media_column(&t.media),
         t.duration,
-        t.resolution,
+        t.resolution.map(domain::Resolution::as_str),
         t.ratio.map(domain::Ratio::as_str),
         t.generate_audio,
         t.billing.pricing_version_id.as_ref().map(ToString::to_string),

@@ -58,6 +58,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     let input_mode = parsed(row.input_mode.as_deref(), "input mode", &row.id)?;
     let media_type = parsed(row.media_type.as_deref(), "media type", &row.id)?;
     let ratio = parsed(row.ratio.as_deref(), "ratio", &row.id)?;
+    let resolution = parsed(row.resolution.as_deref(), "resolution", &row.id)?;
     let kind = row.kind.parse().map_err(|e| corrupt("kind", &row.id, e))?;
     let status = row.status.parse().map_err(|e| corrupt("status", &row.id, e))?;
     let media = media_from_column(row.media_url.as_deref(), &row.id)?;
@@ -73,7 +74,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
         media_type,
         media,
         duration: row.duration,
-        resolution: row.resolution,
+        resolution,
         ratio,
         generate_audio: row.generate_audio,
         billing,
@@ -119,7 +120,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         media_type: Set(task.media_type.map(|m| m.as_str().to_owned())),
         media_url: Set(media_column(&task.media)),
         duration: Set(task.duration),
-        resolution: Set(task.resolution),
+        resolution: Set(task.resolution.map(|r| r.as_str().to_owned())),
         ratio: Set(task.ratio.map(|r| r.as_str().to_owned())),
         generate_audio: Set(task.generate_audio),
         pricing_version_id: Set(task.billing.pricing_version_id.map(|id| id.to_string())),

@@ -39,6 +39,7 @@ async fn unknown_stored_task_fields_are_corrupt() {
             ("input_mode", "file", "input mode"),
             ("media_type", "images", "media type"),
             ("ratio", "2:1", "ratio"),
+            ("resolution", "8k", "resolution"),
             ("pricing_version_id", "m@1", "pricing version id"),
         ] {
             let task = new_task();

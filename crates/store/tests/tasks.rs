@@ -24,7 +24,7 @@ fn video_task(user: &UserId, id: &TaskId, status: TaskStatus) -> Task {
         prompt: Some("a cat".into()),
         provider: "p".into(),
         duration: Some(5),
-        resolution: Some("720p".into()),
+        resolution: Some(domain::Resolution::P720),
         ratio: Some(domain::Ratio::Wide),
         generate_audio: Some(true),
         billing: TaskBilling {

@@ -8,7 +8,7 @@
 
 use catalog::{ModelDef, VideoLimits};
 use domain::ports::AssetKind;
-use domain::{InputMode, MediaType, Ratio};
+use domain::{InputMode, MediaType, Ratio, Resolution};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use validator::Validate;
@@ -119,6 +119,8 @@ pub struct VideoRequest {
 pub struct VideoPlan {
     /// The request, defaults applied (`duration`, `resolution`, `ratio`, `generate_audio` always set).
     pub request: VideoRequest,
+    /// The resolution (the request's, one the model offers, or the model's default).
+    pub resolution: Resolution,
     /// The media of the task in order: the request's links, then the uploaded files.
     pub media: Vec<AssetKind>,
     /// Whether a video is among the inputs (it changes the rate).
@@ -133,11 +135,6 @@ impl VideoPlan {
     /// The duration in seconds (−1: the model picks).
     pub fn duration(&self) -> i64 {
         self.request.duration.unwrap_or_default()
-    }
-
-    /// The resolution.
-    pub fn resolution(&self) -> &str {
-        self.request.resolution.as_deref().unwrap_or_default()
     }
 
     /// The ratio.
@@ -182,15 +179,21 @@ pub fn check_video_request(
             d.min, d.max, d.auto
         )));
     }
-    let resolution = req.resolution.clone().unwrap_or_else(|| limits.default_resolution.clone());
-    if !limits.resolutions.contains(&resolution) {
-        let offered = limits.resolutions.join(", ");
-        return Err(invalid(format!(
-            "resolution must be one of {offered} for model {}, got {}",
-            def.name,
-            shape::quote(&resolution)
-        )));
-    }
+    let resolution = match req.resolution.as_deref() {
+        None => limits.default_resolution,
+        Some(asked) => match limits.resolutions.iter().find(|r| r.as_str() == asked) {
+            Some(offered) => *offered,
+            None => {
+                let offered: Vec<&str> = limits.resolutions.iter().map(|r| r.as_str()).collect();
+                return Err(invalid(format!(
+                    "resolution must be one of {} for model {}, got {}",
+                    offered.join(", "),
+                    def.name,
+                    shape::quote(asked)
+                )));
+            }
+        },
+    };
     let ratio = req.ratio.unwrap_or(default_ratio(limits)?);
     for (i, item) in links.iter().enumerate() {
         if !is_https_url(&item.url) {
@@ -205,7 +208,7 @@ pub fn check_video_request(
     let media: Vec<AssetKind> = links.iter().map(|m| m.kind).chain(uploads.iter().copied()).collect();
     check_counts(limits, &media)?;
     req.duration = Some(duration);
-    req.resolution = Some(resolution);
+    req.resolution = Some(resolution.as_str().to_owned());
     req.ratio = Some(ratio);
     req.generate_audio = Some(req.generate_audio.unwrap_or(limits.generate_audio_default));
     let input_mode = match (links.is_empty(), uploads.is_empty()) {
@@ -216,7 +219,7 @@ pub fn check_video_request(
     };
     let media_type = MediaType::of(media.iter().copied());
     let has_video_input = media.contains(&AssetKind::Video);
-    Ok(VideoPlan { request: req, media, has_video_input, input_mode, media_type })
+    Ok(VideoPlan { request: req, resolution, media, has_video_input, input_mode, media_type })
 }
 
 fn default_ratio(limits: &VideoLimits) -> Result<Ratio, ValidationError> {

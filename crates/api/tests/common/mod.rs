@@ -353,7 +353,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         media_type: None,
         media: Vec::new(),
         duration: Some(5),
-        resolution: Some("720p".into()),
+        resolution: Some(domain::Resolution::P720),
         ratio: Some(domain::Ratio::Wide),
         generate_audio: Some(true),
         billing: TaskBilling {

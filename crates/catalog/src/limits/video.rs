@@ -1,5 +1,6 @@
 //! Typed limits of video models.
 
+use domain::Resolution;
 use serde::Deserialize;
 
 use super::PromptLimits;
@@ -12,10 +13,11 @@ pub struct VideoLimits {
     pub prompt: PromptLimits,
     /// `duration` in seconds.
     pub duration: DurationLimits,
-    /// Accepted resolutions (`480p`, `720p`, …).
-    pub resolutions: Vec<String>,
+    /// Accepted resolutions (`480p`, `720p`, …): each one billing has a rate key for, so a catalog
+    /// naming another does not load.
+    pub resolutions: Vec<Resolution>,
     /// Resolution when the request has none.
-    pub default_resolution: String,
+    pub default_resolution: Resolution,
     /// Accepted aspect ratios (`adaptive`, `16:9`, …).
     pub ratios: Vec<String>,
     /// Ratio when the request has none.

@@ -214,8 +214,8 @@ impl Gateway {
         self.check_links(video, &plan).await?;
         let estimate = billing::video_reservation(
             &pricing.sheet,
-            plan.resolution(),
-            plan.ratio().as_str(),
+            plan.resolution,
+            plan.ratio(),
             plan.duration(),
             plan.has_video_input,
         )
@@ -226,7 +226,7 @@ impl Gateway {
             media_type: plan.media_type,
             media: task_media(&plan, uploads),
             duration: Some(plan.duration()),
-            resolution: Some(plan.resolution().to_owned()),
+            resolution: Some(plan.resolution),
             ratio: Some(plan.ratio()),
             generate_audio: plan.request.generate_audio,
             webhook_url: plan.request.webhook_url.clone(),

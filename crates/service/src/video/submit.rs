@@ -202,7 +202,7 @@ fn upstream_body(def: &ModelDef, task: &Task, assets: &[(AssetKind, String)], de
     json!({
         "model": def.upstream.model_id,
         "content": content,
-        "resolution": task.resolution,
+        "resolution": task.resolution.map(domain::Resolution::as_str),
         "ratio": task.ratio.map(domain::Ratio::as_str),
         "duration": task.duration,
         "generate_audio": task.generate_audio,

@@ -514,7 +514,9 @@ impl Gateway {
         let pricing =
             pricing.ok_or_else(|| ServiceError::Internal(format!("task {} has no price version {id}", task.id)))?;
         let with_video = task.media.iter().any(|m| m.kind == domain::ports::AssetKind::Video);
-        let resolution = task.resolution.as_deref().unwrap_or_default();
+        let resolution = task
+            .resolution
+            .ok_or_else(|| ServiceError::Internal(format!("video task {} has no resolution", task.id)))?;
         billing::video_charge(&pricing.sheet, resolution, with_video, tokens)
             .map(|c| c.total)
             .map_err(|e| ServiceError::Internal(format!("pricing task {}: {e}", task.id)))

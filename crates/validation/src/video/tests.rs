@@ -35,7 +35,7 @@ fn media(kind: &str, n: usize) -> Vec<Value> {
 #[test]
 fn defaults() {
     let plan = check(json!({})).expect("valid");
-    assert_eq!((plan.duration(), plan.resolution(), plan.ratio()), (5, "720p", Ratio::Adaptive));
+    assert_eq!((plan.duration(), plan.resolution, plan.ratio()), (5, domain::Resolution::P720, Ratio::Adaptive));
     assert_eq!(plan.request.generate_audio, Some(true));
     assert_eq!((plan.input_mode, plan.media_type, plan.has_video_input), (InputMode::Text, None, false));
 }
