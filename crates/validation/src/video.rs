@@ -194,7 +194,7 @@ pub fn check_video_request(
             }
         },
     };
-    let ratio = req.ratio.unwrap_or(default_ratio(limits)?);
+    let ratio = req.ratio.unwrap_or(limits.default_ratio);
     for (i, item) in links.iter().enumerate() {
         if !is_https_url(&item.url) {
             return Err(invalid(format!("media[{i}].url must be an https URL")));
@@ -220,13 +220,6 @@ pub fn check_video_request(
     let media_type = MediaType::of(media.iter().copied());
     let has_video_input = media.contains(&AssetKind::Video);
     Ok(VideoPlan { request: req, resolution, media, has_video_input, input_mode, media_type })
-}
-
-fn default_ratio(limits: &VideoLimits) -> Result<Ratio, ValidationError> {
-    limits
-        .default_ratio
-        .parse()
-        .map_err(|_| invalid(format!("the catalog's default ratio {:?} is unknown", limits.default_ratio)))
 }
 
 /// At most `max_items` media in all and the per-kind maxima, links and uploads together.

@@ -1,6 +1,6 @@
 //! Typed limits of video models.
 
-use domain::Resolution;
+use domain::{Ratio, Resolution};
 use serde::Deserialize;
 
 use super::PromptLimits;
@@ -19,9 +19,9 @@ pub struct VideoLimits {
     /// Resolution when the request has none.
     pub default_resolution: Resolution,
     /// Accepted aspect ratios (`adaptive`, `16:9`, …).
-    pub ratios: Vec<String>,
+    pub ratios: Vec<Ratio>,
     /// Ratio when the request has none.
-    pub default_ratio: String,
+    pub default_ratio: Ratio,
     /// `generate_audio` when the request has none.
     pub generate_audio_default: bool,
     /// Media items of a task.
