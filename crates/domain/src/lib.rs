@@ -5,6 +5,7 @@
 pub mod caps;
 pub mod egress;
 pub mod inputs;
+pub mod key_limits;
 pub mod kind;
 pub mod media;
 pub mod money;
@@ -19,6 +20,7 @@ pub mod video;
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};
+pub use key_limits::{BadAllowList, KeyLimitsChange, ModelAllowList, ModelRule};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
@@ -29,5 +31,5 @@ pub use records::{
 };
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
-pub use time::{Clock, SystemClock, Timestamp, duration_millis};
+pub use time::{BadTimestamp, Clock, SystemClock, Timestamp, duration_millis};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

@@ -141,6 +141,10 @@ pub struct ApiKey {
     pub revoked_at: Option<Timestamp>,
     /// Creation time.
     pub created_at: Timestamp,
+    /// From this instant on the key is refused as expired; `None`: it never expires.
+    pub expires_at: Option<Timestamp>,
+    /// The models it may reach; `None`: every model.
+    pub models: Option<crate::ModelAllowList>,
 }
 
 /// Billing state of a task.

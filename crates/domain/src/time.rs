@@ -31,6 +31,89 @@ impl fmt::Display for Timestamp {
     }
 }
 
+impl std::str::FromStr for Timestamp {
+    type Err = BadTimestamp;
+
+    /// RFC 3339: `2026-12-31T23:59:59Z`, with optional fraction (kept to the millisecond) and a
+    /// `Z` or `±HH:MM` offset. Anything else (a bare date, `yesterday`) is refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_rfc3339(s.as_bytes()).ok_or_else(|| BadTimestamp(s.to_owned()))
+    }
+}
+
+/// Text that is not an RFC 3339 date-time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an RFC 3339 date-time such as 2026-12-31T23:59:59Z")]
+pub struct BadTimestamp(pub String);
+
+fn digits(b: &[u8], at: usize, n: usize) -> Option<i64> {
+    let part = b.get(at..at + n)?;
+    part.iter().try_fold(0_i64, |acc, c| c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0')))
+}
+
+fn parse_rfc3339(b: &[u8]) -> Option<Timestamp> {
+    let (y, mo, d) = (digits(b, 0, 4)?, digits(b, 5, 2)?, digits(b, 8, 2)?);
+    let (h, mi, sec) = (digits(b, 11, 2)?, digits(b, 14, 2)?, digits(b, 17, 2)?);
+    let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    if separators.iter().any(|&(i, c)| b.get(i) != Some(&c)) || !matches!(b.get(10), Some(b'T' | b't')) {
+        return None;
+    }
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    let mut at = 19;
+    let mut ms = 0_i64;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while b.get(at).is_some_and(u8::is_ascii_digit) {
+            if at - start < 3 {
+                ms = ms * 10 + i64::from(b[at] - b'0');
+            }
+            at += 1;
+        }
+        let taken = (at - start).min(3);
+        if taken == 0 {
+            return None;
+        }
+        ms *= 10_i64.pow(u32::try_from(3 - taken).ok()?);
+    }
+    let offset_secs = match b.get(at..)? {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (digits(b, at + 1, 2)?, digits(b, at + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let off = oh * 3600 + om * 60;
+            if *sign == b'+' { off } else { -off }
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
+    Some(Timestamp(secs * 1000 + ms))
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A proleptic Gregorian (year, month, day) to days since 1970-01-01 (inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// `d` in whole milliseconds (rounded down), saturating at `i64::MAX`: the one conversion of a
 /// `Duration` to the milliseconds [`Timestamp`]s, stored ages and counters are kept in. Never
 /// negative, so `.unsigned_abs()` gives it as a `u64` where a count needs one.
@@ -78,6 +161,36 @@ mod tests {
         assert_eq!(Timestamp(951_782_400_000).to_string(), "2000-02-29T00:00:00.000Z");
         assert_eq!(Timestamp(1_795_300_123_456).to_string(), "2026-11-21T22:28:43.456Z");
         assert_eq!(Timestamp(-1).to_string(), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn parses_rfc3339() {
+        let parse = |s: &str| s.parse::<Timestamp>();
+        assert_eq!(parse("1970-01-01T00:00:00Z"), Ok(Timestamp(0)));
+        assert_eq!(parse("2026-11-21T22:28:43.456Z"), Ok(Timestamp(1_795_300_123_456)));
+        assert_eq!(parse("2026-11-21T22:28:43.4567Z"), Ok(Timestamp(1_795_300_123_456)));
+        assert_eq!(parse("2026-11-21T22:28:43.4Z"), Ok(Timestamp(1_795_300_123_400)));
+        assert_eq!(parse("2026-11-22T00:28:43.456+02:00"), Ok(Timestamp(1_795_300_123_456)));
+        assert_eq!(parse("2026-11-21T21:28:43.456-01:00"), Ok(Timestamp(1_795_300_123_456)));
+        assert_eq!(parse("2000-02-29T00:00:00Z"), Ok(Timestamp(951_782_400_000)));
+        for t in [-1, 0, 951_782_400_000, 1_795_300_123_456, 4_102_444_799_999] {
+            assert_eq!(parse(&Timestamp(t).to_string()), Ok(Timestamp(t)));
+        }
+        for bad in [
+            "yesterday",
+            "",
+            "2026-11-21",
+            "2026-11-21T22:28:43",
+            "2026-11-21 22:28:43Z",
+            "2026-13-01T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-11-21T24:00:00Z",
+            "2026-11-21T22:28:43.Z",
+            "2026-11-21T22:28:43Zjunk",
+            "2026-11-21T22:28:43+2:00",
+        ] {
+            assert_eq!(parse(bad), Err(BadTimestamp(bad.to_owned())), "{bad}");
+        }
     }
 
     #[test]

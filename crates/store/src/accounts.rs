@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 use domain::ports::{AccountStore, StoreError};
-use domain::{ApiKey, ApiKeyId, LedgerKind, NewUser, Scope, Timestamp, UsdAmount, User, UserId};
+use domain::{
+    ApiKey, ApiKeyId, KeyLimitsChange, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp, UsdAmount, User, UserId,
+};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::{NotSet, Set},
@@ -28,6 +30,12 @@ pub(crate) fn user_from_row(row: users::Model) -> Result<User, StoreError> {
 }
 
 fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
+    let models = row
+        .models
+        .as_deref()
+        .map(ModelAllowList::parse)
+        .transpose()
+        .map_err(|e| StoreError::corrupt(format!("models of key {}", row.id), e))?;
     let scopes =
         Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
     Ok(ApiKey {
@@ -39,6 +47,8 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         scopes,
         revoked_at: row.revoked_at.map(Timestamp),
         created_at: Timestamp(row.created_at),
+        expires_at: row.expires_at.map(Timestamp),
+        models,
     })
 }
 
@@ -115,6 +125,8 @@ impl AccountStore for Store {
             scopes: Set(scopes_text(&key.scopes)),
             revoked_at: Set(key.revoked_at.map(|t| t.millis())),
             created_at: Set(key.created_at.millis()),
+            expires_at: Set(key.expires_at.map(|t| t.millis())),
+            models: Set(key.models.as_ref().map(ToString::to_string)),
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
@@ -131,6 +143,27 @@ impl AccountStore for Store {
             .await
             .map_err(backend_err)?;
         let row = api_keys::Entity::find_by_id(id.0.clone()).one(self.db.reads()).await.map_err(backend_err)?;
+        row.map(key_from_row).unwrap_or_else(|| Err(StoreError::NotFound(format!("key {id}"))))
+    }
+
+    async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, StoreError> {
+        if change == KeyLimitsChange::default() {
+            return Err(StoreError::Invalid("nothing to change on the key".into()));
+        }
+        let mut update = api_keys::Entity::update_many().filter(api_keys::Column::Id.eq(id.0.clone()));
+        if let Some(expires_at) = change.expires_at {
+            update = update
+                .col_expr(api_keys::Column::ExpiresAt, sea_orm::sea_query::Expr::value(expires_at.map(|t| t.millis())));
+        }
+        if let Some(models) = change.models {
+            update = update
+                .col_expr(api_keys::Column::Models, sea_orm::sea_query::Expr::value(models.map(|m| m.to_string())));
+        }
+        let changed = update.exec(self.db.writes()).await.map_err(backend_err)?;
+        if changed.rows_affected == 0 {
+            return Err(StoreError::NotFound(format!("key {id}")));
+        }
+        let row = api_keys::Entity::find_by_id(id.0.clone()).one(self.db.writes()).await.map_err(backend_err)?;
         row.map(key_from_row).unwrap_or_else(|| Err(StoreError::NotFound(format!("key {id}"))))
     }
 

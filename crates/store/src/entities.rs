@@ -54,6 +54,8 @@ pub mod api_keys {
         pub scopes: String,
         pub revoked_at: Option<i64>,
         pub created_at: i64,
+        pub expires_at: Option<i64>,
+        pub models: Option<String>,
     }
     no_relations!();
 }

@@ -58,6 +58,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0010_prune_indexes.sql"),
         include_str!("../../../migrations/postgres/0010_prune_indexes.sql"),
     ),
+    (
+        11,
+        include_str!("../../../migrations/sqlite/0011_key_limits.sql"),
+        include_str!("../../../migrations/postgres/0011_key_limits.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -1,0 +1,63 @@
+//! Per-key limits (issue 25): an expiry time and a model allow-list are stored at creation, changed
+//! or cleared one at a time, read back with the key, and an unreadable stored list is corrupt.
+
+mod common;
+
+use common::{TestDb, name, usd, user_with};
+use domain::ports::{AccountStore, StoreError};
+use domain::{ApiKey, ApiKeyId, KeyLimitsChange, ModelAllowList, Scope, Timestamp};
+use sea_orm::{ConnectionTrait, Database};
+
+fn key(user: &domain::UserId, id: &str) -> ApiKey {
+    ApiKey {
+        id: ApiKeyId(id.to_owned()),
+        user_id: user.clone(),
+        name: "script".into(),
+        hash: format!("hash-{id}"),
+        prefix: "sk-gw-ab".into(),
+        scopes: vec![Scope::LanguageCreate],
+        revoked_at: None,
+        created_at: Timestamp(1),
+        expires_at: Some(Timestamp(1_800_000_000_000)),
+        models: Some(ModelAllowList::parse("language,Img-1").expect("list")),
+    }
+}
+
+#[tokio::test]
+async fn limits_are_stored_changed_and_cleared() {
+    for db in TestDb::all("key_limits").await {
+        let store = db.open().await;
+        let db_name = name(&store);
+        let user = user_with(&store, usd(0)).await;
+        let created = store.create_key(key(&user, "key_a")).await.expect("create");
+        assert_eq!(created, key(&user, "key_a"), "{db_name}: read back as given");
+        let (found, _) = store.key_by_hash("hash-key_a").await.expect("read").expect("found");
+        assert_eq!(found, created, "{db_name}");
+
+        let models_only = KeyLimitsChange { models: Some(None), ..Default::default() };
+        let changed = store.set_key_limits(&created.id, models_only).await.expect("clear models");
+        assert_eq!(changed.models, None, "{db_name}: cleared");
+        assert_eq!(changed.expires_at, created.expires_at, "{db_name}: expiry untouched");
+
+        let video = ModelAllowList::parse("video").expect("list");
+        let both = KeyLimitsChange { expires_at: Some(None), models: Some(Some(video.clone())) };
+        let changed = store.set_key_limits(&created.id, both).await.expect("change both");
+        assert_eq!((changed.expires_at, changed.models.clone()), (None, Some(video)), "{db_name}");
+        let (found, _) = store.key_by_hash("hash-key_a").await.expect("read").expect("found");
+        assert_eq!(found, changed, "{db_name}: stored");
+
+        let later = KeyLimitsChange { expires_at: Some(Some(Timestamp(5))), ..Default::default() };
+        let missing = store.set_key_limits(&ApiKeyId("key_missing".into()), later).await;
+        assert!(matches!(missing, Err(StoreError::NotFound(_))), "{db_name}: {missing:?}");
+        let nothing = store.set_key_limits(&created.id, KeyLimitsChange::default()).await;
+        assert!(matches!(nothing, Err(StoreError::Invalid(_))), "{db_name}: {nothing:?}");
+
+        let raw = Database::connect(db.url.as_str()).await.expect("raw connection");
+        raw.execute_unprepared("UPDATE api_keys SET models = ',' WHERE id = 'key_a'").await.expect("spoil");
+        raw.close().await.expect("close");
+        let corrupt = store.key_by_hash("hash-key_a").await;
+        assert!(matches!(corrupt, Err(StoreError::Corrupt { .. })), "{db_name}: {corrupt:?}");
+        store.close().await.expect("close");
+        db.cleanup().await;
+    }
+}
