@@ -1,6 +1,6 @@
 //! `gateway admin …`: each command prints exactly one JSON object on stdout.
 
-use domain::{ApiKeyId, Scope, UsdAmount, UserId};
+use domain::{ApiKey, ApiKeyId, KeyLimitsChange, ModelAllowList, Scope, Timestamp, UsdAmount, UserId};
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
@@ -37,19 +37,29 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let secret = gateway.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})
         }
-        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name }) => {
+        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name, expires_at, models }) => {
             let scopes = match (all_scopes, scopes) {
                 (true, _) => Scope::ALL.to_vec(),
                 (false, Some(list)) => Scope::parse_list(&list).map_err(|e| format!("--scopes: {e}"))?,
                 (false, None) => return Err("give --scopes or --all-scopes".into()),
             };
-            let created = gateway.create_key(&UserId(user), scopes, &name).await.map_err(|e| e.to_string())?;
-            let k = &created.key;
-            json!({
-                "id": k.id.as_str(), "user_id": k.user_id.as_str(), "name": k.name, "prefix": k.prefix,
-                "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                "created_at": k.created_at.to_string(), "key": created.secret,
-            })
+            let expires_at = expires_at.as_deref().map(expiry).transpose()?;
+            let models = models.as_deref().map(allow_list).transpose()?;
+            let created = gateway
+                .create_key(&UserId(user), scopes, &name, expires_at, models)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut out = key_json(&created.key);
+            out["key"] = json!(created.secret);
+            out
+        }
+        Admin::Key(KeyCmd::Set { key, expires_at, models }) => {
+            let change = KeyLimitsChange {
+                expires_at: expires_at.as_deref().map(|t| or_none(t, expiry)).transpose()?,
+                models: models.as_deref().map(|m| or_none(m, allow_list)).transpose()?,
+            };
+            let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
+            key_json(&k)
         }
         Admin::Key(KeyCmd::Revoke { key }) => {
             let k = gateway.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
@@ -84,4 +94,31 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
     };
     println!("{out}");
     Ok(())
+}
+
+/// A key as `admin key create` and `admin key set` print it (never its secret or hash).
+fn key_json(k: &ApiKey) -> Value {
+    json!({
+        "id": k.id.as_str(), "user_id": k.user_id.as_str(), "name": k.name, "prefix": k.prefix,
+        "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "created_at": k.created_at.to_string(),
+        "expires_at": k.expires_at.map(|t| t.to_string()),
+        "models": k.models.as_ref().map(ToString::to_string),
+        "revoked_at": k.revoked_at.map(|t| t.to_string()),
+    })
+}
+
+/// `--expires-at`: an RFC 3339 time.
+fn expiry(text: &str) -> Result<Timestamp, String> {
+    text.parse::<Timestamp>().map_err(|e| format!("--expires-at: {e}"))
+}
+
+/// `--models`: names and kinds (whether each name is a model, the service checks).
+fn allow_list(text: &str) -> Result<ModelAllowList, String> {
+    ModelAllowList::parse(text).map_err(|e| format!("--models: {e}"))
+}
+
+/// A `key set` value: `none` clears the setting, anything else is read by `parse`.
+fn or_none<T>(text: &str, parse: fn(&str) -> Result<T, String>) -> Result<Option<T>, String> {
+    if text == "none" { Ok(None) } else { parse(text).map(Some) }
 }

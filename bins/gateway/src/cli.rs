@@ -127,6 +127,24 @@ pub enum KeyCmd {
         /// Label.
         #[arg(long, default_value = "")]
         name: String,
+        /// Refuse the key as expired from this RFC 3339 time on (such as 2026-12-31T23:59:59Z).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Comma-separated model names and kinds (language, image, audio, video) the key may reach.
+        #[arg(long)]
+        models: Option<String>,
+    },
+    /// Change a key's expiry or model allow-list; `none` clears one. Prints the stored key.
+    Set {
+        /// Key id (`key_…`).
+        #[arg(long)]
+        key: String,
+        /// RFC 3339 time, or `none` (never expires).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Comma-separated model names and kinds, or `none` (every model).
+        #[arg(long)]
+        models: Option<String>,
     },
     /// Revoke a key by id.
     Revoke {

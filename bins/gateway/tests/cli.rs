@@ -127,6 +127,67 @@ fn admin_commands_print_one_json_object() {
 }
 
 #[test]
+fn key_limits_are_set_at_creation_and_changed_later() {
+    let sandbox = Sandbox::new();
+    sandbox.run(&["migrate"]).json();
+    let user = create_user(&sandbox, "1");
+    let key = sandbox
+        .run(&[
+            "admin",
+            "key",
+            "create",
+            "--user",
+            &user,
+            "--scopes",
+            "language:create",
+            "--expires-at",
+            "2099-12-31T23:59:59+01:00",
+            "--models",
+            "LangB-2.0-pro, video",
+        ])
+        .json();
+    assert!(key["key"].as_str().is_some_and(|k| k.starts_with("sk-gw-")), "{key}");
+    assert_eq!(key["expires_at"], "2099-12-31T22:59:59.000Z", "stored in UTC: {key}");
+    assert_eq!(key["models"], "LangB-2.0-pro,video", "{key}");
+    let id = key["id"].as_str().expect("key id").to_owned();
+
+    let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--models", "none"]).json();
+    assert_eq!(cleared["id"], id.as_str(), "{cleared}");
+    assert_eq!(cleared["models"], Value::Null, "the allow-list is gone: {cleared}");
+    assert_eq!(cleared["expires_at"], "2099-12-31T22:59:59.000Z", "the expiry stays: {cleared}");
+    assert!(cleared.get("key").is_none(), "set never prints a secret: {cleared}");
+
+    let changed =
+        sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "none", "--models", "image,audio"]).json();
+    assert_eq!((&changed["expires_at"], &changed["models"]), (&Value::Null, &json!("image,audio")), "{changed}");
+    let later = sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "2100-01-01T00:00:00Z"]).json();
+    assert_eq!((&later["expires_at"], &later["models"]), (&json!("2100-01-01T00:00:00.000Z"), &json!("image,audio")));
+
+    let bad: [(Vec<&str>, &str); 9] = [
+        (vec!["create", "--user", &user, "--all-scopes", "--expires-at", "yesterday"], "RFC 3339"),
+        (vec!["create", "--user", &user, "--all-scopes", "--expires-at", "2020-01-01T00:00:00Z"], "not in the future"),
+        (
+            vec!["create", "--user", &user, "--all-scopes", "--models", "NoSuchModel"],
+            "neither a known model nor a kind",
+        ),
+        (vec!["create", "--user", &user, "--all-scopes", "--models", "videos"], "neither a known model nor a kind"),
+        (vec!["create", "--user", &user, "--all-scopes", "--models", "video,,image"], "--models"),
+        (vec!["set", "--key", &id, "--expires-at", "yesterday"], "RFC 3339"),
+        (vec!["set", "--key", &id, "--models", "LangB-2.0-pro,nope"], "\"nope\" is neither"),
+        (vec!["set", "--key", &id], "--expires-at"),
+        (vec!["set", "--key", "key_does_not_exist", "--models", "video"], "not found"),
+    ];
+    for (args, says) in bad {
+        let args: Vec<&str> = ["admin", "key"].into_iter().chain(args).collect();
+        let failed = sandbox.run(&args);
+        failed.assert_one_line_error();
+        assert!(failed.stderr.contains(says), "gateway {args:?} should say {says:?}: {}", failed.stderr);
+    }
+    let unchanged = sandbox.run(&["admin", "key", "set", "--key", &id, "--models", "image,audio"]).json();
+    assert_eq!(unchanged["expires_at"], "2100-01-01T00:00:00.000Z", "refused changes stored nothing: {unchanged}");
+}
+
+#[test]
 fn bad_input_fails_with_one_line_on_stderr() {
     let sandbox = Sandbox::new();
     sandbox.run(&["migrate"]).json();

@@ -96,6 +96,7 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> ApiError {
         match e {
             ServiceError::InvalidApiKey => ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", e.to_string()),
+            ServiceError::KeyRefused(m) => ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", m),
             ServiceError::InvalidRequest(m) => ApiError::invalid(m),
             ServiceError::TooLarge(m) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", m),
             ServiceError::NotFound(_) => ApiError::not_found(e.to_string()),
@@ -143,6 +144,7 @@ mod tests {
     fn service_errors_map_to_spec_codes() {
         let cases = [
             (ServiceError::InvalidApiKey, 401, "invalid_api_key"),
+            (ServiceError::KeyRefused("this API key expired".into()), 401, "invalid_api_key"),
             (ServiceError::InvalidRequest("x".into()), 400, "invalid_request"),
             (ServiceError::NotFound("task t".into()), 404, "not_found"),
             (

@@ -2,8 +2,8 @@
 
 use catalog::Catalog;
 use domain::{
-    ApiKey, ApiKeyId, LedgerEntry, LedgerKind, ModelRecord, NewUser, PriceSheet, PricingVersion, Role, Scope,
-    UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, KeyLimitsChange, LedgerEntry, LedgerKind, ModelAllowList, ModelRecord, ModelRule, NewUser,
+    PriceSheet, PricingVersion, Role, Scope, Timestamp, UsdAmount, User, UserId,
 };
 
 use crate::keys::{generate_secret, hex};
@@ -132,11 +132,20 @@ impl Gateway {
         Ok(secret)
     }
 
-    /// Issues a key with `scopes` to `user`; the secret is in the result and nowhere else.
-    pub async fn create_key(&self, user: &UserId, scopes: Vec<Scope>, name: &str) -> Result<CreatedKey, ServiceError> {
+    /// Issues a key with `scopes` to `user`, expiring at `expires_at` and reaching only `models`
+    /// when given; the secret is in the result and nowhere else.
+    pub async fn create_key(
+        &self,
+        user: &UserId,
+        scopes: Vec<Scope>,
+        name: &str,
+        expires_at: Option<Timestamp>,
+        models: Option<ModelAllowList>,
+    ) -> Result<CreatedKey, ServiceError> {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
         }
+        self.check_key_limits(expires_at, models.as_ref()).await?;
         let fresh = generate_secret().map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
         let key = ApiKey {
             id: ApiKeyId(self.ports.ids.new_id("key_")),
@@ -147,6 +156,8 @@ impl Gateway {
             scopes,
             revoked_at: None,
             created_at: self.ports.clock.now(),
+            expires_at,
+            models,
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })
@@ -157,6 +168,48 @@ impl Gateway {
         let key = self.ports.accounts.revoke_key(id).await?;
         self.caches.clear();
         Ok(key)
+    }
+
+    /// Changes a key's expiry and allow-list as `change` says (a `Some(None)` clears one) and
+    /// returns the stored key; requests with it see the change at once in this process.
+    pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {
+        if change == KeyLimitsChange::default() {
+            return Err(ServiceError::InvalidRequest("give --expires-at and/or --models".into()));
+        }
+        let expires_at = change.expires_at.flatten();
+        self.check_key_limits(expires_at, change.models.as_ref().and_then(Option::as_ref)).await?;
+        let key = self.ports.accounts.set_key_limits(id, change).await?;
+        self.caches.clear();
+        Ok(key)
+    }
+
+    /// A new expiry must be in the future, and every name on an allow-list a model the store
+    /// knows (enabled or not; kinds are parsed by the list itself).
+    async fn check_key_limits(
+        &self,
+        expires_at: Option<Timestamp>,
+        models: Option<&ModelAllowList>,
+    ) -> Result<(), ServiceError> {
+        if let Some(at) = expires_at
+            && at <= self.ports.clock.now()
+        {
+            return Err(ServiceError::InvalidRequest(format!(
+                "expiry {at} is not in the future (revoke the key to stop it now)"
+            )));
+        }
+        let Some(list) = models else { return Ok(()) };
+        let known = self.ports.models.models().await?;
+        for rule in list.rules() {
+            if let ModelRule::Name(name) = rule
+                && !known.iter().any(|m| &m.name == name)
+            {
+                let kinds = domain::ModelKind::ALL.map(domain::ModelKind::as_str).join(", ");
+                return Err(ServiceError::InvalidRequest(format!(
+                    "{name:?} is neither a known model nor a kind ({kinds})"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Adds money to a user's balance.
@@ -218,7 +271,7 @@ impl Gateway {
             })
             .await?
             .user;
-        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo").await?;
+        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", None, None).await?;
         Ok(Some(DemoAccount { user, key }))
     }
 }

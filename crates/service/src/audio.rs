@@ -20,7 +20,7 @@ impl Gateway {
     pub async fn audio(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         let request = validation::parse_audio_request(body)?;
-        let (def, pricing) = self.priced_model(ModelKind::Audio, &request.model).await?;
+        let (def, pricing) = self.priced_model(who, ModelKind::Audio, &request.model).await?;
         let plan = validation::check_audio_request(&def, request)?;
         let estimate = billing::audio_reservation(&pricing.sheet)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;

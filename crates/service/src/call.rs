@@ -14,7 +14,7 @@ use domain::ports::{TaskOutcome, UpstreamError};
 use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
 
 use crate::reply::{CallBilling, CallReply};
-use crate::{Gateway, ServiceError};
+use crate::{Gateway, Principal, ServiceError};
 
 /// Descriptive task fields a call may fill; everything else of the task row follows from the spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -155,10 +155,12 @@ mod upstream_refusal_tests {
 }
 
 impl Gateway {
-    /// The enabled model `name` of `kind` and its active price: 400 when there is no such model, 503 in
+    /// The enabled model `name` of `kind` and its active price: 400 when there is no such model, 401
+    /// `invalid_api_key` when `who`'s key may not use it (before anything is held), 503 in
     /// maintenance mode or when the model has no price.
     pub(crate) async fn priced_model(
         &self,
+        who: &Principal,
         kind: ModelKind,
         name: &str,
     ) -> Result<(std::sync::Arc<ModelDef>, PricingVersion), ServiceError> {
@@ -167,6 +169,10 @@ impl Gateway {
             snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == kind).ok_or_else(|| {
                 ServiceError::InvalidRequest(format!("model {name:?} is not an available {} model", kind.as_str()))
             })?;
+        if !who.may_use(name, kind) {
+            self.metrics.key_refused(crate::metrics::KeyRefusal::Model);
+            return Err(ServiceError::KeyRefused(format!("this API key may not use model {name:?}")));
+        }
         if snapshot.maintenance {
             return Err(ServiceError::ProviderNotConfigured("the gateway is in maintenance mode".into()));
         }
@@ -545,8 +551,20 @@ mod tests {
         (gateway, store, user)
     }
 
+    /// A key of `user` with every scope and no limits.
+    fn anyone(user: &UserId) -> Principal {
+        Principal {
+            user_id: user.clone(),
+            key_id: domain::ApiKeyId("key_test".into()),
+            scopes: domain::Scope::ALL.to_vec(),
+            expires_at: None,
+            models: None,
+        }
+    }
+
     async fn open(gateway: &Gateway, user: &UserId, micros: i64) -> OpenCall {
-        let (def, pricing) = gateway.priced_model(ModelKind::Language, "LangA-V4-flash").await.expect("model");
+        let (def, pricing) =
+            gateway.priced_model(&anyone(user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
         let spec = CallSpec {
             user: user.clone(),
             def,
@@ -591,7 +609,8 @@ mod tests {
         assert!(matches!(unconfigured, ServiceError::ProviderNotConfigured(_)), "{unconfigured:?}");
         assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(1_000_000 - 1_234));
         // An estimate above the balance is refused and stores nothing.
-        let (def, pricing) = gateway.priced_model(ModelKind::Language, "LangA-V4-flash").await.expect("model");
+        let (def, pricing) =
+            gateway.priced_model(&anyone(&user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
         let spec = CallSpec {
             user: user.clone(),
             def,

@@ -131,7 +131,7 @@ impl Gateway {
         let name = body
             .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(ModelKind::Language, &name).await?;
+        let (def, pricing) = self.priced_model(who, ModelKind::Language, &name).await?;
         let (plan, upstream_body) = cpu_bound(size, || -> Result<_, ServiceError> {
             let plan = validation::chat_request(&def, &body)?;
             Ok((plan, upstream_body(&def, &body, &plan)?))

@@ -10,6 +10,10 @@ pub enum ServiceError {
     /// Missing, unknown, revoked or under-scoped key.
     #[error("invalid or missing API key, or the key lacks the required scope")]
     InvalidApiKey,
+    /// A valid key that may not make this request: it has expired, or the model is not on its
+    /// allow-list (401 `invalid_api_key`, the message says which).
+    #[error("{0}")]
+    KeyRefused(String),
     /// The request breaks a rule of the interface.
     #[error("{0}")]
     InvalidRequest(String),

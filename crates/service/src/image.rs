@@ -21,7 +21,7 @@ impl Gateway {
     pub async fn image(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         let request = validation::parse_image_request(body)?;
-        let (def, pricing) = self.priced_model(ModelKind::Image, &request.model).await?;
+        let (def, pricing) = self.priced_model(who, ModelKind::Image, &request.model).await?;
         let plan = validation::check_image_request(&def, request)?;
         let estimate = billing::image_reservation(
             &pricing.sheet,

@@ -27,7 +27,7 @@ use billing::{CallBook, Ledger};
 use domain::ports::{
     AccountStore, IdSource, IdempotencyStore, ModelStore, Readiness, ResponseOwners, TaskStore, Upstream,
 };
-use domain::{ApiKeyId, CapLeases, Clock, Scope, UserId, VideoStore};
+use domain::{ApiKeyId, CapLeases, Clock, ModelAllowList, ModelKind, Scope, Timestamp, UserId, VideoStore};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use admission::AdmissionSettings;
@@ -137,6 +137,17 @@ pub struct Principal {
     pub key_id: ApiKeyId,
     /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// From this instant on the key is refused as expired.
+    pub expires_at: Option<Timestamp>,
+    /// The models the key may reach; `None`: every model.
+    pub models: Option<ModelAllowList>,
+}
+
+impl Principal {
+    /// Whether the key may use model `name` of `kind`.
+    pub fn may_use(&self, name: &str, kind: ModelKind) -> bool {
+        self.models.as_ref().is_none_or(|list| list.allows(name, kind))
+    }
 }
 
 /// The gateway's use cases.
@@ -255,7 +266,8 @@ impl Gateway {
     /// Checks a presented key secret and that it carries `needed`.
     ///
     /// Every failure (missing, unknown, revoked, under-scoped) is the same `InvalidApiKey`,
-    /// so a caller learns nothing about which keys exist.
+    /// so a caller learns nothing about which keys exist; an expired key (its `expires_at` now or
+    /// past, read against the clock at every request, cached or not) is `KeyRefused` saying so.
     pub async fn authenticate(&self, secret: Option<&str>, needed: Scope) -> Result<Principal, ServiceError> {
         let secret = secret.map(str::trim).filter(|s| !s.is_empty()).ok_or(ServiceError::InvalidApiKey)?;
         let hash = hash_secret(secret);
@@ -266,13 +278,25 @@ impl Gateway {
                 let Some((key, _user)) = found.filter(|(k, _)| k.revoked_at.is_none()) else {
                     return Err(ServiceError::InvalidApiKey);
                 };
-                let principal = Principal { user_id: key.user_id, key_id: key.id, scopes: key.scopes };
+                let principal = Principal {
+                    user_id: key.user_id,
+                    key_id: key.id,
+                    scopes: key.scopes,
+                    expires_at: key.expires_at,
+                    models: key.models,
+                };
                 self.caches.remember_principal(hash, principal.clone());
                 principal
             }
         };
         if !principal.scopes.contains(&needed) {
             return Err(ServiceError::InvalidApiKey);
+        }
+        if let Some(expires_at) = principal.expires_at
+            && self.ports.clock.now() >= expires_at
+        {
+            self.metrics.key_refused(metrics::KeyRefusal::Expired);
+            return Err(ServiceError::KeyRefused(format!("this API key expired at {expires_at}")));
         }
         Ok(principal)
     }

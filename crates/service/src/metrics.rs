@@ -54,6 +54,20 @@ struct EndLabels {
     outcome: &'static str,
 }
 
+/// Why a valid key was refused (the `reason` label of `gateway_key_refusals_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum KeyRefusal {
+    /// Its `expires_at` is now or past.
+    Expired,
+    /// The model is not on its allow-list.
+    Model,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Request latencies: 0.5 ms to about 16 s.
@@ -86,6 +100,7 @@ pub(crate) struct Metrics {
     video_worker_lag: Gauge,
     webhook_deliveries: Family<OutcomeLabel, Counter>,
     store_up: Gauge,
+    key_refusals: Family<ReasonLabel, Counter>,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: tokio::sync::Mutex<()>,
 }
@@ -110,6 +125,7 @@ impl Default for Metrics {
             video_worker_lag: Gauge::default(),
             webhook_deliveries: Family::default(),
             store_up: Gauge::default(),
+            key_refusals: Family::default(),
             scrape: tokio::sync::Mutex::new(()),
         };
         metrics.register();
@@ -178,6 +194,11 @@ impl Metrics {
             "Webhook delivery attempts, by outcome (delivered, failed)",
             self.webhook_deliveries.clone(),
         );
+        r.register(
+            "key_refusals",
+            "Requests refused for a valid key's limits, by reason (expired, model); never by key",
+            self.key_refusals.clone(),
+        );
         r.register("store_up", "Whether the last scrape could read the store (1) or not (0)", self.store_up.clone());
     }
 
@@ -236,6 +257,15 @@ impl Metrics {
         let gauge = self.calls_in_flight.get_or_create_owned(&ModelLabel { model: model.to_owned() });
         gauge.inc();
         InFlight { gauge }
+    }
+
+    /// Counts one request refused for its key's limits.
+    pub(crate) fn key_refused(&self, reason: KeyRefusal) {
+        let reason = match reason {
+            KeyRefusal::Expired => "expired",
+            KeyRefusal::Model => "model",
+        };
+        self.key_refusals.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     /// Counts one webhook delivery attempt.

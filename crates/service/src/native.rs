@@ -99,7 +99,7 @@ impl Gateway {
         let name = body
             .str("model")
             .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(ModelKind::Language, &name).await?;
+        let (def, pricing) = self.priced_model(who, ModelKind::Language, &name).await?;
         let plan = cpu_bound(raw.len(), || match format {
             Format::Messages => validation::messages_request(&def, &body, raw.len()),
             Format::Responses => validation::responses_request(&def, &body, raw.len()),

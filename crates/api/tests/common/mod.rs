@@ -186,7 +186,20 @@ impl Server {
 
     /// A key for `user` carrying `scopes`.
     pub async fn key(&self, user: &UserId, scopes: &[Scope]) -> CreatedKey {
-        self.gateway.create_key(user, scopes.to_vec(), "test").await.expect("create key")
+        self.key_with(user, scopes, None, None).await
+    }
+
+    /// A key for `user` carrying `scopes`, expiring at `expires_at` and reaching only `models` (an
+    /// allow-list text such as `video,LangB-2.0-pro`) when given.
+    pub async fn key_with(
+        &self,
+        user: &UserId,
+        scopes: &[Scope],
+        expires_at: Option<Timestamp>,
+        models: Option<&str>,
+    ) -> CreatedKey {
+        let models = models.map(|m| domain::ModelAllowList::parse(m).expect("allow-list"));
+        self.gateway.create_key(user, scopes.to_vec(), "test", expires_at, models).await.expect("create key")
     }
 
     /// Stores `task` through the store's `TaskStore` port.

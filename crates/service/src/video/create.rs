@@ -207,7 +207,7 @@ impl Gateway {
     ) -> Result<Task, ServiceError> {
         let video = self.video()?;
         let request = validation::parse_video_request(body)?;
-        let (def, pricing) = self.priced_model(ModelKind::Video, &request.model).await?;
+        let (def, pricing) = self.priced_model(who, ModelKind::Video, &request.model).await?;
         let kinds: Vec<AssetKind> = uploads.iter().map(|u| u.kind).collect();
         let plan = validation::check_video_request(&def, request, &kinds)?;
         check_upload_sizes(&def, uploads)?;
