@@ -61,6 +61,10 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             key_json(&k)
         }
+        Admin::Key(KeyCmd::List { user }) => {
+            let keys = gateway.list_keys(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
+            json!({"user_id": user, "keys": keys.iter().map(key_json).collect::<Vec<_>>()})
+        }
         Admin::Key(KeyCmd::Revoke { key }) => {
             let k = gateway.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
             json!({"id": k.id.as_str(), "user_id": k.user_id.as_str(), "revoked": true,

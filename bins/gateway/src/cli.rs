@@ -146,6 +146,12 @@ pub enum KeyCmd {
         #[arg(long)]
         models: Option<String>,
     },
+    /// List a user's keys (revoked ones too) with their settings, never their secrets.
+    List {
+        /// Owner's user id.
+        #[arg(long)]
+        user: String,
+    },
     /// Revoke a key by id.
     Revoke {
         /// Key id (`key_…`).

@@ -183,8 +183,16 @@ fn key_limits_are_set_at_creation_and_changed_later() {
         failed.assert_one_line_error();
         assert!(failed.stderr.contains(says), "gateway {args:?} should say {says:?}: {}", failed.stderr);
     }
-    let unchanged = sandbox.run(&["admin", "key", "set", "--key", &id, "--models", "image,audio"]).json();
-    assert_eq!(unchanged["expires_at"], "2100-01-01T00:00:00.000Z", "refused changes stored nothing: {unchanged}");
+    let listed = sandbox.run(&["admin", "key", "list", "--user", &user]).json();
+    assert_eq!(listed["user_id"], user.as_str(), "{listed}");
+    let keys = listed["keys"].as_array().expect("keys");
+    assert_eq!(keys.len(), 1, "refused creations stored no key: {listed}");
+    assert_eq!(keys[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(keys[0]["expires_at"], "2100-01-01T00:00:00.000Z", "refused changes stored nothing: {listed}");
+    assert_eq!(keys[0]["models"], "image,audio", "{listed}");
+    let secret = key["key"].as_str().expect("secret");
+    assert!(keys[0].get("key").is_none() && !listed.to_string().contains(secret), "no secret: {listed}");
+    sandbox.run(&["admin", "key", "list", "--user", "usr_does_not_exist"]).assert_one_line_error();
 }
 
 #[test]

@@ -170,6 +170,14 @@ impl Gateway {
         Ok(key)
     }
 
+    /// Every key of `user` (revoked ones too), oldest first; 404 for an unknown user.
+    pub async fn list_keys(&self, user: &UserId) -> Result<Vec<ApiKey>, ServiceError> {
+        if self.ports.accounts.user(user).await?.is_none() {
+            return Err(ServiceError::NotFound(format!("user {user}")));
+        }
+        Ok(self.ports.accounts.keys_of_user(user).await?)
+    }
+
     /// Changes a key's expiry and allow-list as `change` says (a `Some(None)` clears one) and
     /// returns the stored key; requests with it see the change at once in this process.
     pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {

@@ -8,7 +8,7 @@ use domain::{
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::{NotSet, Set},
-    ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
+    ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, TransactionTrait,
 };
 
 use crate::entities::{api_keys, ledger_entries, users};
@@ -165,6 +165,17 @@ impl AccountStore for Store {
         }
         let row = api_keys::Entity::find_by_id(id.0.clone()).one(self.db.writes()).await.map_err(backend_err)?;
         row.map(key_from_row).unwrap_or_else(|| Err(StoreError::NotFound(format!("key {id}"))))
+    }
+
+    async fn keys_of_user(&self, user: &UserId) -> Result<Vec<ApiKey>, StoreError> {
+        let rows = api_keys::Entity::find()
+            .filter(api_keys::Column::UserId.eq(user.0.clone()))
+            .order_by_asc(api_keys::Column::CreatedAt)
+            .order_by_asc(api_keys::Column::Id)
+            .all(self.db.reads())
+            .await
+            .map_err(backend_err)?;
+        rows.into_iter().map(key_from_row).collect()
     }
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError> {

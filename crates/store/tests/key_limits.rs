@@ -52,6 +52,12 @@ async fn limits_are_stored_changed_and_cleared() {
         let nothing = store.set_key_limits(&created.id, KeyLimitsChange::default()).await;
         assert!(matches!(nothing, Err(StoreError::Invalid(_))), "{db_name}: {nothing:?}");
 
+        let other = store.create_key(ApiKey { expires_at: None, models: None, ..key(&user, "key_b") }).await;
+        let other = other.expect("second key");
+        let listed = store.keys_of_user(&user).await.expect("list");
+        assert_eq!(listed, vec![changed.clone(), other], "{db_name}: both keys, oldest first");
+        assert!(store.keys_of_user(&user_with(&store, usd(0)).await).await.expect("list").is_empty(), "{db_name}");
+
         let raw = Database::connect(db.url.as_str()).await.expect("raw connection");
         raw.execute_unprepared("UPDATE api_keys SET models = ',' WHERE id = 'key_a'").await.expect("spoil");
         raw.close().await.expect("close");

@@ -20,6 +20,8 @@ pub trait AccountStore: Send + Sync {
     async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, StoreError>;
     /// Changes a key's expiry and allow-list as `change` says (revoked or not) and returns it.
     async fn set_key_limits(&self, id: &ApiKeyId, change: crate::KeyLimitsChange) -> Result<ApiKey, StoreError>;
+    /// Every key of `user` (revoked ones too), oldest first.
+    async fn keys_of_user(&self, user: &UserId) -> Result<Vec<ApiKey>, StoreError>;
     /// The key whose secret hashes to `hash`, with its owner, revoked or not.
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError>;
 }
