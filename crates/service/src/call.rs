@@ -478,8 +478,13 @@ impl Gateway {
 
     /// Refunds synchronous calls whose replica died: each running call whose runner holds no
     /// liveness lease and that has not changed for `ttl` (the lease time) is refunded and marked
-    /// `failed` with code `interrupted`. Returns how many were ended.
+    /// `failed` with code `interrupted`. This replica renews its own lease first, so its own calls
+    /// are never among them. Returns how many were ended.
     pub async fn recover_orphaned_calls(&self, ttl: std::time::Duration) -> Result<u64, ServiceError> {
+        // The replica that sweeps is alive: it renews its own lease first, so that a renewal that
+        // load delayed past the lease can never make it refund its own running calls (they end
+        // by themselves, and their answers would then fail). A sweep that cannot renew does not run.
+        self.keep_alive(ttl).await?;
         let now = self.ports.clock.now();
         let age = domain::duration_millis(ttl);
         let before = domain::Timestamp(now.millis().saturating_sub(age));

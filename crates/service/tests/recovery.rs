@@ -70,3 +70,40 @@ async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
         schema.drop_now().await;
     }
 }
+
+/// The sweep of dead replicas' calls never ends a call of the replica that sweeps, even when that
+/// replica's own lease ran out (a renewal that load delayed): it renews first. Another replica's
+/// call, whose runner holds no lease, is refunded.
+#[tokio::test]
+async fn the_sweep_of_dead_replicas_spares_its_own_calls() {
+    let schema = testkit::pg::Schema::from_env("gw_orphans").await;
+    let url = match &schema {
+        Some(schema) => schema.url.clone(),
+        None => {
+            let dir = std::env::temp_dir().join(format!("gw-orphans-{}", uuid::Uuid::new_v4().simple()));
+            format!("sqlite://{}/gw.db?mode=rwc", dir.display())
+        }
+    };
+    let store = store::Store::open(&url).await.expect("store");
+    let user = testkit::user_id();
+    store.create_user(testkit::new_user(&user, UsdAmount::from_micros(10_000_000))).await.expect("user");
+    let gateway = Gateway::new(Ports::from_store(store.clone(), Arc::new(SystemClock)));
+    let hour_ago = Timestamp(domain::Clock::now(&SystemClock).millis() - 3_600_000);
+    let (own, dead) = (TaskId(format!("task_own_{user}")), TaskId(format!("task_dead_{user}")));
+    for (id, runner) in [(&own, gateway.replica_id().to_owned()), (&dead, "replica-that-died".to_owned())] {
+        store.reserve(&user, id, UsdAmount::from_micros(1_000_000)).await.expect("reserve");
+        store.insert_task(Task { runner: Some(runner), ..task(id, &user, hour_ago) }).await.expect("task");
+    }
+    // Neither replica holds a liveness lease now: this one's renewal has not run yet.
+    let ended = gateway.recover_orphaned_calls(Duration::from_secs(30)).await.expect("sweep");
+    assert_eq!(ended, 1, "only the dead replica's call");
+    let own_task = store.task(&user, &own).await.expect("read").expect("exists");
+    assert_eq!((own_task.status, own_task.billing.status), (TaskStatus::Processing, BillingStatus::Reserved));
+    let dead_task = store.task(&user, &dead).await.expect("read").expect("exists");
+    assert_eq!((dead_task.status, dead_task.billing.status), (TaskStatus::Failed, BillingStatus::Refunded));
+    assert_eq!(store.balance(&user).await.expect("balance"), UsdAmount::from_micros(9_000_000));
+    store.close().await.expect("close");
+    if let Some(schema) = schema {
+        schema.drop_now().await;
+    }
+}

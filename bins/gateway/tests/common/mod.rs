@@ -334,6 +334,13 @@ pub fn post_bytes(addr: &str, path: &str, key: &str, headers: &str, body: &[u8],
     (status, text)
 }
 
+/// The lines above `INFO` that the `serve` started by [`serve_against`] under `name` has logged so
+/// far: what a failed assertion about its answers shows, so a 500 names its cause.
+pub fn logged_problems(sandbox: &Sandbox, name: &str) -> String {
+    let log = std::fs::read_to_string(sandbox.dir.join(format!("{name}.err"))).unwrap_or_default();
+    log.lines().filter(|l| !l.contains(" INFO ")).collect::<Vec<_>>().join("\n")
+}
+
 /// `gateway serve` on 127.0.0.1:0 with every upstream endpoint at the simulator `sim`, with `env` on top
 /// (stderr in `<name>.err`); its address once it listens. Its stdout keeps being read, so that the
 /// server never blocks on a full pipe.

@@ -121,6 +121,10 @@ fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
         mib_of(peak)
     ));
     println!("{}", report.join("\n"));
-    assert!(statuses.iter().all(|s| matches!(s, 200 | 503)), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 503)),
+        "{statuses:?}; the gateway logged:\n{}",
+        common::logged_problems(&sandbox, "serve-large")
+    );
     assert!(peak < 1536 * 1024, "peak RSS {peak} KiB");
 }
