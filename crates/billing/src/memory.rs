@@ -69,16 +69,7 @@ impl State {
         let ids: Vec<i64> = (first..first + count).collect();
         for (e, &id) in plan.entries.iter().zip(&ids) {
             let account = self.accounts.get_mut(&e.user).ok_or_else(|| LedgerError::UnknownUser(e.user.clone()))?;
-            account.entries.push(LedgerEntry {
-                id,
-                user_id: e.user.clone(),
-                task_id: e.task.clone(),
-                kind: e.kind,
-                amount: e.amount,
-                balance_after: e.balance_after,
-                description: e.description.clone(),
-                created_at: plan.now(),
-            });
+            account.entries.push(e.stored(id, plan.now()));
             account.balance = e.balance_after;
             self.last_id = id;
         }

@@ -20,18 +20,23 @@ fn task(id: &TaskId, user: &UserId, at: Timestamp) -> Task {
     }
 }
 
-#[tokio::test]
-async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
-    // A private schema on PostgreSQL when TEST_DATABASE_URL is set (like every other test), else a
-    // fresh SQLite file.
-    let schema = testkit::pg::Schema::from_env("gw_recovery").await;
+/// The database of one test: a private schema on PostgreSQL when `TEST_DATABASE_URL` is set (like
+/// every other test), else a fresh SQLite file; and its URL.
+async fn database(name: &str) -> (Option<testkit::pg::Schema>, String) {
+    let schema = testkit::pg::Schema::from_env(name).await;
     let url = match &schema {
         Some(schema) => schema.url.clone(),
         None => {
-            let dir = std::env::temp_dir().join(format!("gw-recovery-{}", uuid::Uuid::new_v4().simple()));
+            let dir = std::env::temp_dir().join(format!("{name}-{}", uuid::Uuid::new_v4().simple()));
             format!("sqlite://{}/gw.db?mode=rwc", dir.display())
         }
     };
+    (schema, url)
+}
+
+#[tokio::test]
+async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
+    let (schema, url) = database("gw_recovery").await;
     let store = store::Store::open(&url).await.expect("store");
     let user = testkit::user_id();
     let new_user = NewUser {
@@ -76,14 +81,7 @@ async fn interrupted_calls_are_refunded_and_fresh_ones_kept() {
 /// call, whose runner holds no lease, is refunded.
 #[tokio::test]
 async fn the_sweep_of_dead_replicas_spares_its_own_calls() {
-    let schema = testkit::pg::Schema::from_env("gw_orphans").await;
-    let url = match &schema {
-        Some(schema) => schema.url.clone(),
-        None => {
-            let dir = std::env::temp_dir().join(format!("gw-orphans-{}", uuid::Uuid::new_v4().simple()));
-            format!("sqlite://{}/gw.db?mode=rwc", dir.display())
-        }
-    };
+    let (schema, url) = database("gw_orphans").await;
     let store = store::Store::open(&url).await.expect("store");
     let user = testkit::user_id();
     store.create_user(testkit::new_user(&user, UsdAmount::from_micros(10_000_000))).await.expect("user");

@@ -242,6 +242,22 @@ pub struct NewEntry {
     pub description: String,
 }
 
+impl NewEntry {
+    /// The entry as stored, once the ledger gave it `id`, written at `now`.
+    pub fn stored(&self, id: i64, now: Timestamp) -> LedgerEntry {
+        LedgerEntry {
+            id,
+            user_id: self.user.clone(),
+            task_id: self.task.clone(),
+            kind: self.kind,
+            amount: self.amount,
+            balance_after: self.balance_after,
+            description: self.description.clone(),
+            created_at: now,
+        }
+    }
+}
+
 /// A task to insert, in the state the batch leaves it in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
@@ -381,16 +397,7 @@ impl Plan {
                         .get(i)
                         .zip(entry_ids.get(i))
                         .ok_or_else(|| LedgerError::Backend(format!("no id for ledger entry {i} of the batch")))?;
-                    Ok(BookAnswer::Credited(LedgerEntry {
-                        id: *id,
-                        user_id: e.user.clone(),
-                        task_id: e.task.clone(),
-                        kind: e.kind,
-                        amount: e.amount,
-                        balance_after: e.balance_after,
-                        description: e.description.clone(),
-                        created_at: now,
-                    }))
+                    Ok(BookAnswer::Credited(e.stored(*id, now)))
                 }
             })
             .collect()
