@@ -1,6 +1,9 @@
 //! `gateway admin …`: each command prints exactly one JSON object on stdout.
 
-use domain::{ApiKey, ApiKeyId, KeyLimitsChange, ModelAllowList, Scope, Timestamp, UsdAmount, UserId};
+use domain::{
+    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, ModelAllowList, Scope, Timestamp, UsdAmount,
+    UserId,
+};
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
@@ -37,26 +40,43 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let secret = gateway.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})
         }
-        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name, expires_at, models }) => {
+        Admin::Key(KeyCmd::Create {
+            user,
+            scopes,
+            all_scopes,
+            name,
+            expires_at,
+            models,
+            budget_usd,
+            budget_period,
+        }) => {
             let scopes = match (all_scopes, scopes) {
                 (true, _) => Scope::ALL.to_vec(),
                 (false, Some(list)) => Scope::parse_list(&list).map_err(|e| format!("--scopes: {e}"))?,
                 (false, None) => return Err("give --scopes or --all-scopes".into()),
             };
-            let expires_at = expires_at.as_deref().map(expiry).transpose()?;
-            let models = models.as_deref().map(allow_list).transpose()?;
-            let created = gateway
-                .create_key(&UserId(user), scopes, &name, expires_at, models)
-                .await
-                .map_err(|e| e.to_string())?;
+            let limits = KeyLimits {
+                expires_at: expires_at.as_deref().map(expiry).transpose()?,
+                models: models.as_deref().map(allow_list).transpose()?,
+                budget: budget_usd.as_deref().map(|usd| budget(usd, budget_period.as_deref())).transpose()?,
+            };
+            let created = gateway.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
             let mut out = key_json(&created.key);
             out["key"] = json!(created.secret);
             out
         }
-        Admin::Key(KeyCmd::Set { key, expires_at, models }) => {
+        Admin::Key(KeyCmd::Set { key, expires_at, models, budget_usd, budget_period }) => {
             let change = KeyLimitsChange {
                 expires_at: expires_at.as_deref().map(|t| or_none(t, expiry)).transpose()?,
                 models: models.as_deref().map(|m| or_none(m, allow_list)).transpose()?,
+                budget: match budget_usd.as_deref() {
+                    Some("none") if budget_period.is_some() => {
+                        return Err("--budget-period needs a --budget-usd".into());
+                    }
+                    Some("none") => Some(None),
+                    Some(usd) => Some(Some(budget(usd, budget_period.as_deref())?)),
+                    None => None,
+                },
             };
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             key_json(&k)
@@ -108,6 +128,8 @@ fn key_json(k: &ApiKey) -> Value {
         "created_at": k.created_at.to_string(),
         "expires_at": k.expires_at.map(|t| t.to_string()),
         "models": k.models.as_ref().map(ToString::to_string),
+        "budget_usd": k.budget.map(|b| b.limit.to_string()),
+        "budget_period": k.budget.map(|b| b.period.as_str()),
         "revoked_at": k.revoked_at.map(|t| t.to_string()),
     })
 }
@@ -120,6 +142,16 @@ fn expiry(text: &str) -> Result<Timestamp, String> {
 /// `--models`: names and kinds (whether each name is a model, the service checks).
 fn allow_list(text: &str) -> Result<ModelAllowList, String> {
     ModelAllowList::parse(text).map_err(|e| format!("--models: {e}"))
+}
+
+/// `--budget-usd` and `--budget-period` (default `total`): a limit of at least zero.
+fn budget(usd: &str, period: Option<&str>) -> Result<KeyBudget, String> {
+    let limit = UsdAmount::parse_decimal(usd).map_err(|e| format!("--budget-usd: {e}"))?;
+    if limit.is_negative() {
+        return Err(format!("--budget-usd: {usd} is below zero"));
+    }
+    let period = period.map_or(Ok(BudgetPeriod::Total), str::parse).map_err(|e| format!("--budget-period: {e}"))?;
+    Ok(KeyBudget { limit, period })
 }
 
 /// A `key set` value: `none` clears the setting, anything else is read by `parse`.

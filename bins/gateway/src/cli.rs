@@ -133,8 +133,14 @@ pub enum KeyCmd {
         /// Comma-separated model names and kinds (language, image, audio, video) the key may reach.
         #[arg(long)]
         models: Option<String>,
+        /// The most the key may spend, in USD (such as 5 or 0.05), per --budget-period.
+        #[arg(long)]
+        budget_usd: Option<String>,
+        /// When the budget starts over: total (never, the default), day, week (Monday) or month, UTC.
+        #[arg(long, requires = "budget_usd")]
+        budget_period: Option<String>,
     },
-    /// Change a key's expiry or model allow-list; `none` clears one. Prints the stored key.
+    /// Change a key's expiry, model allow-list or budget; `none` clears one. Prints the stored key.
     Set {
         /// Key id (`key_…`).
         #[arg(long)]
@@ -145,6 +151,12 @@ pub enum KeyCmd {
         /// Comma-separated model names and kinds, or `none` (every model).
         #[arg(long)]
         models: Option<String>,
+        /// The spend limit in USD, or `none` (only the balance limits the key).
+        #[arg(long)]
+        budget_usd: Option<String>,
+        /// total, day, week or month (with --budget-usd; default total).
+        #[arg(long, requires = "budget_usd")]
+        budget_period: Option<String>,
     },
     /// List a user's keys (revoked ones too) with their settings, never their secrets.
     List {

@@ -103,6 +103,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::InsufficientBalance { .. } => {
                 ApiError::new(StatusCode::PAYMENT_REQUIRED, "insufficient_balance", e.to_string())
             }
+            ServiceError::KeyBudgetExceeded(m) => ApiError::new(StatusCode::PAYMENT_REQUIRED, "key_budget_exceeded", m),
             ServiceError::ProviderNotConfigured(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", m)
             }
@@ -156,6 +157,7 @@ mod tests {
                 402,
                 "insufficient_balance",
             ),
+            (ServiceError::KeyBudgetExceeded("k".into()), 402, "key_budget_exceeded"),
             (ServiceError::ProviderNotConfigured("m".into()), 503, "provider_not_configured"),
             (ServiceError::NotCancellable("t".into()), 409, "not_cancellable"),
             (ServiceError::Conflict("t".into()), 409, "task_state_conflict"),

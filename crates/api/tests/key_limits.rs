@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::video::VideoEnv;
 use common::{Env, Server, databases, unique};
-use domain::{Clock, Scope, Timestamp};
+use domain::{Clock, KeyLimits, ModelAllowList, Scope, Timestamp};
 use serde_json::json;
 use service::{Gateway, Ports};
 use tokio::net::TcpListener;
@@ -30,6 +30,11 @@ impl Clock for HandClock {
 
 const EXPIRY: i64 = 1_900_000_000_000;
 
+/// Limits with only an allow-list.
+fn allow(models: &str) -> KeyLimits {
+    KeyLimits { models: Some(ModelAllowList::parse(models).expect("allow-list")), ..KeyLimits::default() }
+}
+
 #[tokio::test]
 async fn a_key_expires_at_the_exact_millisecond() {
     for db in databases() {
@@ -41,7 +46,13 @@ async fn a_key_expires_at_the_exact_millisecond() {
                 .await;
         let label = server.label;
         let user = server.user("1").await;
-        let key = server.key_with(&user.id, &[Scope::ModelsRead], Some(Timestamp(EXPIRY)), None).await;
+        let key = server
+            .key_with(
+                &user.id,
+                &[Scope::ModelsRead],
+                KeyLimits { expires_at: Some(Timestamp(EXPIRY)), ..KeyLimits::default() },
+            )
+            .await;
         assert_eq!(key.key.expires_at, Some(Timestamp(EXPIRY)), "{label}");
 
         let before = server.get("/api/v1/models", Some(&key.secret)).await;
@@ -70,7 +81,7 @@ async fn a_chat_call_outside_the_allow_list_is_refused_before_any_hold() {
             json!({"model": model, "messages": [{"role": "user", "content": unique("hi ")}], "max_tokens": 100,
                    "thinking": {"type": "disabled"}})
         };
-        let narrow = env.server.key_with(&env.user.id, &scopes, None, Some("image,LangB-2.0-pro")).await.secret;
+        let narrow = env.server.key_with(&env.user.id, &scopes, allow("image,LangB-2.0-pro")).await.secret;
         let refused = env.server.post_json("/api/v1/chat/completions", Some(&narrow), &body("LangA-V4-flash")).await;
         refused.assert_error(401, "invalid_api_key", &env.ctx("a model outside the list"));
         let message = refused.json["error"]["message"].as_str().unwrap_or_default();
@@ -81,7 +92,7 @@ async fn a_chat_call_outside_the_allow_list_is_refused_before_any_hold() {
 
         let allowed = env.server.post_json("/api/v1/chat/completions", Some(&narrow), &body("LangB-2.0-pro")).await;
         assert_eq!(allowed.status, 200, "{}: {}", env.ctx("a named model"), String::from_utf8_lossy(&allowed.raw));
-        let by_kind = env.server.key_with(&env.user.id, &scopes, None, Some("language")).await.secret;
+        let by_kind = env.server.key_with(&env.user.id, &scopes, allow("language")).await.secret;
         let allowed = env.server.post_json("/api/v1/chat/completions", Some(&by_kind), &body("LangA-V4-flash")).await;
         assert_eq!(allowed.status, 200, "{}: {}", env.ctx("a listed kind"), String::from_utf8_lossy(&allowed.raw));
         let metrics = env.server.gateway.metrics_text().await;
@@ -96,7 +107,7 @@ async fn a_video_task_outside_the_allow_list_is_refused_before_any_hold() {
         let env = VideoEnv::new(&db, "", "10").await;
         let (start, entries) = env.assert_ledger("start").await;
         let scopes = [Scope::VideoCreate, Scope::TaskRead];
-        let language = env.server.key_with(&env.user.id, &scopes, None, Some("language")).await.secret;
+        let language = env.server.key_with(&env.user.id, &scopes, allow("language")).await.secret;
         let body = json!({"model": "videogen-2-0", "prompt": "a fox"});
         let refused = env.server.post_json("/api/v1/tasks", Some(&language), &body).await;
         refused.assert_error(401, "invalid_api_key", &env.ctx("a video task with a language-only key"));
@@ -104,7 +115,7 @@ async fn a_video_task_outside_the_allow_list_is_refused_before_any_hold() {
         assert_eq!((balance, n), (start, entries), "{}: balance and ledger untouched", env.ctx("refusal"));
         assert!(env.tasks().await.is_empty(), "{}: no task", env.ctx("refusal"));
 
-        let video = env.server.key_with(&env.user.id, &scopes, None, Some("video")).await.secret;
+        let video = env.server.key_with(&env.user.id, &scopes, allow("video")).await.secret;
         let created = env.server.post_json("/api/v1/tasks", Some(&video), &body).await;
         assert_eq!(created.status, 202, "{}: {}", env.ctx("an allowed kind"), String::from_utf8_lossy(&created.raw));
         assert_eq!(env.tasks().await.len(), 1, "{}: the allowed task", env.ctx("allowed"));

@@ -308,6 +308,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
     Task {
         id: id.clone(),
         user_id: user.clone(),
+        key_id: None,
         model: "conformance-model".into(),
         kind: ModelKind::Language,
         status,
@@ -327,6 +328,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
             actual: None,
             balance_after: None,
             usage_json: None,
+            budget_key: None,
         },
         output_url: None,
         last_frame_url: None,
@@ -354,10 +356,13 @@ pub async fn calls<S: Subject>(s: &S) -> Result<(), String> {
     ensure_eq!(s.task_status(&t1).await?, Some(TaskStatus::Processing), "task stored with its hold");
     let twice = calls.open_call(running_task(&alice, &t1, usd(1), TaskStatus::Processing), usd(1)).await.map(|_| ());
     ensure_eq!(twice, Err(LedgerError::DuplicateReservation(t1.clone())), "second open_call for one task");
-    let not_terminal = calls.close_call(&t1, &alice, usd(400), None, outcome(TaskStatus::Queued)).await.map(|_| ());
+    let not_terminal = calls
+        .close_call(&t1, &crate::Expect::of(&alice, usd(400)), None, outcome(TaskStatus::Queued))
+        .await
+        .map(|_| ());
     ensure_eq!(not_terminal, Err(LedgerError::NotTerminal(TaskStatus::Queued)), "non-terminal outcome");
     let change = TaskTransition { from: None, event: TaskEvent::Started, update: Default::default() };
-    let started = calls.close_task(&t1, &alice, usd(400), None, change).await.map(|_| ());
+    let started = calls.close_task(&t1, &crate::Expect::of(&alice, usd(400)), None, change).await.map(|_| ());
     ensure_eq!(
         started,
         Err(LedgerError::TaskConflict {
@@ -367,11 +372,14 @@ pub async fn calls<S: Subject>(s: &S) -> Result<(), String> {
         }),
         "close_task whose change is refused by the table"
     );
-    let wrong = calls.close_call(&t1, &alice, usd(401), None, outcome(TaskStatus::Failed)).await.map(|_| ());
-    let why = format!("the reservation of {t1} has another user or amount");
+    let wrong = calls
+        .close_call(&t1, &crate::Expect::of(&alice, usd(401)), None, outcome(TaskStatus::Failed))
+        .await
+        .map(|_| ());
+    let why = format!("the reservation of {t1} has another user, amount or key");
     ensure_eq!(wrong, Err(LedgerError::InvalidAmount(why)), "close with another amount");
     let cancel = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);
-    let cancel = calls.close_task(&t1, &alice, usd(400), None, cancel).await.map(|_| ());
+    let cancel = calls.close_task(&t1, &crate::Expect::of(&alice, usd(400)), None, cancel).await.map(|_| ());
     ensure_eq!(
         cancel,
         Err(LedgerError::TaskConflict {
@@ -384,10 +392,15 @@ pub async fn calls<S: Subject>(s: &S) -> Result<(), String> {
     ensure_eq!(s.reservation(&t1).await?, Some(BillingStatus::Reserved), "refused closes keep the hold");
     ensure_eq!(s.task_status(&t1).await?, Some(TaskStatus::Processing), "refused closes keep the task");
     ensure_eq!(ledger.balance(&alice).await, Ok(usd(600)), "refused closes move no money");
-    let done = calls.close_call(&t1, &alice, usd(400), Some(usd(150)), outcome(TaskStatus::Succeeded)).await;
+    let done = calls
+        .close_call(&t1, &crate::Expect::of(&alice, usd(400)), Some(usd(150)), outcome(TaskStatus::Succeeded))
+        .await;
     ensure_eq!(done.map(|s| (s.status, s.balance_after)), Ok((BillingStatus::Settled, usd(850))), "close_call");
     ensure_eq!(s.task_status(&t1).await?, Some(TaskStatus::Succeeded), "task ended with its hold");
-    let again = calls.close_call(&t1, &alice, usd(400), None, outcome(TaskStatus::Failed)).await.map(|_| ());
+    let again = calls
+        .close_call(&t1, &crate::Expect::of(&alice, usd(400)), None, outcome(TaskStatus::Failed))
+        .await
+        .map(|_| ());
     let finished = Err(LedgerError::AlreadyFinished { task: t1.clone(), status: BillingStatus::Settled });
     ensure_eq!(again, finished, "second close");
     // A queued task can be cancelled with its refund, in one step.
@@ -396,7 +409,7 @@ pub async fn calls<S: Subject>(s: &S) -> Result<(), String> {
         .await
         .map_err(|e| show(&Err::<(), _>(e)))?;
     let cancel = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);
-    let cancelled = calls.close_task(&t2, &alice, usd(100), None, cancel).await.map(|s| s.status);
+    let cancelled = calls.close_task(&t2, &crate::Expect::of(&alice, usd(100)), None, cancel).await.map(|s| s.status);
     ensure_eq!(cancelled, Ok(BillingStatus::Refunded), "cancel while queued");
     ensure_eq!(s.task_status(&t2).await?, Some(TaskStatus::Cancelled), "cancelled task");
     ensure_eq!(balance_is_ledger_sum(ledger.as_ref(), &alice).await?, usd(850), "final balance");

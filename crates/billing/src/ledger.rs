@@ -29,6 +29,21 @@ pub enum LedgerError {
         /// The balance at the time.
         available: UsdAmount,
     },
+    /// The key's budget does not cover the reservation (the balance may).
+    #[error(
+        "this API key's budget does not cover the call: {needed} USD needed, {remaining} USD left of its {limit} USD \
+         {period} limit"
+    )]
+    KeyBudgetExceeded {
+        /// The amount asked for.
+        needed: UsdAmount,
+        /// What the key may still hold in its period.
+        remaining: UsdAmount,
+        /// The key's limit.
+        limit: UsdAmount,
+        /// Its period (`total`, `day`, `week`, `month`).
+        period: domain::BudgetPeriod,
+    },
     /// No reservation for this task.
     #[error("no reservation for task {0}")]
     UnknownReservation(TaskId),
@@ -135,6 +150,25 @@ pub trait Ledger: Send + Sync {
     async fn entries(&self, user: &UserId, limit: u64) -> Result<Vec<LedgerEntry>, LedgerError>;
 }
 
+/// A reservation as the caller of an end holds it: the end is refused unless the stored one
+/// matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expect {
+    /// Whose balance is held.
+    pub user: UserId,
+    /// The amount held.
+    pub amount: UsdAmount,
+    /// The key whose budget the hold counts against, if any.
+    pub budget: Option<domain::ApiKeyId>,
+}
+
+impl Expect {
+    /// A hold of `amount` on `user`'s balance that counts against no key's budget.
+    pub fn of(user: &UserId, amount: UsdAmount) -> Expect {
+        Expect { user: user.clone(), amount, budget: None }
+    }
+}
+
 /// Reservation and task bookkeeping in one atomic step each, for stores that keep both.
 ///
 /// `open_call` holds the amount and records the task together; `close_call` ends the hold
@@ -146,9 +180,10 @@ pub trait CallBook: Send + Sync {
     /// Holds `hold` for `task` (a new, running task) and stores the task, atomically.
     async fn open_call(&self, task: domain::Task, hold: UsdAmount) -> Result<Reservation, LedgerError>;
 
-    /// Ends the hold of `task` held by `user` for `reserved`: a `Settle` entry charging `charge`,
-    /// or a `Refund` entry when `charge` is `None`, and the task's `outcome`, atomically. Exactly
-    /// once: a second close, or one whose user or amount does not match, is refused and moves nothing.
+    /// Ends the hold of `task` as `held` describes it (user, amount, budget key): a `Settle` entry
+    /// charging `charge`, or a `Refund` entry when `charge` is `None`, and the task's `outcome`,
+    /// atomically. Exactly once: a second close, or one whose hold does not match, is refused and
+    /// moves nothing.
     ///
     /// The task moves from whatever running state it is in (`outcome.transition()`); a
     /// non-terminal `outcome.status` is `NotTerminal`, a task the transition table does not let
@@ -156,13 +191,12 @@ pub trait CallBook: Send + Sync {
     async fn close_call(
         &self,
         task: &TaskId,
-        user: &UserId,
-        reserved: UsdAmount,
+        held: &Expect,
         charge: Option<UsdAmount>,
         outcome: domain::ports::TaskOutcome,
     ) -> Result<Settlement, LedgerError> {
         let change = outcome.transition().ok_or(LedgerError::NotTerminal(outcome.status))?;
-        self.close_task(task, user, reserved, charge, change).await
+        self.close_task(task, held, charge, change).await
     }
 
     /// Ends the hold of `task` as `close_call` does and moves the task by `change` (a
@@ -172,8 +206,7 @@ pub trait CallBook: Send + Sync {
     async fn close_task(
         &self,
         task: &TaskId,
-        user: &UserId,
-        reserved: UsdAmount,
+        held: &Expect,
         charge: Option<UsdAmount>,
         change: TaskTransition,
     ) -> Result<Settlement, LedgerError>;

@@ -81,7 +81,7 @@
 pub mod audio;
 pub mod book;
 mod charge;
-#[cfg(feature = "conformance")]
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod image;
 pub mod language;
@@ -93,6 +93,6 @@ pub use audio::{audio_charge, audio_charge_seconds, audio_reservation};
 pub use charge::{Charge, ChargeLine, PricingError};
 pub use image::{ImageUsage, image_charge, image_reservation};
 pub use language::{LanguageUsage, language_charge, language_reservation, language_reservation_text_only};
-pub use ledger::{CallBook, Ledger, LedgerError, Reservation, Settlement, check_credit, settle_delta};
+pub use ledger::{CallBook, Expect, Ledger, LedgerError, Reservation, Settlement, check_credit, settle_delta};
 pub use memory::InMemoryLedger;
 pub use video::{video_charge, video_dimensions, video_estimate_tokens, video_reservation};

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use domain::{
-    BillingStatus, Clock, LedgerEntry, LedgerKind, SystemClock, Task, TaskId, TaskStatus, TaskTransition, UsdAmount,
-    UserId,
+    ApiKeyId, BillingStatus, Clock, KeyBudget, LedgerEntry, LedgerKind, SystemClock, Task, TaskId, TaskStatus,
+    TaskTransition, UsdAmount, UserId,
 };
 
-use crate::book::{self, BookAnswer, BookOp, BookState, Held, Plan};
-use crate::ledger::{CallBook, Ledger, LedgerError, Reservation, Settlement};
+use crate::book::{self, BookAnswer, BookOp, BookState, Held, KeyBudgetState, Plan};
+use crate::ledger::{CallBook, Expect, Ledger, LedgerError, Reservation, Settlement};
 
 /// A ledger held in memory; see the crate documentation for an embedding example.
 pub struct InMemoryLedger {
@@ -32,6 +32,8 @@ struct State {
     holds: HashMap<TaskId, Held>,
     /// Tasks recorded by `open_call`: owner and state.
     tasks: HashMap<TaskId, (UserId, TaskStatus)>,
+    /// Budget counters of keys given one ([`InMemoryLedger::set_key_budget`]).
+    budgets: HashMap<ApiKeyId, KeyBudgetState>,
 }
 
 #[derive(Default)]
@@ -54,10 +56,15 @@ impl State {
             users.extend(self.holds.get(task).map(|h| h.user.clone()));
             users.extend(self.tasks.get(task).map(|t| t.0.clone()));
         }
+        let holds: HashMap<TaskId, Held> =
+            keys.tasks.iter().filter_map(|t| Some((t.clone(), self.holds.get(t)?.clone()))).collect();
+        let mut budget_keys = keys.budgets;
+        budget_keys.extend(holds.values().filter_map(|h| h.budget.clone()));
         BookState {
             balances: users.into_iter().filter_map(|u| Some((u.clone(), self.accounts.get(&u)?.balance))).collect(),
-            holds: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.holds.get(t)?.clone()))).collect(),
             tasks: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.tasks.get(t)?.clone()))).collect(),
+            holds,
+            budgets: budget_keys.into_iter().filter_map(|k| Some((k.clone(), *self.budgets.get(&k)?))).collect(),
         }
     }
 
@@ -74,7 +81,8 @@ impl State {
             self.last_id = id;
         }
         for h in &plan.new_holds {
-            self.holds.insert(h.task.clone(), Held { user: h.user.clone(), amount: h.amount, status: h.status });
+            let held = Held { user: h.user.clone(), amount: h.amount, status: h.status, budget: h.budget.clone() };
+            self.holds.insert(h.task.clone(), held);
         }
         for h in &plan.ended_holds {
             if let Some(held) = self.holds.get_mut(&h.task) {
@@ -88,6 +96,9 @@ impl State {
             if let Some(task) = self.tasks.get_mut(&w.task) {
                 task.1 = w.to;
             }
+        }
+        for b in &plan.budgets {
+            self.budgets.insert(b.key.clone(), b.to);
         }
         Ok(ids)
     }
@@ -110,6 +121,26 @@ impl InMemoryLedger {
             state.accounts.entry(user.clone()).or_default();
             Ok(())
         })
+    }
+
+    /// Gives `key` a spend budget (or takes it away with `None`), keeping its counters; a key must
+    /// have been given one before a hold counts against it.
+    pub fn set_key_budget(&self, key: &ApiKeyId, budget: Option<KeyBudget>) -> Result<(), LedgerError> {
+        self.with_state(|state| {
+            let empty = KeyBudgetState {
+                budget: None,
+                period_start: domain::Timestamp(0),
+                spent: UsdAmount::ZERO,
+                held: UsdAmount::ZERO,
+            };
+            state.budgets.entry(key.clone()).or_insert(empty).budget = budget;
+            Ok(())
+        })
+    }
+
+    /// The budget counters of `key`, if it was given a budget.
+    pub fn key_budget(&self, key: &ApiKeyId) -> Result<Option<KeyBudgetState>, LedgerError> {
+        self.with_state(|state| Ok(state.budgets.get(key).copied()))
     }
 
     /// Where the reservation of `task` stands, if it has one.
@@ -220,12 +251,11 @@ impl CallBook for InMemoryLedger {
     async fn close_task(
         &self,
         task: &TaskId,
-        user: &UserId,
-        reserved: UsdAmount,
+        held: &Expect,
         charge: Option<UsdAmount>,
         change: TaskTransition,
     ) -> Result<Settlement, LedgerError> {
-        let expect = Some((user.clone(), reserved));
+        let expect = Some(held.clone());
         self.end(BookOp::End { task: task.clone(), expect, charge, then: Some(change) })
     }
 }

@@ -1,8 +1,75 @@
-//! Per-key limits set by operators (issue 25): an expiry time and a model allow-list.
+//! Per-key limits set by operators (issue 25): an expiry time, a model allow-list and a spend
+//! budget (total or per UTC day, week or month).
 
 use std::fmt;
+use std::str::FromStr;
 
-use crate::{ModelKind, Timestamp};
+use crate::{ModelKind, Timestamp, UnknownName, UsdAmount};
+
+/// How often a key's spend budget starts over: never, or at each UTC day, week (Monday) or month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BudgetPeriod {
+    /// One budget for the key's whole life.
+    Total,
+    /// Resets at 00:00 UTC.
+    Day,
+    /// Resets on Mondays at 00:00 UTC.
+    Week,
+    /// Resets on the first of each month at 00:00 UTC.
+    Month,
+}
+
+impl BudgetPeriod {
+    /// Every period.
+    pub const ALL: [BudgetPeriod; 4] =
+        [BudgetPeriod::Total, BudgetPeriod::Day, BudgetPeriod::Week, BudgetPeriod::Month];
+
+    /// The name (`total`, `day`, `week`, `month`), as stored and as the CLI takes it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BudgetPeriod::Total => "total",
+            BudgetPeriod::Day => "day",
+            BudgetPeriod::Week => "week",
+            BudgetPeriod::Month => "month",
+        }
+    }
+
+    /// The start of the period `now` falls in (the epoch for `Total`, which never resets).
+    pub fn start(self, now: Timestamp) -> Timestamp {
+        match self {
+            BudgetPeriod::Total => Timestamp(0),
+            BudgetPeriod::Day => now.utc_day_start(),
+            BudgetPeriod::Week => now.utc_week_start(),
+            BudgetPeriod::Month => now.utc_month_start(),
+        }
+    }
+}
+
+impl FromStr for BudgetPeriod {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BudgetPeriod::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownName { what: "budget period (total, day, week or month)", value: s.to_owned() })
+    }
+}
+
+impl fmt::Display for BudgetPeriod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The most a key may spend in each of its periods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyBudget {
+    /// The limit (≥ 0).
+    pub limit: UsdAmount,
+    /// When it starts over.
+    pub period: BudgetPeriod,
+}
 
 /// One entry of a key's model allow-list: every model of a kind, or one model by public name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -69,6 +136,17 @@ impl fmt::Display for ModelAllowList {
     }
 }
 
+/// A key's limits as set when it is created; each `None` is no limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLimits {
+    /// From this instant on the key is refused as expired.
+    pub expires_at: Option<Timestamp>,
+    /// The models it may reach.
+    pub models: Option<ModelAllowList>,
+    /// Its spend budget.
+    pub budget: Option<KeyBudget>,
+}
+
 /// A change to a key's limits: `None` leaves a setting as it is, `Some(None)` clears it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyLimitsChange {
@@ -76,6 +154,8 @@ pub struct KeyLimitsChange {
     pub expires_at: Option<Option<Timestamp>>,
     /// New allow-list, or none (every model).
     pub models: Option<Option<ModelAllowList>>,
+    /// New spend budget, or none (the balance is the only limit).
+    pub budget: Option<Option<KeyBudget>>,
 }
 
 #[cfg(test)]

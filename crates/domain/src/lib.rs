@@ -20,7 +20,7 @@ pub mod video;
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};
-pub use key_limits::{BadAllowList, KeyLimitsChange, ModelAllowList, ModelRule};
+pub use key_limits::{BadAllowList, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, ModelAllowList, ModelRule};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};

@@ -145,6 +145,8 @@ pub struct ApiKey {
     pub expires_at: Option<Timestamp>,
     /// The models it may reach; `None`: every model.
     pub models: Option<crate::ModelAllowList>,
+    /// Its spend budget; `None`: only the owner's balance limits it.
+    pub budget: Option<crate::KeyBudget>,
 }
 
 /// Billing state of a task.
@@ -202,6 +204,9 @@ pub struct TaskBilling {
     pub balance_after: Option<UsdAmount>,
     /// Usage reported by the upstream, as JSON text.
     pub usage_json: Option<String>,
+    /// The key whose spend budget the reservation counts against (the key that made the task,
+    /// when it had a budget then); `None`: only the balance.
+    pub budget_key: Option<ApiKeyId>,
 }
 
 /// A unit of billable work: a video task, or one synchronous call.
@@ -211,6 +216,8 @@ pub struct Task {
     pub id: TaskId,
     /// Owner.
     pub user_id: UserId,
+    /// The API key that made it (`None` for tasks stored before keys were recorded).
+    pub key_id: Option<ApiKeyId>,
     /// Public model name.
     pub model: String,
     /// The model's kind.

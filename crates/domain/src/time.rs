@@ -17,7 +17,28 @@ impl Timestamp {
     pub const fn unix_seconds(self) -> i64 {
         self.0.div_euclid(1000)
     }
+
+    /// The start (00:00:00.000 UTC) of this instant's day.
+    pub const fn utc_day_start(self) -> Timestamp {
+        Timestamp(self.0.div_euclid(DAY_MS) * DAY_MS)
+    }
+
+    /// The start of this instant's ISO week: Monday 00:00 UTC.
+    pub const fn utc_week_start(self) -> Timestamp {
+        let days = self.0.div_euclid(DAY_MS);
+        // 1970-01-01 was a Thursday: three days after a Monday.
+        Timestamp((days - (days + 3).rem_euclid(7)) * DAY_MS)
+    }
+
+    /// The start of this instant's calendar month: its first day, 00:00 UTC.
+    pub fn utc_month_start(self) -> Timestamp {
+        let (y, m, _) = civil_from_days(self.0.div_euclid(DAY_MS));
+        Timestamp(days_from_civil(y, m, 1) * DAY_MS)
+    }
 }
+
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
 
 impl fmt::Display for Timestamp {
     /// RFC 3339 with milliseconds, e.g. `2026-11-21T22:28:43.123Z`.
@@ -154,6 +175,25 @@ impl Clock for SystemClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_period_starts() {
+        let at = |s: &str| s.parse::<Timestamp>().expect(s);
+        // Thursday 2026-11-26, 16:12:29.5.
+        let now = at("2026-11-26T16:12:29.500Z");
+        assert_eq!(now.utc_day_start(), at("2026-11-26T00:00:00Z"));
+        assert_eq!(now.utc_week_start(), at("2026-11-23T00:00:00Z"));
+        assert_eq!(now.utc_month_start(), at("2026-11-01T00:00:00Z"));
+        // Each boundary is its own start; the millisecond before belongs to the previous period.
+        let monday = at("2026-11-23T00:00:00Z");
+        assert_eq!(monday.utc_week_start(), monday);
+        assert_eq!(Timestamp(monday.0 - 1).utc_week_start(), at("2026-11-16T00:00:00Z"));
+        assert_eq!(Timestamp(monday.0 - 1).utc_day_start(), at("2026-11-22T00:00:00Z"));
+        let march = at("2024-03-01T00:00:00Z");
+        assert_eq!(march.utc_month_start(), march);
+        assert_eq!(Timestamp(march.0 - 1).utc_month_start(), at("2024-02-01T00:00:00Z"));
+        assert_eq!(Timestamp(-1).utc_day_start(), at("1969-12-31T00:00:00Z"));
+    }
 
     #[test]
     fn formats_rfc3339() {

@@ -2,8 +2,8 @@
 
 use catalog::Catalog;
 use domain::{
-    ApiKey, ApiKeyId, KeyLimitsChange, LedgerEntry, LedgerKind, ModelAllowList, ModelRecord, ModelRule, NewUser,
-    PriceSheet, PricingVersion, Role, Scope, Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, KeyBudget, KeyLimits, KeyLimitsChange, LedgerEntry, LedgerKind, ModelAllowList, ModelRecord,
+    ModelRule, NewUser, PriceSheet, PricingVersion, Role, Scope, Timestamp, UsdAmount, User, UserId,
 };
 
 use crate::keys::{generate_secret, hex};
@@ -132,20 +132,20 @@ impl Gateway {
         Ok(secret)
     }
 
-    /// Issues a key with `scopes` to `user`, expiring at `expires_at` and reaching only `models`
-    /// when given; the secret is in the result and nowhere else.
+    /// Issues a key with `scopes` to `user`, with `limits` (expiry, model allow-list, budget);
+    /// the secret is in the result and nowhere else.
     pub async fn create_key(
         &self,
         user: &UserId,
         scopes: Vec<Scope>,
         name: &str,
-        expires_at: Option<Timestamp>,
-        models: Option<ModelAllowList>,
+        limits: KeyLimits,
     ) -> Result<CreatedKey, ServiceError> {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
         }
-        self.check_key_limits(expires_at, models.as_ref()).await?;
+        let KeyLimits { expires_at, models, budget } = limits;
+        self.check_key_limits(expires_at, models.as_ref(), budget.as_ref()).await?;
         let fresh = generate_secret().map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
         let key = ApiKey {
             id: ApiKeyId(self.ports.ids.new_id("key_")),
@@ -158,6 +158,7 @@ impl Gateway {
             created_at: self.ports.clock.now(),
             expires_at,
             models,
+            budget,
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })
@@ -178,26 +179,34 @@ impl Gateway {
         Ok(self.ports.accounts.keys_of_user(user).await?)
     }
 
-    /// Changes a key's expiry and allow-list as `change` says (a `Some(None)` clears one) and
-    /// returns the stored key; requests with it see the change at once in this process.
+    /// Changes a key's expiry, allow-list and budget as `change` says (a `Some(None)` clears one)
+    /// and returns the stored key; requests with it see the change at once in this process, and
+    /// within the principal cache's lifetime (one second) on other replicas.
     pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {
         if change == KeyLimitsChange::default() {
-            return Err(ServiceError::InvalidRequest("give --expires-at and/or --models".into()));
+            return Err(ServiceError::InvalidRequest("give --expires-at, --models and/or --budget-usd".into()));
         }
         let expires_at = change.expires_at.flatten();
-        self.check_key_limits(expires_at, change.models.as_ref().and_then(Option::as_ref)).await?;
+        let models = change.models.as_ref().and_then(Option::as_ref);
+        self.check_key_limits(expires_at, models, change.budget.as_ref().and_then(Option::as_ref)).await?;
         let key = self.ports.accounts.set_key_limits(id, change).await?;
         self.caches.clear();
         Ok(key)
     }
 
-    /// A new expiry must be in the future, and every name on an allow-list a model the store
-    /// knows (enabled or not; kinds are parsed by the list itself).
+    /// A new expiry must be in the future, a budget at least zero, and every name on an
+    /// allow-list a model the store knows (enabled or not; kinds are parsed by the list itself).
     async fn check_key_limits(
         &self,
         expires_at: Option<Timestamp>,
         models: Option<&ModelAllowList>,
+        budget: Option<&KeyBudget>,
     ) -> Result<(), ServiceError> {
+        if let Some(b) = budget
+            && b.limit.is_negative()
+        {
+            return Err(ServiceError::InvalidRequest(format!("a key's budget cannot be below zero ({})", b.limit)));
+        }
         if let Some(at) = expires_at
             && at <= self.ports.clock.now()
         {
@@ -279,7 +288,7 @@ impl Gateway {
             })
             .await?
             .user;
-        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", None, None).await?;
+        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", KeyLimits::default()).await?;
         Ok(Some(DemoAccount { user, key }))
     }
 }

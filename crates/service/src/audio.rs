@@ -32,7 +32,15 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet) = (def.name.clone(), pricing.sheet.clone());
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let spec = CallSpec {
+            user: who.user_id.clone(),
+            key: who.key_id.clone(),
+            budget_key: who.budget_key().cloned(),
+            def,
+            pricing,
+            estimate,
+            details,
+        };
         let call = self.open_call(spec).await.map_err(|e| match e {
             ServiceError::InsufficientBalance { needed, available, .. } => ServiceError::InsufficientBalance {
                 hold: format!("the {}-second audio reservation", plan.reserve_seconds),

@@ -11,7 +11,9 @@
 
 use catalog::ModelDef;
 use domain::ports::{TaskOutcome, UpstreamError};
-use domain::{BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId};
+use domain::{
+    ApiKeyId, BillingStatus, ModelKind, PricingVersion, Task, TaskBilling, TaskId, TaskStatus, UsdAmount, UserId,
+};
 
 use crate::reply::{CallBilling, CallReply};
 use crate::{Gateway, Principal, ServiceError};
@@ -47,6 +49,10 @@ pub(crate) const PROMPT_KEPT_CHARS: usize = 4000;
 pub(crate) struct CallSpec {
     /// Whose balance holds the estimate.
     pub user: UserId,
+    /// The key that makes the call.
+    pub key: ApiKeyId,
+    /// The key whose budget the hold also counts against (the caller's, when it has one).
+    pub budget_key: Option<ApiKeyId>,
     /// The model's catalog entry (shared with the catalog snapshot).
     pub def: std::sync::Arc<ModelDef>,
     /// The price version the call is billed at.
@@ -75,6 +81,8 @@ struct CallState {
     gateway: Gateway,
     task_id: TaskId,
     user_id: UserId,
+    /// The key whose budget the hold counts against, if any.
+    budget_key: Option<ApiKeyId>,
     /// The public model name (metrics).
     model: String,
     estimate: UsdAmount,
@@ -213,6 +221,7 @@ impl Gateway {
         let task = Task {
             id: task_id.clone(),
             user_id: spec.user.clone(),
+            key_id: Some(spec.key.clone()),
             model: spec.def.name.clone(),
             kind: spec.def.kind,
             status,
@@ -232,6 +241,7 @@ impl Gateway {
                 actual: None,
                 balance_after: None,
                 usage_json: None,
+                budget_key: spec.budget_key.clone(),
             },
             output_url: None,
             last_frame_url: None,
@@ -251,6 +261,7 @@ impl Gateway {
             gateway: self.clone(),
             task_id: task_id.clone(),
             user_id: spec.user,
+            budget_key: spec.budget_key,
             _in_flight: self.metrics.call_opened(&spec.def.name),
             model: spec.def.name.clone(),
             estimate: spec.estimate,
@@ -328,7 +339,9 @@ impl CallState {
         let (error_code, error_message) = error.unzip();
         let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message };
         let calls = &self.gateway.ports.calls;
-        let ended = calls.close_call(&self.task_id, &self.user_id, self.estimate, charge, outcome).await?;
+        let held =
+            billing::Expect { user: self.user_id.clone(), amount: self.estimate, budget: self.budget_key.clone() };
+        let ended = calls.close_call(&self.task_id, &held, charge, outcome).await?;
         self.gateway.metrics.call_ended(&self.task_id, &self.model, ended.status, ended.actual, self.estimate);
         Ok(CallBilling {
             task_id: self.task_id,
@@ -340,6 +353,7 @@ impl CallState {
                 actual: Some(ended.actual),
                 balance_after: Some(ended.balance_after),
                 usage_json,
+                budget_key: self.budget_key,
             },
         })
     }
@@ -564,6 +578,7 @@ mod tests {
             scopes: domain::Scope::ALL.to_vec(),
             expires_at: None,
             models: None,
+            budget: None,
         }
     }
 
@@ -572,6 +587,8 @@ mod tests {
             gateway.priced_model(&anyone(user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
         let spec = CallSpec {
             user: user.clone(),
+            key: domain::ApiKeyId("key_test".into()),
+            budget_key: None,
             def,
             pricing,
             estimate: UsdAmount::from_micros(micros),
@@ -618,6 +635,8 @@ mod tests {
             gateway.priced_model(&anyone(&user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
         let spec = CallSpec {
             user: user.clone(),
+            key: domain::ApiKeyId("key_test".into()),
+            budget_key: None,
             def,
             pricing,
             estimate: UsdAmount::from_micros(2_000_000),

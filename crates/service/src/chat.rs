@@ -148,7 +148,15 @@ impl Gateway {
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();
         let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let spec = CallSpec {
+            user: who.user_id.clone(),
+            key: who.key_id.clone(),
+            budget_key: who.budget_key().cloned(),
+            def,
+            pricing,
+            estimate,
+            details,
+        };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
             let (call, events) =

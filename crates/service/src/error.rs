@@ -33,6 +33,10 @@ pub enum ServiceError {
         /// What the balance held.
         available: UsdAmount,
     },
+    /// The API key's spend budget does not cover the reservation (402 `key_budget_exceeded`; the
+    /// message names the key's limit).
+    #[error("{0}")]
+    KeyBudgetExceeded(String),
     /// Maintenance mode, or the model has no provider or price.
     #[error("{0}")]
     ProviderNotConfigured(String),
@@ -109,6 +113,7 @@ impl From<LedgerError> for ServiceError {
             LedgerError::InsufficientBalance { needed, available } => {
                 ServiceError::InsufficientBalance { hold: "this call".into(), needed, available }
             }
+            LedgerError::KeyBudgetExceeded { .. } => ServiceError::KeyBudgetExceeded(e.to_string()),
             LedgerError::UnknownUser(user) => ServiceError::NotFound(format!("user {user}")),
             LedgerError::InvalidAmount(what) => ServiceError::InvalidRequest(what),
             LedgerError::UnknownReservation(_)

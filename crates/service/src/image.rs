@@ -38,7 +38,17 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet, references) = (def.name.clone(), pricing.sheet.clone(), plan.reference_images);
-        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
+        let call = self
+            .open_call(CallSpec {
+                user: who.user_id.clone(),
+                key: who.key_id.clone(),
+                budget_key: who.budget_key().cloned(),
+                def,
+                pricing,
+                estimate,
+                details,
+            })
+            .await?;
         self.run_sync(upstream.as_ref(), call, Endpoint::ImageGenerations, upstream_body, |bytes| {
             finish_image(&bytes, &public_model, &sheet, references)
         })

@@ -141,9 +141,17 @@ pub struct Principal {
     pub expires_at: Option<Timestamp>,
     /// The models the key may reach; `None`: every model.
     pub models: Option<ModelAllowList>,
+    /// The key's spend budget, as last read (see `cache::CACHE_TTL`); its calls' holds count
+    /// against it when it has one.
+    pub budget: Option<domain::KeyBudget>,
 }
 
 impl Principal {
+    /// The key whose budget this caller's holds count against, if it has one.
+    pub fn budget_key(&self) -> Option<&ApiKeyId> {
+        self.budget.is_some().then_some(&self.key_id)
+    }
+
     /// Whether the key may use model `name` of `kind`.
     pub fn may_use(&self, name: &str, kind: ModelKind) -> bool {
         self.models.as_ref().is_none_or(|list| list.allows(name, kind))
@@ -284,6 +292,7 @@ impl Gateway {
                     scopes: key.scopes,
                     expires_at: key.expires_at,
                     models: key.models,
+                    budget: key.budget,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal

@@ -134,7 +134,15 @@ impl Gateway {
             plan.max_output_tokens,
         );
         let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let spec = CallSpec {
+            user: who.user_id.clone(),
+            key: who.key_id.clone(),
+            budget_key: who.budget_key().cloned(),
+            def,
+            pricing,
+            estimate,
+            details,
+        };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
             let (call, events) = self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body).await?;

@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use domain::ports::{AccountStore, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, KeyLimitsChange, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp,
+    UsdAmount, User, UserId,
 };
 use sea_orm::{
     ActiveModelTrait,
@@ -38,6 +39,7 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         .map_err(|e| StoreError::corrupt(format!("models of key {}", row.id), e))?;
     let scopes =
         Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
+    let budget = budget_of(&row.id, row.budget_micros, row.budget_period.as_deref())?;
     Ok(ApiKey {
         id: ApiKeyId(row.id),
         user_id: UserId(row.user_id),
@@ -49,7 +51,24 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         created_at: Timestamp(row.created_at),
         expires_at: row.expires_at.map(Timestamp),
         models,
+        budget,
     })
+}
+
+/// A key's budget from its two columns: both or neither (one without the other is corrupt).
+pub(crate) fn budget_of(key: &str, micros: Option<i64>, period: Option<&str>) -> Result<Option<KeyBudget>, StoreError> {
+    match (micros, period) {
+        (None, None) => Ok(None),
+        (Some(limit), Some(period)) => {
+            let period: BudgetPeriod =
+                period.parse().map_err(|e| StoreError::corrupt(format!("budget period of key {key}"), e))?;
+            Ok(Some(KeyBudget { limit: UsdAmount::from_micros(limit), period }))
+        }
+        _ => Err(StoreError::corrupt(
+            format!("budget of key {key}"),
+            std::io::Error::other("a limit without a period, or a period without a limit"),
+        )),
+    }
 }
 
 fn scopes_text(scopes: &[Scope]) -> String {
@@ -127,6 +146,11 @@ impl AccountStore for Store {
             created_at: Set(key.created_at.millis()),
             expires_at: Set(key.expires_at.map(|t| t.millis())),
             models: Set(key.models.as_ref().map(ToString::to_string)),
+            budget_micros: Set(key.budget.map(|b| b.limit.micros())),
+            budget_period: Set(key.budget.map(|b| b.period.as_str().to_owned())),
+            budget_period_start: NotSet,
+            budget_spent_micros: NotSet,
+            budget_held_micros: NotSet,
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
@@ -158,6 +182,19 @@ impl AccountStore for Store {
         if let Some(models) = change.models {
             update = update
                 .col_expr(api_keys::Column::Models, sea_orm::sea_query::Expr::value(models.map(|m| m.to_string())));
+        }
+        if let Some(budget) = change.budget {
+            // Only the limit and its period: the counters belong to the ledger writer, whose
+            // batches check that the limit they decided on is still the stored one.
+            update = update
+                .col_expr(
+                    api_keys::Column::BudgetMicros,
+                    sea_orm::sea_query::Expr::value(budget.map(|b| b.limit.micros())),
+                )
+                .col_expr(
+                    api_keys::Column::BudgetPeriod,
+                    sea_orm::sea_query::Expr::value(budget.map(|b| b.period.as_str().to_owned())),
+                );
         }
         let changed = update.exec(self.db.writes()).await.map_err(backend_err)?;
         if changed.rows_affected == 0 {

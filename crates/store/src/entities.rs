@@ -56,6 +56,12 @@ pub mod api_keys {
         pub created_at: i64,
         pub expires_at: Option<i64>,
         pub models: Option<String>,
+        /// The spend limit and its period, and the counters the ledger writer keeps (migration 0012).
+        pub budget_micros: Option<i64>,
+        pub budget_period: Option<String>,
+        pub budget_period_start: i64,
+        pub budget_spent_micros: i64,
+        pub budget_held_micros: i64,
     }
     no_relations!();
 }
@@ -136,6 +142,8 @@ pub mod tasks {
         pub upstream_id: Option<String>,
         /// The replica running a synchronous call (migration 0007).
         pub runner: Option<String>,
+        /// The API key that made it (migration 0012).
+        pub key_id: Option<String>,
     }
     no_relations!();
 }
@@ -157,6 +165,8 @@ pub mod reservations {
         pub balance_after_micros: i64,
         pub created_at: i64,
         pub updated_at: i64,
+        /// The key whose budget it counts against (migration 0012).
+        pub budget_key: Option<String>,
     }
     no_relations!();
 }

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use billing::book::{BookAnswer, BookOp};
-use billing::{CallBook, Ledger, LedgerError, Reservation, Settlement};
+use billing::{CallBook, Expect, Ledger, LedgerError, Reservation, Settlement};
 use domain::{
     BillingStatus, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount, UserId,
 };
@@ -84,12 +84,11 @@ impl CallBook for Store {
     async fn close_task(
         &self,
         task: &TaskId,
-        user: &UserId,
-        reserved: UsdAmount,
+        held: &Expect,
         charge: Option<UsdAmount>,
         change: TaskTransition,
     ) -> Result<Settlement, LedgerError> {
-        let expect = Some((user.clone(), reserved));
+        let expect = Some(held.clone());
         self.end(BookOp::End { task: task.clone(), expect, charge, then: Some(change) }).await
     }
 }

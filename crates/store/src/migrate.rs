@@ -63,6 +63,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0011_key_limits.sql"),
         include_str!("../../../migrations/postgres/0011_key_limits.sql"),
     ),
+    (
+        12,
+        include_str!("../../../migrations/sqlite/0012_key_budgets.sql"),
+        include_str!("../../../migrations/postgres/0012_key_budgets.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

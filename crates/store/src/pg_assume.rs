@@ -21,7 +21,8 @@ pub(crate) const ASSUMED_BALANCE: UsdAmount = UsdAmount::from_micros(1 << 50);
 /// for a hold; an end's reservation is open, of the user and amount the caller holds, and its task
 /// (if it moves) is in the state the change names, or `processing` (where a call's task runs) when
 /// the change names none. `None` when some operation gives too little to assume (an end without
-/// its user and amount, a task change without its hold, two operations on one task).
+/// its user and amount, a task change without its hold, two operations on one task), or moves a
+/// key's budget (its counters are always read).
 ///
 /// Every assumption must be checked by the write (the balance by its bounds; the reservation by
 /// its state, user and amount; the task by its state; new rows by their ids), and a write that finds
@@ -32,14 +33,16 @@ pub(crate) fn assumed<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> Option<B
     let mut named = BTreeSet::new();
     for op in ops {
         match op {
+            // A key's budget counters are read, never assumed: the batch takes the reading path.
+            _ if op.budget_key().is_some() => return None,
             BookOp::Hold { user, task, .. } => {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
                 named.insert(task).then_some(())?;
             }
-            BookOp::End { task, expect: Some((user, amount)), then, .. } => {
+            BookOp::End { task, expect: Some(billing::Expect { user, amount, budget: None }), then, .. } => {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
                 named.insert(task).then_some(())?;
-                let held = Held { user: user.clone(), amount: *amount, status: BillingStatus::Reserved };
+                let held = Held { user: user.clone(), amount: *amount, status: BillingStatus::Reserved, budget: None };
                 state.holds.insert(task.clone(), held);
                 if let Some(change) = then {
                     let from = change.from.unwrap_or(TaskStatus::Processing);
@@ -49,7 +52,7 @@ pub(crate) fn assumed<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> Option<B
             BookOp::Credit { user, .. } => {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
             }
-            BookOp::End { expect: None, .. } | BookOp::Move { .. } => return None,
+            BookOp::End { .. } | BookOp::Move { .. } => return None,
         }
     }
     Some(state)
@@ -81,6 +84,17 @@ mod tests {
         let blind_end = BookOp::End { task: TaskId("t".into()), expect: None, charge: None, then: None };
         assert!(assumed(&[blind_end]).is_none(), "an end without its user and amount");
         assert!(assumed(&[hold("u", "t"), hold("v", "t")]).is_none(), "two operations on one task");
+        let user = UserId("u".into());
+        let budgeted = BookOp::End {
+            task: TaskId("t".into()),
+            expect: Some(billing::Expect {
+                budget: Some(domain::ApiKeyId("key_1".into())),
+                ..billing::Expect::of(&user, UsdAmount::from_micros(9))
+            }),
+            charge: None,
+            then: None,
+        };
+        assert!(assumed(&[hold("u", "t1"), budgeted]).is_none(), "a key's budget counters are read");
     }
 
     #[test]
@@ -90,7 +104,7 @@ mod tests {
             domain::TaskTransition { from: None, event: domain::TaskEvent::Succeeded, update: Default::default() };
         let end = BookOp::End {
             task: TaskId("t".into()),
-            expect: Some((user.clone(), UsdAmount::from_micros(9))),
+            expect: Some(billing::Expect::of(&user, UsdAmount::from_micros(9))),
             charge: Some(UsdAmount::from_micros(3)),
             then: Some(change),
         };

@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use billing::book::{self, BookOp, BookState, Held, Plan};
-use domain::{TaskId, UsdAmount, UserId};
+use billing::book::{self, BookOp, BookState, Held, KeyBudgetState, Plan};
+use domain::{ApiKeyId, TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::{Mutex, mpsc};
@@ -58,18 +58,28 @@ const OWNERS: &str = "SELECT user_id FROM reservations WHERE task_id = ANY($1) \
 /// 'reserved'`, `status = <from>`, `ON CONFLICT DO NOTHING`), and a guard that finds another
 /// value makes the batch retry with a fresh read.
 const LOCK_AND_READ: &str = "WITH u AS (SELECT id, balance_micros FROM users WHERE id = ANY($1) \
+                               ORDER BY id COLLATE \"C\" FOR NO KEY UPDATE), \
+                             kb AS (SELECT id, budget_micros, budget_period, budget_period_start, budget_spent_micros, \
+                               budget_held_micros FROM api_keys WHERE id IN (SELECT unnest($3::text[]) \
+                               UNION SELECT budget_key FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL) \
                                ORDER BY id COLLATE \"C\" FOR NO KEY UPDATE) \
-                             SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status FROM u \
-                             UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
-                               WHERE task_id = ANY($2) \
-                             UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
+                             SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status, \
+                               NULL::text AS extra, 0::int8 AS n1, 0::int8 AS n2, 0::int8 AS n3 FROM u \
+                             UNION ALL SELECT 'r', task_id, user_id, amount_micros, status, budget_key, 0, 0, 0 \
+                               FROM reservations WHERE task_id = ANY($2) \
+                             UNION ALL SELECT 't', id, user_id, 0::int8, status, NULL, 0, 0, 0 FROM tasks WHERE id = ANY($2) \
+                             UNION ALL SELECT 'k', id, '', budget_micros, '', budget_period, budget_period_start, \
+                               budget_spent_micros, budget_held_micros FROM kb";
 /// [`LOCK_AND_READ`] without the locks, for a batch that writes in a transaction of its own: the
 /// newest committed balances, reservations and tasks when the statement starts.
-const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status FROM users \
-                      WHERE id = ANY($1) \
-                    UNION ALL SELECT 'r', task_id, user_id, amount_micros, status FROM reservations \
-                      WHERE task_id = ANY($2) \
-                    UNION ALL SELECT 't', id, user_id, 0::int8, status FROM tasks WHERE id = ANY($2)";
+const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status, \
+                      NULL::text AS extra, 0::int8 AS n1, 0::int8 AS n2, 0::int8 AS n3 FROM users WHERE id = ANY($1) \
+                    UNION ALL SELECT 'r', task_id, user_id, amount_micros, status, budget_key, 0, 0, 0 \
+                      FROM reservations WHERE task_id = ANY($2) \
+                    UNION ALL SELECT 't', id, user_id, 0::int8, status, NULL, 0, 0, 0 FROM tasks WHERE id = ANY($2) \
+                    UNION ALL SELECT 'k', id, '', budget_micros, '', budget_period, budget_period_start, \
+                      budget_spent_micros, budget_held_micros FROM api_keys WHERE id IN (SELECT unnest($3::text[]) \
+                      UNION SELECT budget_key FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL)";
 
 /// Every planned row of a batch in one statement (parameters: `pg_rows`). `bal` adds each user's
 /// change to the balance it finds, if within the plan's bounds, and returns the shift (found −
@@ -85,17 +95,24 @@ bal AS (UPDATE users AS u SET balance_micros = u.balance_micros + (v.to_balance 
     spent_micros = u.spent_micros + v.spent \
   FROM unnest($1::text[], $2::int8[], $3::int8[], $63::int8[], $64::int8[], $65::int8[]) AS v(id, from_balance, to_balance, spent, lo, hi) \
   WHERE u.id = v.id AND u.balance_micros BETWEEN v.lo AND v.hi RETURNING u.id, u.balance_micros - v.to_balance AS shift), \
-hold AS (INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, created_at, updated_at) \
-  SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after + bal.shift, $55::int8, $55::int8 \
-  FROM unnest($4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[]) AS v(task_id, user_id, amount, status, actual, after), bal \
+hold AS (INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, created_at, updated_at, budget_key) \
+  SELECT v.task_id, v.user_id, v.amount, v.status, v.actual, v.after + bal.shift, $55::int8, $55::int8, v.budget_key \
+  FROM unnest($4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[], $69::text[]) AS v(task_id, user_id, amount, status, actual, after, budget_key), bal \
   WHERE bal.id = v.user_id \
   ON CONFLICT (task_id) DO NOTHING RETURNING 1), \
 ends AS (UPDATE reservations AS r SET status = v.status, actual_micros = v.actual, balance_after_micros = v.after + bal.shift, \
     updated_at = $55::int8 \
-  FROM unnest($10::text[], $11::text[], $12::int8[], $13::int8[], $66::text[], $67::int8[]) \
-    AS v(task_id, status, actual, after, user_id, amount), bal \
+  FROM unnest($10::text[], $11::text[], $12::int8[], $13::int8[], $66::text[], $67::int8[], $70::text[]) \
+    AS v(task_id, status, actual, after, user_id, amount, budget_key), bal \
   WHERE r.task_id = v.task_id AND r.status = 'reserved' AND r.user_id = v.user_id AND r.amount_micros = v.amount \
-    AND bal.id = v.user_id RETURNING 1), \
+    AND r.budget_key IS NOT DISTINCT FROM v.budget_key AND bal.id = v.user_id RETURNING 1), \
+kb AS (UPDATE api_keys AS k SET budget_period_start = v.to_start, budget_spent_micros = v.to_spent, \
+    budget_held_micros = v.to_held \
+  FROM unnest($72::text[], $73::int8[], $74::text[], $75::int8[], $76::int8[], $77::int8[], $78::int8[], $79::int8[], \
+    $80::int8[]) AS v(id, lim, period, from_start, from_spent, from_held, to_start, to_spent, to_held) \
+  WHERE k.id = v.id AND k.budget_micros IS NOT DISTINCT FROM v.lim AND k.budget_period IS NOT DISTINCT FROM v.period \
+    AND k.budget_period_start = v.from_start AND k.budget_spent_micros = v.from_spent \
+    AND k.budget_held_micros = v.from_held RETURNING 1), \
 ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balance_after_micros, description, created_at) \
   SELECT v.user_id, v.task_id, v.kind, v.amount, v.after + bal.shift, v.note, $55::int8 \
   FROM unnest($14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[]) WITH ORDINALITY \
@@ -104,11 +121,11 @@ ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balan
   ORDER BY v.n RETURNING id), \
 newt AS (INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
     duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, error_code, \
-    error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner) \
+    error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id) \
   SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], \
     $27::text[], $28::text[], $29::text[], $30::int8[], $31::text[], $32::text[], $33::bool[], $34::text[], $35::text[], \
     $36::text[], $37::text[], $38::text[], $39::text[], $40::text[], $41::int8[], $42::int8[], $43::int8[], $44::text[], \
-    $56::text[]) \
+    $56::text[], $71::text[]) \
   ON CONFLICT (id) DO NOTHING RETURNING 1), \
 movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
     completed_at = CASE WHEN v.done THEN $55::int8 ELSE t.completed_at END, \
@@ -121,14 +138,14 @@ movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
   WHERE t.id = v.id AND t.status = v.from_status AND t.user_id = v.owner RETURNING 1), \
 written AS (SELECT (SELECT count(*) FROM bal) AS b, (SELECT count(*) FROM hold) AS h, \
   (SELECT count(*) FROM ends) AS e, (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent) AS ids, \
-  (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m, \
+  (SELECT count(*) FROM newt) AS n, (SELECT count(*) FROM movt) AS m, (SELECT count(*) FROM kb) AS kb, \
   (SELECT COALESCE(array_agg(id ORDER BY id) FILTER (WHERE shift <> 0), '{}'::text[]) FROM bal) AS shifted, \
   (SELECT COALESCE(array_agg(shift ORDER BY id) FILTER (WHERE shift <> 0), '{}'::int8[]) FROM bal) AS shifts) \
 SELECT ids, shifted, shifts FROM written \
 WHERE CASE WHEN b = $57::int8 AND h = $58::int8 AND e = $59::int8 AND cardinality(ids) = $60::int8 \
-  AND n = $61::int8 AND m = $62::int8 THEN true \
+  AND n = $61::int8 AND m = $62::int8 AND kb = $81::int8 THEN true \
   ELSE ('ledger batch: rows written differ from the plan: ' || b || ' ' || h || ' ' || e || ' ' \
-    || cardinality(ids) || ' ' || n || ' ' || m)::int8 = 0 END";
+    || cardinality(ids) || ' ' || n || ' ' || m || ' ' || kb)::int8 = 0 END";
 
 /// The part of the write statement's error when not every planned row landed.
 const DIFFERS: &str = "rows written differ from the plan";
@@ -404,17 +421,34 @@ async fn read<'a>(
     let mut state = BookState::default();
     let ids: Vec<&str> = users.iter().map(UserId::as_str).collect();
     let tasks: Vec<&str> = keys.tasks.iter().map(TaskId::as_str).collect();
-    for row in sqlx::query(statement).bind(&ids).bind(&tasks).fetch_all(&mut *conn).await? {
+    let budgets: Vec<&str> = keys.budgets.iter().map(ApiKeyId::as_str).collect();
+    for row in sqlx::query(statement).bind(&ids).bind(&tasks).bind(&budgets).fetch_all(&mut *conn).await? {
         let (kind, id, user): (String, String, String) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let amount = UsdAmount::from_micros(row.try_get(3)?);
+        let amount: Option<i64> = row.try_get(3)?;
         let status: String = row.try_get(4)?;
+        let extra: Option<String> = row.try_get(5)?;
+        if kind == "k" {
+            let budget =
+                crate::accounts::budget_of(&id, amount, extra.as_deref()).map_err(|e| bad_row("key budget", e))?;
+            let counters = KeyBudgetState {
+                budget,
+                period_start: domain::Timestamp(row.try_get(6)?),
+                spent: UsdAmount::from_micros(row.try_get(7)?),
+                held: UsdAmount::from_micros(row.try_get(8)?),
+            };
+            state.budgets.insert(ApiKeyId(id), counters);
+            continue;
+        }
+        let amount = UsdAmount::from_micros(amount.unwrap_or_default());
         match kind.as_str() {
             "u" => {
                 state.balances.insert(UserId(id), amount);
             }
             "r" => {
                 let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
-                state.holds.insert(TaskId(id), Held { user: UserId(user), amount, status });
+                state
+                    .holds
+                    .insert(TaskId(id), Held { user: UserId(user), amount, status, budget: extra.map(ApiKeyId) });
             }
             _ => {
                 let status = status.parse().map_err(|e| bad_row("task status", e))?;
@@ -476,7 +510,7 @@ mod tests {
         };
         let end = |task: &str, held: i64, charge: i64| BookOp::End {
             task: TaskId(task.into()),
-            expect: Some((alice.clone(), usd(held))),
+            expect: Some(billing::Expect::of(&alice, usd(held))),
             charge: Some(usd(charge)),
             then: None,
         };
@@ -532,7 +566,7 @@ mod tests {
         writer.submit(hold("t_bob", 10), Timestamp(9)).await.expect("alice holds for bob's task");
         let close = BookOp::End {
             task: theirs.clone(),
-            expect: Some((alice.clone(), usd(10))),
+            expect: Some(billing::Expect::of(&alice, usd(10))),
             charge: Some(usd(5)),
             then: Some(domain::TaskTransition::new(domain::TaskStatus::Processing, domain::TaskEvent::Succeeded)),
         };

@@ -1,11 +1,12 @@
 //! The planned rows of a batch as the column arrays of `pg_book`'s write statement (`$1`–`$56`), the
 //! row counts it must write (`$57`–`$62`), the charges added to each user's running total
 //! (`$63`), the bounds within which each balance may be found (`$64`–`$65`), and the user and
-//! amount each ending reservation must have (`$66`–`$67`), and the owner of each task that moves
-//! (`$68`).
+//! amount each ending reservation must have (`$66`–`$67`), the owner of each task that moves
+//! (`$68`), the budget key of new and ending reservations (`$69`–`$70`), the key of new tasks
+//! (`$71`), and the keys' budget counters (`$72`–`$80`, as read and as written) and their count (`$81`).
 
 use billing::book::{Plan, Relies};
-use domain::{TaskId, UsdAmount};
+use domain::{ApiKeyId, TaskId, UsdAmount};
 use sea_orm::sqlx::Postgres;
 use sea_orm::sqlx::postgres::PgArguments;
 use sea_orm::sqlx::query::Query;
@@ -23,10 +24,31 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
     let query = query.bind(plan.reads.iter().map(|r| micros(r.spent)).collect::<Vec<_>>());
     let query = bind_bounds(query, plan);
     let e = &plan.ended_holds;
-    query
+    let query = query
         .bind(e.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
         .bind(e.iter().map(|r| micros(r.amount)).collect::<Vec<_>>())
         .bind(plan.task_writes.iter().map(|m| m.owner.as_str()).collect::<Vec<_>>())
+        .bind(plan.new_holds.iter().map(|h| h.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
+        .bind(plan.new_tasks.iter().map(|n| n.task.key_id.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>());
+    bind_budgets(query, plan)
+}
+
+/// `$72`–`$81`: every key budget the batch changes: its key, the limit and period and counters
+/// read (the guard), the counters written, and how many there are.
+fn bind_budgets<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
+    let k = &plan.budgets;
+    query
+        .bind(k.iter().map(|b| b.key.as_str()).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.from.budget.map(|x| x.limit.micros())).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.from.budget.map(|x| x.period.as_str())).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.from.period_start.millis()).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.from.spent)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.from.held)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.to.period_start.millis()).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.to.spent)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.to.held)).collect::<Vec<_>>())
+        .bind(i64::try_from(k.len()).unwrap_or(i64::MAX))
 }
 
 /// `$57`–`$62`: how many rows each part of the statement must write.

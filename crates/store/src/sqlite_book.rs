@@ -13,9 +13,9 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use billing::book::{self, BookOp, BookState, Held, Plan};
+use billing::book::{self, BookOp, BookState, Held, KeyBudgetState, Plan};
 use domain::ports::StoreError;
-use domain::{Task, TaskId, UsdAmount, UserId};
+use domain::{ApiKeyId, Task, TaskId, Timestamp, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
@@ -261,20 +261,21 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
     let mut state = BookState::default();
     let mut users: BTreeSet<UserId> = keys.users;
     {
-        let mut holds =
-            txn.prepare_cached("SELECT user_id, amount_micros, status FROM reservations WHERE task_id = ?1")?;
+        let mut holds = txn
+            .prepare_cached("SELECT user_id, amount_micros, status, budget_key FROM reservations WHERE task_id = ?1")?;
         let mut tasks = txn.prepare_cached("SELECT user_id, status FROM tasks WHERE id = ?1")?;
         for task in &keys.tasks {
             let hold = holds
                 .query_row([task.as_str()], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get(3)?))
                 })
                 .optional()?;
-            if let Some((user, amount, status)) = hold {
+            if let Some((user, amount, status, budget)) = hold {
                 let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
-                state
-                    .holds
-                    .insert(task.clone(), Held { user: UserId(user), amount: UsdAmount::from_micros(amount), status });
+                let amount = UsdAmount::from_micros(amount);
+                let budget: Option<String> = budget;
+                let held = Held { user: UserId(user), amount, status, budget: budget.map(ApiKeyId) };
+                state.holds.insert(task.clone(), held);
             }
             let row = tasks
                 .query_row([task.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
@@ -293,6 +294,32 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
     for user in users {
         if let Some(micros) = balance.query_row([user.as_str()], |r| r.get::<_, i64>(0)).optional()? {
             state.balances.insert(user, UsdAmount::from_micros(micros));
+        }
+    }
+    let mut budget_keys = keys.budgets;
+    budget_keys.extend(state.holds.values().filter_map(|h| h.budget.clone()));
+    if !budget_keys.is_empty() {
+        let mut budget = txn.prepare_cached(
+            "SELECT budget_micros, budget_period, budget_period_start, budget_spent_micros, budget_held_micros \
+             FROM api_keys WHERE id = ?1",
+        )?;
+        for key in budget_keys {
+            let row = budget
+                .query_row([key.as_str()], |r| {
+                    Ok((r.get(0)?, r.get::<_, Option<String>>(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .optional()?;
+            if let Some((limit, period, start, spent, held)) = row {
+                let budget = crate::accounts::budget_of(key.as_str(), limit, period.as_deref())
+                    .map_err(|e| bad_row("key budget", e))?;
+                let counters = KeyBudgetState {
+                    budget,
+                    period_start: Timestamp(start),
+                    spent: UsdAmount::from_micros(spent),
+                    held: UsdAmount::from_micros(held),
+                };
+                state.budgets.insert(key, counters);
+            }
         }
     }
     Ok(state)
@@ -322,7 +349,7 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
     let mut stmt = txn
         .prepare_cached(
             "INSERT INTO reservations (task_id, user_id, amount_micros, status, actual_micros, balance_after_micros, \
-             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+             created_at, updated_at, budget_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
         )
         .map_err(fail_sql)?;
     for h in &plan.new_holds {
@@ -334,7 +361,8 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
             h.status.as_str(),
             actual,
             h.balance_after.micros(),
-            now
+            now,
+            h.budget.as_ref().map(ApiKeyId::as_str)
         ])
         .map_err(fail_sql)?;
     }
@@ -350,12 +378,41 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
             .map_err(fail_sql)?;
         one_row(changed, "reservation")?;
     }
+    write_budgets(txn, plan)?;
     let ids = write_entries(txn, plan)?;
     for t in &plan.new_tasks {
         insert_task(txn, &t.task, t.upstream_id.as_deref()).map_err(fail_sql)?;
     }
     write_moves(txn, plan)?;
     Ok(ids)
+}
+
+/// The keys' budget counters, each guarded by the values the plan read.
+fn write_budgets(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
+    if plan.budgets.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = txn
+        .prepare_cached(
+            "UPDATE api_keys SET budget_period_start = ?1, budget_spent_micros = ?2, budget_held_micros = ?3 \
+             WHERE id = ?4 AND budget_period_start = ?5 AND budget_spent_micros = ?6 AND budget_held_micros = ?7",
+        )
+        .map_err(fail_sql)?;
+    for b in &plan.budgets {
+        let changed = stmt
+            .execute(params![
+                b.to.period_start.millis(),
+                b.to.spent.micros(),
+                b.to.held.micros(),
+                b.key.as_str(),
+                b.from.period_start.millis(),
+                b.from.spent.micros(),
+                b.from.held.micros()
+            ])
+            .map_err(fail_sql)?;
+        one_row(changed, "key budget")?;
+    }
+    Ok(())
 }
 
 fn write_entries(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
@@ -419,9 +476,9 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
     txn.prepare_cached(
         "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
          duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
-         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner) \
+         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-         ?23, ?24, ?25, ?26)",
+         ?23, ?24, ?25, ?26, ?27)",
     )?
     .execute(params![
         t.id.as_str(),
@@ -450,6 +507,7 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         t.completed_at.map(|c| c.millis()),
         upstream_id,
         t.runner,
+        t.key_id.as_ref().map(ApiKeyId::as_str),
     ])
 }
 

@@ -7,7 +7,7 @@ use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
 use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore};
 use domain::{
-    BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
+    ApiKeyId, BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
     Timestamp, UsdAmount, UserId,
 };
 use sea_orm::sea_query::Expr;
@@ -33,6 +33,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
             actual: None,
             balance_after: None,
             usage_json: task.usage.clone(),
+            budget_key: None,
         });
     };
     Ok(TaskBilling {
@@ -42,6 +43,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
         actual: hold.actual_micros.map(UsdAmount::from_micros),
         balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
         usage_json: task.usage.clone(),
+        budget_key: hold.budget_key.clone().map(ApiKeyId),
     })
 }
 
@@ -65,6 +67,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
     Ok(Task {
         id: TaskId(row.id),
         user_id: UserId(row.user_id),
+        key_id: row.key_id.map(ApiKeyId),
         model: row.model,
         kind,
         status,
@@ -134,6 +137,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         updated_at: Set(task.updated_at.millis()),
         completed_at: Set(task.completed_at.map(|t| t.millis())),
         runner: Set(task.runner),
+        key_id: Set(task.key_id.map(|k| k.0)),
         upstream_id: sea_orm::ActiveValue::NotSet,
     }
 }
@@ -150,6 +154,7 @@ fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
         | LedgerError::AlreadyFinished { .. }
         | LedgerError::UnknownUser(_)
         | LedgerError::InsufficientBalance { .. }
+        | LedgerError::KeyBudgetExceeded { .. }
         | LedgerError::UnknownReservation(_)
         | LedgerError::DuplicateReservation(_)
         | LedgerError::InvalidAmount(_)

@@ -1,11 +1,12 @@
-//! Per-key limits (issue 25): an expiry time and a model allow-list are stored at creation, changed
-//! or cleared one at a time, read back with the key, and an unreadable stored list is corrupt.
+//! Per-key limits (issue 25): an expiry time, a model allow-list and a budget are stored at
+//! creation, changed or cleared one at a time, read back with the key, and an unreadable stored
+//! list or budget is corrupt.
 
 mod common;
 
 use common::{TestDb, name, usd, user_with};
 use domain::ports::{AccountStore, StoreError};
-use domain::{ApiKey, ApiKeyId, KeyLimitsChange, ModelAllowList, Scope, Timestamp};
+use domain::{ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, ModelAllowList, Scope, Timestamp};
 use sea_orm::{ConnectionTrait, Database};
 
 fn key(user: &domain::UserId, id: &str) -> ApiKey {
@@ -20,6 +21,7 @@ fn key(user: &domain::UserId, id: &str) -> ApiKey {
         created_at: Timestamp(1),
         expires_at: Some(Timestamp(1_800_000_000_000)),
         models: Some(ModelAllowList::parse("language,Img-1").expect("list")),
+        budget: Some(KeyBudget { limit: usd(50_000), period: BudgetPeriod::Week }),
     }
 }
 
@@ -40,11 +42,20 @@ async fn limits_are_stored_changed_and_cleared() {
         assert_eq!(changed.expires_at, created.expires_at, "{db_name}: expiry untouched");
 
         let video = ModelAllowList::parse("video").expect("list");
-        let both = KeyLimitsChange { expires_at: Some(None), models: Some(Some(video.clone())) };
+        let both = KeyLimitsChange { expires_at: Some(None), models: Some(Some(video.clone())), budget: None };
         let changed = store.set_key_limits(&created.id, both).await.expect("change both");
         assert_eq!((changed.expires_at, changed.models.clone()), (None, Some(video)), "{db_name}");
         let (found, _) = store.key_by_hash("hash-key_a").await.expect("read").expect("found");
         assert_eq!(found, changed, "{db_name}: stored");
+
+        let daily = KeyBudget { limit: usd(7), period: BudgetPeriod::Day };
+        let budget = KeyLimitsChange { budget: Some(Some(daily)), ..Default::default() };
+        let changed = store.set_key_limits(&created.id, budget).await.expect("change the budget");
+        assert_eq!(changed.budget, Some(daily), "{db_name}: the new budget");
+        assert_eq!(changed.models, Some(ModelAllowList::parse("video").expect("list")), "{db_name}: kept");
+        let no_budget = KeyLimitsChange { budget: Some(None), ..Default::default() };
+        assert_eq!(store.set_key_limits(&created.id, no_budget).await.expect("clear").budget, None, "{db_name}");
+        let changed = store.set_key_limits(&created.id, budget_change(daily)).await.expect("again");
 
         let later = KeyLimitsChange { expires_at: Some(Some(Timestamp(5))), ..Default::default() };
         let missing = store.set_key_limits(&ApiKeyId("key_missing".into()), later).await;
@@ -52,7 +63,8 @@ async fn limits_are_stored_changed_and_cleared() {
         let nothing = store.set_key_limits(&created.id, KeyLimitsChange::default()).await;
         assert!(matches!(nothing, Err(StoreError::Invalid(_))), "{db_name}: {nothing:?}");
 
-        let other = store.create_key(ApiKey { expires_at: None, models: None, ..key(&user, "key_b") }).await;
+        let other = ApiKey { expires_at: None, models: None, budget: None, ..key(&user, "key_b") };
+        let other = store.create_key(other).await;
         let other = other.expect("second key");
         let listed = store.keys_of_user(&user).await.expect("list");
         assert_eq!(listed, vec![changed.clone(), other], "{db_name}: both keys, oldest first");
@@ -63,7 +75,22 @@ async fn limits_are_stored_changed_and_cleared() {
         raw.close().await.expect("close");
         let corrupt = store.key_by_hash("hash-key_a").await;
         assert!(matches!(corrupt, Err(StoreError::Corrupt { .. })), "{db_name}: {corrupt:?}");
+        let raw = Database::connect(db.url.as_str()).await.expect("raw connection");
+        let spoil = "UPDATE api_keys SET budget_period = 'fortnight' WHERE id = 'key_b'";
+        raw.execute_unprepared("UPDATE api_keys SET budget_micros = 5 WHERE id = 'key_b'").await.expect("spoil");
+        raw.close().await.expect("close");
+        let half = store.key_by_hash("hash-key_b").await;
+        assert!(matches!(half, Err(StoreError::Corrupt { .. })), "{db_name}: a limit without a period: {half:?}");
+        let raw = Database::connect(db.url.as_str()).await.expect("raw connection");
+        raw.execute_unprepared(spoil).await.expect("spoil");
+        raw.close().await.expect("close");
+        let unknown = store.key_by_hash("hash-key_b").await;
+        assert!(matches!(unknown, Err(StoreError::Corrupt { .. })), "{db_name}: an unknown period: {unknown:?}");
         store.close().await.expect("close");
         db.cleanup().await;
     }
+}
+
+fn budget_change(budget: KeyBudget) -> KeyLimitsChange {
+    KeyLimitsChange { budget: Some(Some(budget)), ..Default::default() }
 }

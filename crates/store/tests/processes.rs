@@ -327,5 +327,5 @@ async fn one_call(store: &Store, user: &UserId, n: usize) {
     store.open_call(record, hold).await.expect("open");
     let outcome =
         TaskOutcome { status: TaskStatus::Succeeded, usage_json: None, error_code: None, error_message: None };
-    store.close_call(&task, user, hold, Some(usd(900)), outcome).await.expect("close");
+    store.close_call(&task, &billing::Expect::of(user, hold), Some(usd(900)), outcome).await.expect("close");
 }

@@ -61,7 +61,7 @@ async fn video_lifecycle_through_compare_and_set() {
         );
         let cancel = change(TaskStatus::Processing, TaskEvent::Cancel);
         assert!(matches!(store.transition_task(&t, cancel.clone()).await, Err(StoreError::Conflict(_))));
-        let refused = store.close_task(&t, &alice, usd(4_000), None, cancel).await;
+        let refused = store.close_task(&t, &billing::Expect::of(&alice, usd(4_000)), None, cancel).await;
         assert_eq!(
             refused.map(drop),
             Err(LedgerError::TaskConflict {
@@ -81,7 +81,10 @@ async fn video_lifecycle_through_compare_and_set() {
             usage_json: Some("{\"completion_tokens\":108900}".into()),
             ..TaskUpdate::default()
         };
-        let settled = store.close_task(&t, &alice, usd(4_000), Some(usd(3_500)), done).await.expect("close");
+        let settled = store
+            .close_task(&t, &billing::Expect::of(&alice, usd(4_000)), Some(usd(3_500)), done)
+            .await
+            .expect("close");
         assert_eq!((settled.status, settled.balance_after), (BillingStatus::Settled, usd(6_500)));
         let row = store.task(&alice, &t).await.expect("read").expect("task");
         assert_eq!(row.status, TaskStatus::Succeeded, "{}", common::name(&store));
@@ -111,8 +114,8 @@ async fn cancel_only_while_queued_and_racing_changes_win_once() {
         // A cancel (with its refund) races a start: exactly one of them happens.
         let cancel = change(TaskStatus::Queued, TaskEvent::Cancel);
         let start = change(TaskStatus::Queued, TaskEvent::Started);
-        let (c, s) =
-            tokio::join!(store.close_task(&t, &alice, usd(300), None, cancel), store.transition_task(&t, start));
+        let held = billing::Expect::of(&alice, usd(300));
+        let (c, s) = tokio::join!(store.close_task(&t, &held, None, cancel), store.transition_task(&t, start));
         assert!(c.is_ok() != s.is_ok(), "{}: {c:?} / {s:?}", common::name(&store));
         let (task_state, hold, balance) = if c.is_ok() {
             (TaskStatus::Cancelled, BillingStatus::Refunded, usd(1_000))

@@ -93,8 +93,8 @@ async fn two_replicas_mixing_every_operation_keep_every_money_rule() {
                                         None
                                     }
                                 };
-                                let (closed, raced) =
-                                    tokio::join!(s2.close_task(&id, &user, usd(hold), charge, change), racer);
+                                let held = billing::Expect::of(&user, usd(hold));
+                                let (closed, raced) = tokio::join!(s2.close_task(&id, &held, charge, change), racer);
                                 match closed {
                                     Ok(st) => seen.lock().unwrap().task_answers.push((
                                         id.0.clone(),

@@ -186,20 +186,12 @@ impl Server {
 
     /// A key for `user` carrying `scopes`.
     pub async fn key(&self, user: &UserId, scopes: &[Scope]) -> CreatedKey {
-        self.key_with(user, scopes, None, None).await
+        self.key_with(user, scopes, domain::KeyLimits::default()).await
     }
 
-    /// A key for `user` carrying `scopes`, expiring at `expires_at` and reaching only `models` (an
-    /// allow-list text such as `video,LangB-2.0-pro`) when given.
-    pub async fn key_with(
-        &self,
-        user: &UserId,
-        scopes: &[Scope],
-        expires_at: Option<Timestamp>,
-        models: Option<&str>,
-    ) -> CreatedKey {
-        let models = models.map(|m| domain::ModelAllowList::parse(m).expect("allow-list"));
-        self.gateway.create_key(user, scopes.to_vec(), "test", expires_at, models).await.expect("create key")
+    /// A key for `user` carrying `scopes` and `limits`.
+    pub async fn key_with(&self, user: &UserId, scopes: &[Scope], limits: domain::KeyLimits) -> CreatedKey {
+        self.gateway.create_key(user, scopes.to_vec(), "test", limits).await.expect("create key")
     }
 
     /// Stores `task` through the store's `TaskStore` port.
@@ -357,6 +349,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
     Task {
         id: TaskId(unique("task_")),
         user_id: user.clone(),
+        key_id: None,
         model: "videogen-2-0".into(),
         kind: ModelKind::Video,
         status,
@@ -376,6 +369,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
             actual: None,
             balance_after: None,
             usage_json: None,
+            budget_key: None,
         },
         output_url: (status == TaskStatus::Succeeded).then(|| "https://cdn.example.com/out.mp4".to_owned()),
         last_frame_url: None,

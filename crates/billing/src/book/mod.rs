@@ -13,15 +13,20 @@
 //! - a refused operation moves nothing and does not affect its neighbours in the batch;
 //! - a task changes state only through [`TaskTransition::target`] (the domain's transition
 //!   table, compare-and-set on the expected state); a terminal state comes together with the end
-//!   of the task's reservation, never before it.
+//!   of the task's reservation, never before it;
+//! - a key's budget is a second balance inside the same decision: a hold counted against a key
+//!   (its task's `billing.budget_key`) is refused when the key's limit, less what it spent in the
+//!   current period and what its open holds keep, is below it; its end takes the hold off the key
+//!   and adds the charge to the key's spend of the period it ends in ([`KeyBudgetState`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use domain::{
-    BillingStatus, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount,
-    UserId,
+    ApiKeyId, BillingStatus, KeyBudget, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate,
+    Timestamp, UsdAmount, UserId,
 };
 
+pub use crate::ledger::Expect;
 use crate::ledger::{LedgerError, Reservation, Settlement, check_credit, settle_delta};
 
 /// One operation on the book, as a caller asked for it.
@@ -35,15 +40,16 @@ pub enum BookOp {
         task: TaskId,
         /// The amount to hold (≥ 0).
         amount: UsdAmount,
-        /// The task row to store with the hold (`CallBook::open_call`).
+        /// The task row to store with the hold (`CallBook::open_call`); its `billing.budget_key`
+        /// names the key whose budget the hold also counts against.
         record: Option<Box<Task>>,
     },
     /// Ends the hold of `task`: charges `charge`, or refunds it when `None`.
     End {
         /// The task whose hold ends.
         task: TaskId,
-        /// The user and amount the caller holds for it; checked when given.
-        expect: Option<(UserId, UsdAmount)>,
+        /// The reservation as the caller holds it; checked when given.
+        expect: Option<Expect>,
         /// What to charge; `None` refunds.
         charge: Option<UsdAmount>,
         /// The task's change, made together with the end (`CallBook::close_task`); it must be terminal.
@@ -69,6 +75,18 @@ pub enum BookOp {
     },
 }
 
+impl BookOp {
+    /// The key whose budget the operation moves, as far as the operation itself says: a hold's
+    /// task record's `budget_key`, an end's expected one.
+    pub fn budget_key(&self) -> Option<&ApiKeyId> {
+        match self {
+            BookOp::Hold { record, .. } => record.as_ref().and_then(|r| r.billing.budget_key.as_ref()),
+            BookOp::End { expect, .. } => expect.as_ref().and_then(|e| e.budget.as_ref()),
+            BookOp::Credit { .. } | BookOp::Move { .. } => None,
+        }
+    }
+}
+
 /// A reservation as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
@@ -78,6 +96,56 @@ pub struct Held {
     pub amount: UsdAmount,
     /// Where it stands.
     pub status: BillingStatus,
+    /// The key whose budget it counts against, if any.
+    pub budget: Option<ApiKeyId>,
+}
+
+/// A key's budget counters as stored. `spent` is what the key's settlements charged since
+/// `period_start`; once the budget's period has moved on, the plan counts it as zero from the new
+/// period's start. `held` is what the key's open holds keep, whatever period they began in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyBudgetState {
+    /// The limit and its period; `None` when the key has none (any more): its holds and ends still
+    /// move the counters, nothing is refused.
+    pub budget: Option<KeyBudget>,
+    /// The start of the period `spent` counts.
+    pub period_start: Timestamp,
+    /// Charged since `period_start`.
+    pub spent: UsdAmount,
+    /// Kept by open holds.
+    pub held: UsdAmount,
+}
+
+impl KeyBudgetState {
+    /// The counters as of `now`: a period that has moved on starts over with nothing spent.
+    pub fn at(self, now: Timestamp) -> KeyBudgetState {
+        match self.budget {
+            Some(b) if b.period.start(now) != self.period_start => {
+                KeyBudgetState { period_start: b.period.start(now), spent: UsdAmount::ZERO, ..self }
+            }
+            _ => self,
+        }
+    }
+
+    /// What may still be held as of `now` (`limit − spent − held`, at least zero); `None` without a
+    /// budget.
+    pub fn remaining(self, now: Timestamp) -> Option<UsdAmount> {
+        let now = self.at(now);
+        let b = now.budget?;
+        let used = now.spent.micros().saturating_add(now.held.micros());
+        Some(UsdAmount::from_micros(b.limit.micros().saturating_sub(used).max(0)))
+    }
+}
+
+/// A key whose budget counters the batch changes (guard: they are still as read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetWrite {
+    /// The key.
+    pub key: ApiKeyId,
+    /// The counters and budget as read.
+    pub from: KeyBudgetState,
+    /// The counters after the batch (its `budget` is `from`'s).
+    pub to: KeyBudgetState,
 }
 
 /// What a batch reads before it is planned: the balances of the users it touches (read under
@@ -92,6 +160,9 @@ pub struct BookState {
     pub holds: HashMap<TaskId, Held>,
     /// Tasks: owner and state.
     pub tasks: HashMap<TaskId, (UserId, TaskStatus)>,
+    /// Budget counters of the keys the batch's holds and reservations name (a key missing here
+    /// does not exist).
+    pub budgets: HashMap<ApiKeyId, KeyBudgetState>,
 }
 
 /// What a batch must read, in the fixed order that keeps concurrent writers from deadlocking.
@@ -104,12 +175,18 @@ pub struct BookKeys {
     /// Tasks named without their user: read their owner (reservation or task row) before locking,
     /// and lock that user too. Owners never change, so reading them unlocked is safe.
     pub owners_unknown: BTreeSet<TaskId>,
+    /// Keys whose budgets the operations name; the budget keys of the reservations of `tasks`
+    /// must be read too (a reservation's key never changes).
+    pub budgets: BTreeSet<ApiKeyId>,
 }
 
 /// What a batch touches.
 pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
     let mut keys = BookKeys::default();
     for op in ops {
+        if let Some(key) = op.budget_key() {
+            keys.budgets.insert(key.clone());
+        }
         match op {
             BookOp::Hold { user, task, .. } => {
                 keys.users.insert(user.clone());
@@ -118,7 +195,7 @@ pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
             BookOp::End { task, expect, .. } => {
                 keys.tasks.insert(task.clone());
                 match expect {
-                    Some((user, _)) => drop(keys.users.insert(user.clone())),
+                    Some(e) => drop(keys.users.insert(e.user.clone())),
                     None => drop(keys.owners_unknown.insert(task.clone())),
                 }
             }
@@ -206,6 +283,8 @@ pub struct NewHold {
     pub actual: Option<UsdAmount>,
     /// The balance after its last movement.
     pub balance_after: UsdAmount,
+    /// The key whose budget it counts against, if any.
+    pub budget: Option<ApiKeyId>,
 }
 
 /// A stored reservation that ends (guard: it is still `reserved`).
@@ -223,6 +302,8 @@ pub struct EndedHold {
     pub actual: UsdAmount,
     /// The balance right after.
     pub balance_after: UsdAmount,
+    /// The key whose budget it counted against (guard: the stored reservation's).
+    pub budget: Option<ApiKeyId>,
 }
 
 /// A ledger entry to append; entries are appended in plan order.
@@ -324,6 +405,8 @@ pub struct Plan {
     pub new_tasks: Vec<NewTask>,
     /// Task changes, sorted by task.
     pub task_writes: Vec<TaskWrite>,
+    /// Keys whose budget counters change, sorted by key.
+    pub budgets: Vec<BudgetWrite>,
 }
 
 impl Plan {
@@ -345,6 +428,7 @@ impl Plan {
             && self.entries.is_empty()
             && self.new_tasks.is_empty()
             && self.task_writes.is_empty()
+            && self.budgets.is_empty()
     }
 
     /// Shifts every balance after a movement of `user` by `by`: the batch's change was applied to

@@ -55,6 +55,8 @@ struct Book {
     tasks: HashMap<TaskId, TaskSeen>,
     new_tasks: BTreeMap<TaskId, Task>,
     entries: Vec<NewEntry>,
+    /// Key budgets: as read, and as the batch leaves them.
+    budgets: HashMap<ApiKeyId, (KeyBudgetState, KeyBudgetState)>,
 }
 
 impl Book {
@@ -73,8 +75,10 @@ impl Book {
                 (task, TaskSeen { owner, status, read: Some(status), update: TaskUpdate::default() })
             })
             .collect();
+        let budgets = state.budgets.into_iter().map(|(key, b)| (key, (b, b.at(now)))).collect();
         Book {
             now,
+            budgets,
             read: state.balances.clone(),
             balances: state.balances,
             spent: HashMap::new(),
@@ -144,6 +148,11 @@ impl Book {
         if self.holds.contains_key(task) || (record.is_some() && self.tasks.contains_key(task)) {
             return Err(LedgerError::DuplicateReservation(task.clone()));
         }
+        let budget = record.and_then(|r| r.billing.budget_key.clone());
+        let key_after = match &budget {
+            Some(key) => Some(self.budget_hold(key, amount)?),
+            None => None,
+        };
         if available < amount {
             self.rely(user, Relies::Exactly);
             return Err(LedgerError::InsufficientBalance { needed: amount, available });
@@ -153,7 +162,10 @@ impl Book {
         // The hold still fits in any starting balance at least `read − after` (`after` ≥ 0).
         let least = self.read.get(user).and_then(|read| read.checked_sub(after).ok());
         self.rely(user, least.map_or(Relies::Exactly, Relies::AtLeast));
-        let held = Held { user: user.clone(), amount, status: BillingStatus::Reserved };
+        if let (Some(key), Some(state)) = (&budget, key_after) {
+            self.budgets.entry(key.clone()).and_modify(|b| b.1 = state);
+        }
+        let held = Held { user: user.clone(), amount, status: BillingStatus::Reserved, budget };
         self.holds
             .insert(task.clone(), HoldSeen { held, actual: None, balance_after: after, new: true, changed: true });
         if let Some(record) = record {
@@ -165,10 +177,42 @@ impl Book {
         Ok(Decided::Held(Reservation { task_id: task.clone(), user_id: user.clone(), amount, balance_after: after }))
     }
 
+    /// The counters of `key` after a hold of `amount` on it, or the refusal: the key must exist
+    /// and its remaining budget (if it has one) cover `amount`. Changes nothing.
+    fn budget_hold(&self, key: &ApiKeyId, amount: UsdAmount) -> Result<KeyBudgetState, LedgerError> {
+        let (_, now) = self.budgets.get(key).ok_or_else(|| {
+            LedgerError::InvalidAmount(format!("the hold counts against key {key}, which does not exist"))
+        })?;
+        if let (Some(b), Some(remaining)) = (now.budget, now.remaining(self.now))
+            && remaining < amount
+        {
+            return Err(LedgerError::KeyBudgetExceeded { needed: amount, remaining, limit: b.limit, period: b.period });
+        }
+        let held = now.held.checked_add(amount).map_err(|_| LedgerError::Overflow)?;
+        Ok(KeyBudgetState { held, ..*now })
+    }
+
+    /// The counters of `key` after an end of a hold of `reserved` charging `charge`; `None` when the
+    /// key no longer exists (nothing to move).
+    fn budget_end(
+        &self,
+        key: &ApiKeyId,
+        reserved: UsdAmount,
+        charge: Option<UsdAmount>,
+    ) -> Result<Option<KeyBudgetState>, LedgerError> {
+        let Some((_, now)) = self.budgets.get(key) else { return Ok(None) };
+        let held = UsdAmount::from_micros(now.held.micros().saturating_sub(reserved.micros()).max(0));
+        let spent = match charge {
+            Some(actual) => now.spent.checked_add(actual).map_err(|_| LedgerError::Overflow)?,
+            None => now.spent,
+        };
+        Ok(Some(KeyBudgetState { held, spent, ..*now }))
+    }
+
     fn end(
         &mut self,
         task: &TaskId,
-        expect: Option<&(UserId, UsdAmount)>,
+        expect: Option<&Expect>,
         charge: Option<UsdAmount>,
         then: Option<&TaskTransition>,
     ) -> Result<Decided, LedgerError> {
@@ -176,10 +220,18 @@ impl Book {
         if hold.held.status != BillingStatus::Reserved {
             return Err(LedgerError::AlreadyFinished { task: task.clone(), status: hold.held.status });
         }
-        if expect.is_some_and(|(user, amount)| *user != hold.held.user || *amount != hold.held.amount) {
-            return Err(LedgerError::InvalidAmount(format!("the reservation of {task} has another user or amount")));
+        if expect
+            .is_some_and(|e| e.user != hold.held.user || e.amount != hold.held.amount || e.budget != hold.held.budget)
+        {
+            return Err(LedgerError::InvalidAmount(format!(
+                "the reservation of {task} has another user, amount or key"
+            )));
         }
-        let (user, reserved) = (hold.held.user.clone(), hold.held.amount);
+        let (user, reserved, budget) = (hold.held.user.clone(), hold.held.amount, hold.held.budget.clone());
+        let key_after = match &budget {
+            Some(key) => self.budget_end(key, reserved, charge)?,
+            None => None,
+        };
         let actual = charge.unwrap_or(UsdAmount::ZERO);
         let back = settle_delta(reserved, actual)?;
         self.balance(&user)?.checked_add(back).map_err(|_| LedgerError::Overflow)?;
@@ -197,6 +249,9 @@ impl Book {
         let kind = if charge.is_some() { LedgerKind::Settle } else { LedgerKind::Refund };
         let after = self.book(&user, Some(task), kind, back, end_note(status, reserved, actual))?;
         self.spent.insert(user.clone(), spent);
+        if let (Some(key), Some(state)) = (&budget, key_after) {
+            self.budgets.entry(key.clone()).and_modify(|b| b.1 = state);
+        }
         if let Some(hold) = self.holds.get_mut(task) {
             hold.held.status = status;
             hold.actual = Some(actual);
@@ -319,6 +374,7 @@ impl Book {
                     status: h.held.status,
                     actual: h.actual,
                     balance_after: h.balance_after,
+                    budget: h.held.budget,
                 });
             } else {
                 let actual = h.actual.unwrap_or(UsdAmount::ZERO);
@@ -329,6 +385,7 @@ impl Book {
                     status: h.held.status,
                     actual,
                     balance_after: h.balance_after,
+                    budget: h.held.budget,
                 });
             }
         }
@@ -358,7 +415,15 @@ impl Book {
             })
             .collect();
         task_writes.sort_by(|a, b| a.task.cmp(&b.task));
+        let mut budgets: Vec<BudgetWrite> = self
+            .budgets
+            .into_iter()
+            .filter(|(_, (from, to))| from != to)
+            .map(|(key, (from, to))| BudgetWrite { key, from, to })
+            .collect();
+        budgets.sort_by(|a, b| a.key.cmp(&b.key));
         Plan {
+            budgets,
             decided,
             now: self.now,
             balances,

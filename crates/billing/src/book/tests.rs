@@ -47,7 +47,7 @@ fn a_plan_says_what_it_assumed_of_each_balance() {
     let mut read = state(&[("u", 100), ("v", 7), ("w", 10)]);
     read.holds.insert(
         TaskId("t0".into()),
-        Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved },
+        Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved, budget: None },
     );
     let plan = plan(&ops, read, Timestamp(7));
     let relies: Vec<(&str, i64, i64, Relies)> =
@@ -130,4 +130,109 @@ fn keys_are_sorted_and_name_unknown_owners() {
     assert_eq!(k.users.iter().map(UserId::as_str).collect::<Vec<_>>(), vec!["a", "b"]);
     assert_eq!(k.tasks.len(), 3);
     assert_eq!(k.owners_unknown.iter().map(TaskId::as_str).collect::<Vec<_>>(), vec!["t3"]);
+}
+
+/// Key `k`'s counters with a `limit` per `period`.
+fn budget(limit: i64, period: domain::BudgetPeriod, start: Timestamp, spent: i64, held: i64) -> KeyBudgetState {
+    KeyBudgetState {
+        budget: Some(KeyBudget { limit: usd(limit), period }),
+        period_start: start,
+        spent: usd(spent),
+        held: usd(held),
+    }
+}
+
+/// A hold for `task` of `user` whose task record counts against key `k`'s budget.
+fn budgeted_hold(user: &str, task: &str, amount: i64) -> BookOp {
+    let (user, task) = (UserId(user.into()), TaskId(task.into()));
+    let mut record = crate::conformance::running_task(&user, &task, usd(amount), TaskStatus::Processing);
+    record.billing.budget_key = Some(ApiKeyId("k".into()));
+    BookOp::Hold { user, task, amount: usd(amount), record: Some(Box::new(record)) }
+}
+
+fn with_budget(mut read: BookState, b: KeyBudgetState) -> BookState {
+    read.budgets.insert(ApiKeyId("k".into()), b);
+    read
+}
+
+#[test]
+fn a_key_budget_refuses_the_hold_that_would_pass_it_whatever_the_balance() {
+    let total = domain::BudgetPeriod::Total;
+    let read = with_budget(state(&[("u", 1_000)]), budget(100, total, Timestamp(0), 30, 0));
+    let ops = [budgeted_hold("u", "t1", 60), budgeted_hold("u", "t2", 11), budgeted_hold("u", "t3", 10)];
+    let plan = plan(&ops, read, Timestamp(7));
+    let answers = plan.clone().answers(&[]);
+    assert!(matches!(answers[0], Ok(BookAnswer::Held(_))));
+    assert_eq!(
+        answers[1],
+        Err(LedgerError::KeyBudgetExceeded { needed: usd(11), remaining: usd(10), limit: usd(100), period: total })
+    );
+    assert!(matches!(answers[2], Ok(BookAnswer::Held(_))), "exactly the remaining budget fits");
+    let k = ApiKeyId("k".into());
+    let written: Vec<_> = plan.budgets.iter().map(|b| (b.key.clone(), b.from.held, b.to.held, b.to.spent)).collect();
+    assert_eq!(written, vec![(k.clone(), usd(0), usd(70), usd(30))]);
+    assert!(plan.new_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "each reservation names its key");
+    assert_eq!(plan.balances[0].to, usd(930), "the balance moved only for the granted holds");
+}
+
+#[test]
+fn an_end_takes_its_hold_off_the_key_and_adds_the_charge() {
+    let k = ApiKeyId("k".into());
+    let mut read = with_budget(state(&[("u", 1_000)]), budget(100, domain::BudgetPeriod::Total, Timestamp(0), 0, 90));
+    for task in ["t1", "t2"] {
+        let held = Held {
+            user: UserId("u".into()),
+            amount: usd(45),
+            status: BillingStatus::Reserved,
+            budget: Some(k.clone()),
+        };
+        read.holds.insert(TaskId(task.into()), held);
+    }
+    let plan = plan(&[end("t1", Some(20)), end("t2", None)], read, Timestamp(7));
+    assert_eq!(plan.budgets.len(), 1);
+    assert_eq!((plan.budgets[0].to.held, plan.budgets[0].to.spent), (usd(0), usd(20)));
+    assert!(plan.ended_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "the guard names the key");
+}
+
+#[test]
+fn a_period_that_moved_on_starts_over_and_open_holds_still_count() {
+    let day = domain::BudgetPeriod::Day;
+    let yesterday = Timestamp(86_400_000);
+    let today = Timestamp(2 * 86_400_000);
+    let now = Timestamp(today.millis() + 5);
+    let k = ApiKeyId("k".into());
+    // Yesterday's 90 spent no longer counts; the 10 still held (a hold from yesterday) does.
+    let mut read = with_budget(state(&[("u", 1_000)]), budget(100, day, yesterday, 90, 10));
+    let old = Held { user: UserId("u".into()), amount: usd(10), status: BillingStatus::Reserved, budget: Some(k) };
+    read.holds.insert(TaskId("t0".into()), old);
+    let ops = [budgeted_hold("u", "t1", 91), budgeted_hold("u", "t2", 90), end("t0", Some(4))];
+    let plan = plan(&ops, read, now);
+    let answers = plan.clone().answers(&[]);
+    assert!(matches!(answers[0], Err(LedgerError::KeyBudgetExceeded { remaining, .. }) if remaining == usd(90)));
+    assert!(matches!(answers[1], Ok(BookAnswer::Held(_))));
+    // The hold from yesterday is charged into today's period.
+    let b = &plan.budgets[0];
+    assert_eq!((b.from.period_start, b.from.spent), (yesterday, usd(90)), "the guard is what was read");
+    assert_eq!((b.to.period_start, b.to.spent, b.to.held), (today, usd(4), usd(90)));
+}
+
+#[test]
+fn a_key_without_a_budget_any_more_still_counts_and_refuses_nothing_and_a_missing_key_is_refused() {
+    let unlimited = KeyBudgetState { budget: None, period_start: Timestamp(0), spent: usd(5), held: usd(0) };
+    let read = with_budget(state(&[("u", 1_000)]), unlimited);
+    let plan = plan(&[budgeted_hold("u", "t1", 500)], read, Timestamp(7));
+    assert!(!plan.refuses_any());
+    assert_eq!(plan.budgets[0].to, KeyBudgetState { held: usd(500), ..unlimited });
+    let missing = super::plan(&[budgeted_hold("u", "t1", 1)], state(&[("u", 1_000)]), Timestamp(7));
+    assert!(matches!(missing.answers(&[])[0], Err(LedgerError::InvalidAmount(_))));
+}
+
+#[test]
+fn utc_periods_start_where_they_should() {
+    let b = |period| budget(1, period, Timestamp(0), 0, 0);
+    let now: Timestamp = "2026-11-26T16:00:00Z".parse().expect("time");
+    assert_eq!(b(domain::BudgetPeriod::Total).at(now).period_start, Timestamp(0));
+    assert_eq!(b(domain::BudgetPeriod::Month).at(now).period_start, "2026-11-01T00:00:00Z".parse().expect("time"));
+    assert_eq!(b(domain::BudgetPeriod::Week).at(now).period_start, "2026-11-23T00:00:00Z".parse().expect("time"));
+    assert_eq!(b(domain::BudgetPeriod::Day).remaining(now), Some(usd(1)));
 }

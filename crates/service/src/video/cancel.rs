@@ -38,7 +38,7 @@ impl Gateway {
             Err(e) => return Err(crate::call::upstream_error(&e)),
         }
         let change = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);
-        let ended = self.ports.calls.close_task(&task.id, &task.user_id, task.billing.estimated, None, change).await;
+        let ended = self.ports.calls.close_task(&task.id, &super::held_of(&task), None, change).await;
         match ended {
             Ok(ended) => self.metrics.call_ended(&task.id, &task.model, ended.status, ended.actual, ended.reserved),
             Err(billing::LedgerError::TaskConflict { .. } | billing::LedgerError::AlreadyFinished { .. }) => {

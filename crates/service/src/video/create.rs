@@ -233,7 +233,15 @@ impl Gateway {
         };
         // The slots are taken last, right before the task is stored, and given back on every path.
         let holder = self.take_video_slots(who, &task_id, &def.name).await?;
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let spec = CallSpec {
+            user: who.user_id.clone(),
+            key: who.key_id.clone(),
+            budget_key: who.budget_key().cloned(),
+            def,
+            pricing,
+            estimate,
+            details,
+        };
         let opened = self.open_call_as(task_id, spec).await;
         // Stored (or not): the task row counts from now on, so the slots it held go back.
         if let Err(e) = self.ports.caps.release_leases(&holder).await {

@@ -156,3 +156,12 @@ impl Gateway {
             .ok_or_else(not_found)
     }
 }
+
+/// The hold of `task` as its record describes it (owner, estimate, budget key), for ending it.
+pub(crate) fn held_of(task: &domain::Task) -> billing::Expect {
+    billing::Expect {
+        user: task.user_id.clone(),
+        amount: task.billing.estimated,
+        budget: task.billing.budget_key.clone(),
+    }
+}

@@ -490,7 +490,7 @@ impl Gateway {
     ) -> Result<Next, ServiceError> {
         let task = &job.task;
         let change = TaskTransition { from: Some(task.status), event, update };
-        let ended = self.ports.calls.close_task(&task.id, &task.user_id, task.billing.estimated, charge, change).await;
+        let ended = self.ports.calls.close_task(&task.id, &super::held_of(task), charge, change).await;
         match ended {
             Ok(ended) => self.metrics.call_ended(&task.id, &task.model, ended.status, ended.actual, ended.reserved),
             Err(billing::LedgerError::TaskConflict { .. } | billing::LedgerError::AlreadyFinished { .. }) => {

@@ -134,7 +134,11 @@ pub async fn video_step(store: &Store, user: &UserId, task: &TaskId, from: TaskS
     let to = from.apply(event).expect("an allowed change");
     let moved = if to.is_terminal() {
         let charge = (to == TaskStatus::Succeeded).then(|| usd(VIDEO_HOLD / 2));
-        store.close_task(task, user, usd(VIDEO_HOLD), charge, change).await.map(drop).map_err(|e| e.to_string())
+        store
+            .close_task(task, &billing::Expect::of(user, usd(VIDEO_HOLD)), charge, change)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     } else {
         store.transition_task(task, change).await.map(drop).map_err(|e| e.to_string())
     };
