@@ -127,13 +127,7 @@ impl InMemoryLedger {
     /// have been given one before a hold counts against it.
     pub fn set_key_budget(&self, key: &ApiKeyId, budget: Option<KeyBudget>) -> Result<(), LedgerError> {
         self.with_state(|state| {
-            let empty = KeyBudgetState {
-                budget: None,
-                period_start: domain::Timestamp(0),
-                spent: UsdAmount::ZERO,
-                held: UsdAmount::ZERO,
-            };
-            state.budgets.entry(key.clone()).or_insert(empty).budget = budget;
+            state.budgets.entry(key.clone()).or_default().budget = budget;
             Ok(())
         })
     }

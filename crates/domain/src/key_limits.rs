@@ -136,6 +136,51 @@ impl fmt::Display for ModelAllowList {
     }
 }
 
+/// What a key's budget counters hold: `spent` is what the key's settlements charged since
+/// `period_start`; `held` is what its open holds keep, whatever period they began in. The ledger
+/// writer moves both in the commit that moves the balance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct KeySpend {
+    /// The start of the period `spent` counts (Unix epoch for a `total` budget).
+    pub period_start: Timestamp,
+    /// Charged since `period_start`.
+    pub spent: UsdAmount,
+    /// Kept by open holds.
+    pub held: UsdAmount,
+}
+
+/// A key's budget with its counters, as the ledger plan decides on them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct KeyBudgetState {
+    /// The limit and its period; `None` when the key has none (any more): its holds and ends still
+    /// move the counters, nothing is refused.
+    pub budget: Option<KeyBudget>,
+    /// The counters.
+    pub spend: KeySpend,
+}
+
+impl KeyBudgetState {
+    /// The counters as of `now`: a period that has moved on starts over with nothing spent.
+    pub fn at(self, now: Timestamp) -> KeyBudgetState {
+        match self.budget {
+            Some(b) if b.period.start(now) != self.spend.period_start => KeyBudgetState {
+                spend: KeySpend { period_start: b.period.start(now), spent: UsdAmount::ZERO, held: self.spend.held },
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// What may still be held as of `now` (`limit − spent − held`, at least zero); `None` without a
+    /// budget.
+    pub fn remaining(self, now: Timestamp) -> Option<UsdAmount> {
+        let now = self.at(now);
+        let b = now.budget?;
+        let used = now.spend.spent.micros().saturating_add(now.spend.held.micros());
+        Some(UsdAmount::from_micros(b.limit.micros().saturating_sub(used).max(0)))
+    }
+}
+
 /// A key's limits as set when it is created; each `None` is no limit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyLimits {

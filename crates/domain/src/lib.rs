@@ -20,7 +20,10 @@ pub mod video;
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};
-pub use key_limits::{BadAllowList, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, ModelAllowList, ModelRule};
+pub use key_limits::{
+    BadAllowList, BudgetPeriod, KeyBudget, KeyBudgetState, KeyLimits, KeyLimitsChange, KeySpend, ModelAllowList,
+    ModelRule,
+};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};

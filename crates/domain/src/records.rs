@@ -147,6 +147,15 @@ pub struct ApiKey {
     pub models: Option<crate::ModelAllowList>,
     /// Its spend budget; `None`: only the owner's balance limits it.
     pub budget: Option<crate::KeyBudget>,
+    /// Its budget counters as last read (zero for a key that never had a budget).
+    pub spend: crate::KeySpend,
+}
+
+impl ApiKey {
+    /// The budget and its counters.
+    pub fn budget_state(&self) -> crate::KeyBudgetState {
+        crate::KeyBudgetState { budget: self.budget, spend: self.spend }
+    }
 }
 
 /// Billing state of a task.

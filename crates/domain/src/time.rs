@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-/// A point in time as milliseconds since the Unix epoch, UTC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A point in time as milliseconds since the Unix epoch, UTC (the default is the epoch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {

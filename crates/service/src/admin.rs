@@ -159,6 +159,7 @@ impl Gateway {
             expires_at,
             models,
             budget,
+            spend: domain::KeySpend::default(),
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use domain::ports::{AccountStore, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp,
-    UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeySpend, LedgerKind, ModelAllowList, NewUser, Scope,
+    Timestamp, UsdAmount, User, UserId,
 };
 use sea_orm::{
     ActiveModelTrait,
@@ -52,6 +52,11 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         expires_at: row.expires_at.map(Timestamp),
         models,
         budget,
+        spend: KeySpend {
+            period_start: Timestamp(row.budget_period_start),
+            spent: UsdAmount::from_micros(row.budget_spent_micros),
+            held: UsdAmount::from_micros(row.budget_held_micros),
+        },
     })
 }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use billing::book::{self, BookOp, BookState, Held, KeyBudgetState, Plan};
+use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::{ApiKeyId, TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
@@ -430,12 +430,12 @@ async fn read<'a>(
         if kind == "k" {
             let budget =
                 crate::accounts::budget_of(&id, amount, extra.as_deref()).map_err(|e| bad_row("key budget", e))?;
-            let counters = KeyBudgetState {
-                budget,
+            let spend = domain::KeySpend {
                 period_start: domain::Timestamp(row.try_get(6)?),
                 spent: UsdAmount::from_micros(row.try_get(7)?),
                 held: UsdAmount::from_micros(row.try_get(8)?),
             };
+            let counters = domain::KeyBudgetState { budget, spend };
             state.budgets.insert(ApiKeyId(id), counters);
             continue;
         }

@@ -42,12 +42,12 @@ fn bind_budgets<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(k.iter().map(|b| b.key.as_str()).collect::<Vec<_>>())
         .bind(k.iter().map(|b| b.from.budget.map(|x| x.limit.micros())).collect::<Vec<_>>())
         .bind(k.iter().map(|b| b.from.budget.map(|x| x.period.as_str())).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| b.from.period_start.millis()).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| micros(b.from.spent)).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| micros(b.from.held)).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| b.to.period_start.millis()).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| micros(b.to.spent)).collect::<Vec<_>>())
-        .bind(k.iter().map(|b| micros(b.to.held)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.from.spend.period_start.millis()).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.from.spend.spent)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.from.spend.held)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| b.to.spend.period_start.millis()).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.to.spend.spent)).collect::<Vec<_>>())
+        .bind(k.iter().map(|b| micros(b.to.spend.held)).collect::<Vec<_>>())
         .bind(i64::try_from(k.len()).unwrap_or(i64::MAX))
 }
 

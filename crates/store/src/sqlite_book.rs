@@ -13,9 +13,9 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use billing::book::{self, BookOp, BookState, Held, KeyBudgetState, Plan};
+use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::ports::StoreError;
-use domain::{ApiKeyId, Task, TaskId, Timestamp, UsdAmount, UserId};
+use domain::{ApiKeyId, KeyBudgetState, KeySpend, Task, TaskId, Timestamp, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
@@ -312,12 +312,12 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
             if let Some((limit, period, start, spent, held)) = row {
                 let budget = crate::accounts::budget_of(key.as_str(), limit, period.as_deref())
                     .map_err(|e| bad_row("key budget", e))?;
-                let counters = KeyBudgetState {
-                    budget,
+                let spend = KeySpend {
                     period_start: Timestamp(start),
                     spent: UsdAmount::from_micros(spent),
                     held: UsdAmount::from_micros(held),
                 };
+                let counters = KeyBudgetState { budget, spend };
                 state.budgets.insert(key, counters);
             }
         }
@@ -401,13 +401,13 @@ fn write_budgets(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
     for b in &plan.budgets {
         let changed = stmt
             .execute(params![
-                b.to.period_start.millis(),
-                b.to.spent.micros(),
-                b.to.held.micros(),
+                b.to.spend.period_start.millis(),
+                b.to.spend.spent.micros(),
+                b.to.spend.held.micros(),
                 b.key.as_str(),
-                b.from.period_start.millis(),
-                b.from.spent.micros(),
-                b.from.held.micros()
+                b.from.spend.period_start.millis(),
+                b.from.spend.spent.micros(),
+                b.from.spend.held.micros()
             ])
             .map_err(fail_sql)?;
         one_row(changed, "key budget")?;

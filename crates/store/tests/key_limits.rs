@@ -22,6 +22,7 @@ fn key(user: &domain::UserId, id: &str) -> ApiKey {
         expires_at: Some(Timestamp(1_800_000_000_000)),
         models: Some(ModelAllowList::parse("language,Img-1").expect("list")),
         budget: Some(KeyBudget { limit: usd(50_000), period: BudgetPeriod::Week }),
+        spend: domain::KeySpend::default(),
     }
 }
 

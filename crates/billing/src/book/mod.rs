@@ -22,12 +22,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use domain::{
-    ApiKeyId, BillingStatus, KeyBudget, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate,
-    Timestamp, UsdAmount, UserId,
+    ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp,
+    UsdAmount, UserId,
 };
 
 pub use crate::ledger::Expect;
 use crate::ledger::{LedgerError, Reservation, Settlement, check_credit, settle_delta};
+pub use domain::{KeyBudgetState, KeySpend};
 
 /// One operation on the book, as a caller asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,43 +99,6 @@ pub struct Held {
     pub status: BillingStatus,
     /// The key whose budget it counts against, if any.
     pub budget: Option<ApiKeyId>,
-}
-
-/// A key's budget counters as stored. `spent` is what the key's settlements charged since
-/// `period_start`; once the budget's period has moved on, the plan counts it as zero from the new
-/// period's start. `held` is what the key's open holds keep, whatever period they began in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyBudgetState {
-    /// The limit and its period; `None` when the key has none (any more): its holds and ends still
-    /// move the counters, nothing is refused.
-    pub budget: Option<KeyBudget>,
-    /// The start of the period `spent` counts.
-    pub period_start: Timestamp,
-    /// Charged since `period_start`.
-    pub spent: UsdAmount,
-    /// Kept by open holds.
-    pub held: UsdAmount,
-}
-
-impl KeyBudgetState {
-    /// The counters as of `now`: a period that has moved on starts over with nothing spent.
-    pub fn at(self, now: Timestamp) -> KeyBudgetState {
-        match self.budget {
-            Some(b) if b.period.start(now) != self.period_start => {
-                KeyBudgetState { period_start: b.period.start(now), spent: UsdAmount::ZERO, ..self }
-            }
-            _ => self,
-        }
-    }
-
-    /// What may still be held as of `now` (`limit − spent − held`, at least zero); `None` without a
-    /// budget.
-    pub fn remaining(self, now: Timestamp) -> Option<UsdAmount> {
-        let now = self.at(now);
-        let b = now.budget?;
-        let used = now.spent.micros().saturating_add(now.held.micros());
-        Some(UsdAmount::from_micros(b.limit.micros().saturating_sub(used).max(0)))
-    }
 }
 
 /// A key whose budget counters the batch changes (guard: they are still as read).

@@ -188,8 +188,8 @@ impl Book {
         {
             return Err(LedgerError::KeyBudgetExceeded { needed: amount, remaining, limit: b.limit, period: b.period });
         }
-        let held = now.held.checked_add(amount).map_err(|_| LedgerError::Overflow)?;
-        Ok(KeyBudgetState { held, ..*now })
+        let held = now.spend.held.checked_add(amount).map_err(|_| LedgerError::Overflow)?;
+        Ok(KeyBudgetState { spend: KeySpend { held, ..now.spend }, ..*now })
     }
 
     /// The counters of `key` after an end of a hold of `reserved` charging `charge`; `None` when the
@@ -201,12 +201,12 @@ impl Book {
         charge: Option<UsdAmount>,
     ) -> Result<Option<KeyBudgetState>, LedgerError> {
         let Some((_, now)) = self.budgets.get(key) else { return Ok(None) };
-        let held = UsdAmount::from_micros(now.held.micros().saturating_sub(reserved.micros()).max(0));
+        let held = UsdAmount::from_micros(now.spend.held.micros().saturating_sub(reserved.micros()).max(0));
         let spent = match charge {
-            Some(actual) => now.spent.checked_add(actual).map_err(|_| LedgerError::Overflow)?,
-            None => now.spent,
+            Some(actual) => now.spend.spent.checked_add(actual).map_err(|_| LedgerError::Overflow)?,
+            None => now.spend.spent,
         };
-        Ok(Some(KeyBudgetState { held, spent, ..*now }))
+        Ok(Some(KeyBudgetState { spend: KeySpend { held, spent, ..now.spend }, ..*now }))
     }
 
     fn end(

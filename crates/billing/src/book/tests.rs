@@ -135,10 +135,8 @@ fn keys_are_sorted_and_name_unknown_owners() {
 /// Key `k`'s counters with a `limit` per `period`.
 fn budget(limit: i64, period: domain::BudgetPeriod, start: Timestamp, spent: i64, held: i64) -> KeyBudgetState {
     KeyBudgetState {
-        budget: Some(KeyBudget { limit: usd(limit), period }),
-        period_start: start,
-        spent: usd(spent),
-        held: usd(held),
+        budget: Some(domain::KeyBudget { limit: usd(limit), period }),
+        spend: KeySpend { period_start: start, spent: usd(spent), held: usd(held) },
     }
 }
 
@@ -169,7 +167,8 @@ fn a_key_budget_refuses_the_hold_that_would_pass_it_whatever_the_balance() {
     );
     assert!(matches!(answers[2], Ok(BookAnswer::Held(_))), "exactly the remaining budget fits");
     let k = ApiKeyId("k".into());
-    let written: Vec<_> = plan.budgets.iter().map(|b| (b.key.clone(), b.from.held, b.to.held, b.to.spent)).collect();
+    let written: Vec<_> =
+        plan.budgets.iter().map(|b| (b.key.clone(), b.from.spend.held, b.to.spend.held, b.to.spend.spent)).collect();
     assert_eq!(written, vec![(k.clone(), usd(0), usd(70), usd(30))]);
     assert!(plan.new_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "each reservation names its key");
     assert_eq!(plan.balances[0].to, usd(930), "the balance moved only for the granted holds");
@@ -190,7 +189,7 @@ fn an_end_takes_its_hold_off_the_key_and_adds_the_charge() {
     }
     let plan = plan(&[end("t1", Some(20)), end("t2", None)], read, Timestamp(7));
     assert_eq!(plan.budgets.len(), 1);
-    assert_eq!((plan.budgets[0].to.held, plan.budgets[0].to.spent), (usd(0), usd(20)));
+    assert_eq!((plan.budgets[0].to.spend.held, plan.budgets[0].to.spend.spent), (usd(0), usd(20)));
     assert!(plan.ended_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "the guard names the key");
 }
 
@@ -212,17 +211,17 @@ fn a_period_that_moved_on_starts_over_and_open_holds_still_count() {
     assert!(matches!(answers[1], Ok(BookAnswer::Held(_))));
     // The hold from yesterday is charged into today's period.
     let b = &plan.budgets[0];
-    assert_eq!((b.from.period_start, b.from.spent), (yesterday, usd(90)), "the guard is what was read");
-    assert_eq!((b.to.period_start, b.to.spent, b.to.held), (today, usd(4), usd(90)));
+    assert_eq!((b.from.spend.period_start, b.from.spend.spent), (yesterday, usd(90)), "the guard is what was read");
+    assert_eq!((b.to.spend.period_start, b.to.spend.spent, b.to.spend.held), (today, usd(4), usd(90)));
 }
 
 #[test]
 fn a_key_without_a_budget_any_more_still_counts_and_refuses_nothing_and_a_missing_key_is_refused() {
-    let unlimited = KeyBudgetState { budget: None, period_start: Timestamp(0), spent: usd(5), held: usd(0) };
+    let unlimited = KeyBudgetState { budget: None, spend: KeySpend { spent: usd(5), ..KeySpend::default() } };
     let read = with_budget(state(&[("u", 1_000)]), unlimited);
     let plan = plan(&[budgeted_hold("u", "t1", 500)], read, Timestamp(7));
     assert!(!plan.refuses_any());
-    assert_eq!(plan.budgets[0].to, KeyBudgetState { held: usd(500), ..unlimited });
+    assert_eq!(plan.budgets[0].to.spend, KeySpend { held: usd(500), ..unlimited.spend });
     let missing = super::plan(&[budgeted_hold("u", "t1", 1)], state(&[("u", 1_000)]), Timestamp(7));
     assert!(matches!(missing.answers(&[])[0], Err(LedgerError::InvalidAmount(_))));
 }
@@ -231,8 +230,11 @@ fn a_key_without_a_budget_any_more_still_counts_and_refuses_nothing_and_a_missin
 fn utc_periods_start_where_they_should() {
     let b = |period| budget(1, period, Timestamp(0), 0, 0);
     let now: Timestamp = "2026-11-26T16:00:00Z".parse().expect("time");
-    assert_eq!(b(domain::BudgetPeriod::Total).at(now).period_start, Timestamp(0));
-    assert_eq!(b(domain::BudgetPeriod::Month).at(now).period_start, "2026-11-01T00:00:00Z".parse().expect("time"));
-    assert_eq!(b(domain::BudgetPeriod::Week).at(now).period_start, "2026-11-23T00:00:00Z".parse().expect("time"));
+    assert_eq!(b(domain::BudgetPeriod::Total).at(now).spend.period_start, Timestamp(0));
+    assert_eq!(
+        b(domain::BudgetPeriod::Month).at(now).spend.period_start,
+        "2026-11-01T00:00:00Z".parse().expect("time")
+    );
+    assert_eq!(b(domain::BudgetPeriod::Week).at(now).spend.period_start, "2026-11-23T00:00:00Z".parse().expect("time"));
     assert_eq!(b(domain::BudgetPeriod::Day).remaining(now), Some(usd(1)));
 }
