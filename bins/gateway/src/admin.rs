@@ -61,7 +61,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 budget: budget_usd.as_deref().map(|usd| budget(usd, budget_period.as_deref())).transpose()?,
             };
             let created = gateway.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
-            let mut out = key_json(&created.key);
+            let mut out = key_json(&gateway, created.key);
             out["key"] = json!(created.secret);
             out
         }
@@ -79,11 +79,16 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 },
             };
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
-            key_json(&k)
+            // Shown as `key list` shows it, with what it spent so far.
+            let keys = gateway.list_keys(&k.user_id).await.map_err(|e| e.to_string())?;
+            match keys.iter().find(|v| v.key.id == k.id) {
+                Some(view) => api::wire::to_json(&api::wire::key(view)),
+                None => key_json(&gateway, k),
+            }
         }
         Admin::Key(KeyCmd::List { user }) => {
             let keys = gateway.list_keys(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
-            json!({"user_id": user, "keys": keys.iter().map(key_json).collect::<Vec<_>>()})
+            json!({"user_id": user, "keys": keys.iter().map(api::wire::key).collect::<Vec<_>>()})
         }
         Admin::Key(KeyCmd::Revoke { key }) => {
             let k = gateway.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
@@ -120,18 +125,10 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
     Ok(())
 }
 
-/// A key as `admin key create` and `admin key set` print it (never its secret or hash).
-fn key_json(k: &ApiKey) -> Value {
-    json!({
-        "id": k.id.as_str(), "user_id": k.user_id.as_str(), "name": k.name, "prefix": k.prefix,
-        "scopes": k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-        "created_at": k.created_at.to_string(),
-        "expires_at": k.expires_at.map(|t| t.to_string()),
-        "models": k.models.as_ref().map(ToString::to_string),
-        "budget_usd": k.budget.map(|b| b.limit.to_string()),
-        "budget_period": k.budget.map(|b| b.period.as_str()),
-        "revoked_at": k.revoked_at.map(|t| t.to_string()),
-    })
+/// A key as `admin key create` and `admin key set` print it: the API's key object (never its
+/// secret or hash).
+fn key_json(gateway: &service::Gateway, k: ApiKey) -> Value {
+    api::wire::to_json(&api::wire::key(&gateway.view_key(k, None)))
 }
 
 /// `--expires-at`: an RFC 3339 time.

@@ -134,7 +134,7 @@ pub enum KeyCmd {
         #[arg(long)]
         models: Option<String>,
         /// The most the key may spend, in USD (such as 5 or 0.05), per --budget-period.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         budget_usd: Option<String>,
         /// When the budget starts over: total (never, the default), day, week (Monday) or month, UTC.
         #[arg(long, requires = "budget_usd")]
@@ -152,7 +152,7 @@ pub enum KeyCmd {
         #[arg(long)]
         models: Option<String>,
         /// The spend limit in USD, or `none` (only the balance limits the key).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         budget_usd: Option<String>,
         /// total, day, week or month (with --budget-usd; default total).
         #[arg(long, requires = "budget_usd")]

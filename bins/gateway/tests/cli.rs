@@ -196,6 +196,52 @@ fn key_limits_are_set_at_creation_and_changed_later() {
 }
 
 #[test]
+fn key_budgets_are_set_changed_cleared_and_listed() {
+    let sandbox = Sandbox::new();
+    sandbox.run(&["migrate"]).json();
+    let user = create_user(&sandbox, "1");
+    let create = ["admin", "key", "create", "--user", &user, "--all-scopes", "--budget-usd", "0.05"];
+    let key = sandbox.run(&create).json();
+    let budget = &key["budget"];
+    assert_eq!((&budget["limit_usd"], &budget["period"]), (&json!("0.050000"), &json!("total")), "{key}");
+    assert_eq!((&budget["spent_usd"], &budget["remaining_usd"]), (&json!("0.000000"), &json!("0.050000")), "{key}");
+    assert_eq!(budget["period_start"], "1970-01-01T00:00:00.000Z", "a total budget never starts over: {key}");
+    let id = key["id"].as_str().expect("key id").to_owned();
+
+    let monthly =
+        sandbox.run(&["admin", "key", "set", "--key", &id, "--budget-usd", "12.5", "--budget-period", "month"]);
+    let monthly = monthly.json();
+    assert_eq!((&monthly["budget"]["limit_usd"], &monthly["budget"]["period"]), (&json!("12.500000"), &json!("month")));
+    assert!(
+        monthly["budget"]["period_start"].as_str().is_some_and(|t| t.ends_with("-01T00:00:00.000Z")),
+        "a month starts on its first day: {monthly}"
+    );
+    let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--budget-usd", "none"]).json();
+    assert_eq!(cleared["budget"], Value::Null, "{cleared}");
+
+    let bad: [(Vec<&str>, &str); 5] = [
+        (vec!["create", "--user", &user, "--all-scopes", "--budget-usd", "-1"], "below zero"),
+        (vec!["create", "--user", &user, "--all-scopes", "--budget-usd", "1.0000001"], "--budget-usd"),
+        (
+            vec!["create", "--user", &user, "--all-scopes", "--budget-usd", "1", "--budget-period", "year"],
+            "--budget-period",
+        ),
+        (vec!["create", "--user", &user, "--all-scopes", "--budget-period", "day"], "--budget-usd"),
+        (vec!["set", "--key", &id, "--budget-usd", "none", "--budget-period", "day"], "--budget-usd"),
+    ];
+    for (args, says) in bad {
+        let args: Vec<&str> = ["admin", "key"].into_iter().chain(args).collect();
+        let failed = sandbox.run(&args);
+        failed.assert_one_line_error();
+        assert!(failed.stderr.contains(says), "gateway {args:?} should say {says:?}: {}", failed.stderr);
+    }
+    let listed = sandbox.run(&["admin", "key", "list", "--user", &user]).json();
+    let keys = listed["keys"].as_array().expect("keys");
+    assert_eq!(keys.len(), 1, "refused creations stored no key: {listed}");
+    assert_eq!((&keys[0]["budget"], &keys[0]["spent_usd"]), (&Value::Null, &json!("0.000000")), "{listed}");
+}
+
+#[test]
 fn bad_input_fails_with_one_line_on_stderr() {
     let sandbox = Sandbox::new();
     sandbox.run(&["migrate"]).json();

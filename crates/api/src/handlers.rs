@@ -87,6 +87,11 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
             let overview = gateway.overview(&who).await?;
             Ok(ok_json(&wire::overview(&overview)))
         }
+        Route::ListKeys => {
+            let who = auth(gateway, &parts, Scope::OverviewRead).await?;
+            let keys = gateway.my_keys(&who).await?;
+            Ok(ok_json(&wire::key_list(&keys)))
+        }
         Route::ListTasks => {
             let who = auth(gateway, &parts, Scope::TaskRead).await?;
             let params = decode_query(parts.uri.query())?;

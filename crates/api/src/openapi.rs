@@ -16,7 +16,7 @@ use validation::schema::strip_null;
 use validation::{AudioRequest, ChatRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
 
 use crate::error::ErrorEnvelope;
-use crate::wire::{ChatStyleAnswer, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
+use crate::wire::{ChatStyleAnswer, KeyList, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
 
 /// `GET /healthz` and `GET /readyz`.
 #[derive(Debug, Clone, JsonSchema)]
@@ -186,6 +186,18 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
             body: None,
             responses: with(
                 vec![(200, "the overview", Some(json_content(responses.subschema_for::<OverviewObject>().to_value())))],
+                &read,
+            ),
+        },
+        Operation {
+            method: "get",
+            path: "/api/v1/keys",
+            summary: "The caller's keys with their limits, their budget's spend this period and what each spent",
+            scope: Some("overview:read"),
+            parameters: vec![],
+            body: None,
+            responses: with(
+                vec![(200, "the keys", Some(json_content(responses.subschema_for::<KeyList>().to_value())))],
                 &read,
             ),
         },
@@ -415,6 +427,7 @@ mod tests {
                 Route::OpenApi => (Method::GET, "/openapi.json"),
                 Route::ListModels => (Method::GET, "/api/v1/models"),
                 Route::Overview => (Method::GET, "/api/v1/overview"),
+                Route::ListKeys => (Method::GET, "/api/v1/keys"),
                 Route::ListTasks => (Method::GET, "/api/v1/tasks"),
                 Route::CreateTask => (Method::POST, "/api/v1/tasks"),
                 Route::GetTask(_) => (Method::GET, "/api/v1/tasks/task_1"),
@@ -434,6 +447,7 @@ mod tests {
             Route::OpenApi,
             Route::ListModels,
             Route::Overview,
+            Route::ListKeys,
             Route::ListTasks,
             Route::CreateTask,
             Route::GetTask(String::new()),

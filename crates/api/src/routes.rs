@@ -19,6 +19,8 @@ pub enum Route {
     ListModels,
     /// `GET /api/v1/overview`.
     Overview,
+    /// `GET /api/v1/keys`: the caller's keys with their limits and spend.
+    ListKeys,
     /// `GET /api/v1/tasks`.
     ListTasks,
     /// `GET /api/v1/tasks/{task_id}`.
@@ -51,6 +53,7 @@ impl Route {
             Route::OpenApi => "/openapi.json",
             Route::ListModels => "/api/v1/models",
             Route::Overview => "/api/v1/overview",
+            Route::ListKeys => "/api/v1/keys",
             Route::ListTasks | Route::CreateTask => "/api/v1/tasks",
             Route::GetTask(_) | Route::CancelTask(_) => "/api/v1/tasks/{task_id}",
             Route::Media(_) => "/media/{key}",
@@ -104,6 +107,7 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
         ["openapi.json"] => (Route::OpenApi, "GET"),
         ["api", "v1", "models"] => (Route::ListModels, "GET"),
         ["api", "v1", "overview"] => (Route::Overview, "GET"),
+        ["api", "v1", "keys"] => (Route::ListKeys, "GET"),
         ["api", "v1", "chat", "completions"] => (Route::ChatCompletions, "POST"),
         ["api", "v1", "images", "generations"] => (Route::ImageGenerations, "POST"),
         ["api", "v1", "audio", "generations"] => (Route::AudioGenerations, "POST"),

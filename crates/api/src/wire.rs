@@ -14,7 +14,7 @@ use schemars::generate::{Contract, SchemaSettings};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Serialize;
 use serde_json::Value;
-use service::{ModelView, Overview, TaskPage};
+use service::{KeyView, ModelView, Overview, TaskPage};
 
 /// A `UsdAmount` on the wire: a decimal string exact to six places (`"1.250000"`, `"-0.000001"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -471,6 +471,108 @@ pub struct OverviewObject {
     pub ledger: Vec<LedgerEntryObject>,
     /// Whether generation endpoints answer 503 for maintenance.
     pub maintenance: bool,
+    /// What each of the caller's keys spent (an extension of the interface's overview).
+    pub keys: Vec<KeySpendObject>,
+}
+
+/// One key's line in the overview.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KeySpendObject {
+    /// The key's id.
+    pub id: String,
+    /// Its label.
+    pub name: String,
+    /// The first characters of its secret.
+    pub prefix: String,
+    /// The sum of its settled charges.
+    pub spent_usd: Usd,
+    /// How many settled calls that is.
+    pub calls: i64,
+}
+
+/// An API key with its limits and spend (never its secret or hash): `GET /api/v1/keys` and the
+/// operator CLI's `admin key …` print it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KeyObject {
+    /// The key's id (`key_…`).
+    pub id: String,
+    /// Its owner.
+    pub user_id: String,
+    /// Its label.
+    pub name: String,
+    /// The first characters of its secret.
+    pub prefix: String,
+    /// What it may do.
+    pub scopes: Vec<&'static str>,
+    /// When it was made.
+    pub created_at: DateTime,
+    /// From when on it is refused as expired; `null`: never.
+    pub expires_at: Option<DateTime>,
+    /// The comma-separated model names and kinds it may reach; `null`: every model.
+    pub models: Option<String>,
+    /// Its spend budget; `null`: only the balance limits it.
+    pub budget: Option<BudgetObject>,
+    /// The sum of its settled charges, all periods together.
+    pub spent_usd: Usd,
+    /// How many settled calls that is.
+    pub calls: i64,
+    /// When it was revoked; `null`: it works.
+    pub revoked_at: Option<DateTime>,
+}
+
+/// A key's budget as of now.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BudgetObject {
+    /// The most it may spend per period.
+    pub limit_usd: Usd,
+    /// `total` (never starts over), `day`, `week` (from Monday) or `month`, in UTC.
+    pub period: &'static str,
+    /// The start of the current period.
+    pub period_start: DateTime,
+    /// Charged in the current period.
+    pub spent_usd: Usd,
+    /// Kept by its calls still running.
+    pub held_usd: Usd,
+    /// What it may still hold now: limit − spent − held, at least zero.
+    pub remaining_usd: Usd,
+}
+
+/// The wire shape of `v`.
+pub fn key(v: &KeyView) -> KeyObject {
+    let k = &v.key;
+    KeyObject {
+        id: k.id.as_str().to_owned(),
+        user_id: k.user_id.as_str().to_owned(),
+        name: k.name.clone(),
+        prefix: k.prefix.clone(),
+        scopes: k.scopes.iter().map(|s| s.as_str()).collect(),
+        created_at: k.created_at.into(),
+        expires_at: k.expires_at.map(Into::into),
+        models: k.models.as_ref().map(ToString::to_string),
+        budget: v.budget.budget.map(|b| BudgetObject {
+            limit_usd: b.limit.into(),
+            period: b.period.as_str(),
+            period_start: v.budget.spend.period_start.into(),
+            spent_usd: v.budget.spend.spent.into(),
+            held_usd: v.budget.spend.held.into(),
+            remaining_usd: v.remaining.unwrap_or(UsdAmount::ZERO).into(),
+        }),
+        spent_usd: v.spent.into(),
+        calls: v.calls,
+        revoked_at: k.revoked_at.map(Into::into),
+    }
+}
+
+/// `GET /api/v1/keys`: `{"data": [...]}`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KeyList {
+    /// The caller's keys, oldest first.
+    pub data: Vec<KeyObject>,
+}
+
+/// The key list of `keys`.
+pub fn key_list(keys: &[KeyView]) -> KeyList {
+    KeyList { data: keys.iter().map(key).collect() }
 }
 
 /// The `OverviewResponse` of `o`.
@@ -486,6 +588,17 @@ pub fn overview(o: &Overview) -> OverviewObject {
         routes: o.routes.iter().map(ModelObject::of).collect(),
         ledger: o.ledger.iter().map(ledger_entry).collect(),
         maintenance: o.maintenance,
+        keys: o
+            .keys
+            .iter()
+            .map(|v| KeySpendObject {
+                id: v.key.id.as_str().to_owned(),
+                name: v.key.name.clone(),
+                prefix: v.key.prefix.clone(),
+                spent_usd: v.spent.into(),
+                calls: v.calls,
+            })
+            .collect(),
     }
 }
 

@@ -172,12 +172,13 @@ impl Gateway {
         Ok(key)
     }
 
-    /// Every key of `user` (revoked ones too), oldest first; 404 for an unknown user.
-    pub async fn list_keys(&self, user: &UserId) -> Result<Vec<ApiKey>, ServiceError> {
+    /// Every key of `user` (revoked ones too), oldest first, with its budget's spend and what it
+    /// was charged in all; 404 for an unknown user.
+    pub async fn list_keys(&self, user: &UserId) -> Result<Vec<crate::KeyView>, ServiceError> {
         if self.ports.accounts.user(user).await?.is_none() {
             return Err(ServiceError::NotFound(format!("user {user}")));
         }
-        Ok(self.ports.accounts.keys_of_user(user).await?)
+        self.keys_of(user).await
     }
 
     /// Changes a key's expiry, allow-list and budget as `change` says (a `Some(None)` clears one)

@@ -256,7 +256,12 @@ impl Gateway {
                 catalog::Mode::Asynchronous => None,
             },
         };
-        self.ports.calls.open_call(task, spec.estimate).await?;
+        if let Err(e) = self.ports.calls.open_call(task, spec.estimate).await {
+            if matches!(e, billing::LedgerError::KeyBudgetExceeded { .. }) {
+                self.metrics.key_refused(crate::metrics::KeyRefusal::Budget);
+            }
+            return Err(e.into());
+        }
         let state = CallState {
             gateway: self.clone(),
             task_id: task_id.clone(),

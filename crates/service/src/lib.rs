@@ -38,7 +38,7 @@ pub use error::ServiceError;
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use metrics::METRICS_CONTENT_TYPE;
-pub use reads::{ModelView, Overview, TaskPage};
+pub use reads::{KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, StreamFailure, StreamItem};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;

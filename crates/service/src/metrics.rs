@@ -61,6 +61,8 @@ pub(crate) enum KeyRefusal {
     Expired,
     /// The model is not on its allow-list.
     Model,
+    /// Its spend budget does not cover the call's hold.
+    Budget,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -264,6 +266,7 @@ impl Metrics {
         let reason = match reason {
             KeyRefusal::Expired => "expired",
             KeyRefusal::Model => "model",
+            KeyRefusal::Budget => "budget",
         };
         self.key_refusals.get_or_create(&ReasonLabel { reason }).inc();
     }

@@ -1,9 +1,9 @@
-//! Read use cases: the model list, the account overview and the caller's tasks.
+//! Read use cases: the model list, the account overview, the caller's keys and tasks.
 
 use std::sync::Arc;
 
 use catalog::ModelDef;
-use domain::{LedgerEntry, ModelRecord, Task, TaskId, TaskStats, User};
+use domain::{ApiKey, KeyBudgetState, LedgerEntry, ModelRecord, Task, TaskId, TaskStats, UsdAmount, User};
 
 use crate::{Gateway, OVERVIEW_LEDGER_ENTRIES, Principal, ServiceError};
 
@@ -38,6 +38,23 @@ pub struct Overview {
     pub ledger: Vec<LedgerEntry>,
     /// Whether maintenance mode is on.
     pub maintenance: bool,
+    /// The caller's keys with what each spent.
+    pub keys: Vec<KeyView>,
+}
+
+/// One of the caller's keys: its settings, its budget as of now, and what it was charged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyView {
+    /// The key as stored (never its secret).
+    pub key: ApiKey,
+    /// Its budget and counters as of now (a period that moved on shows nothing spent yet).
+    pub budget: KeyBudgetState,
+    /// What its budget still allows now; `None` without a budget.
+    pub remaining: Option<UsdAmount>,
+    /// The sum of its settled charges, all periods together.
+    pub spent: UsdAmount,
+    /// How many settled calls that is.
+    pub calls: i64,
 }
 
 /// One page of the caller's tasks.
@@ -86,7 +103,40 @@ impl Gateway {
         let routes = self.list_models().await?;
         let ledger = self.ports.ledger.entries(&who.user_id, OVERVIEW_LEDGER_ENTRIES).await?;
         let maintenance = self.ports.models.maintenance().await?;
-        Ok(Overview { user, stats, routes, ledger, maintenance })
+        let keys = self.my_keys(who).await?;
+        Ok(Overview { user, stats, routes, ledger, maintenance, keys })
+    }
+
+    /// The caller's keys (revoked ones too), oldest first, with their limits, their budget's
+    /// spend in the current period and what remains of it, and what each was charged in all.
+    pub async fn my_keys(&self, who: &Principal) -> Result<Vec<KeyView>, ServiceError> {
+        self.keys_of(&who.user_id).await
+    }
+
+    /// Every key of `user` as [`Gateway::my_keys`] shows them.
+    pub(crate) async fn keys_of(&self, user: &domain::UserId) -> Result<Vec<KeyView>, ServiceError> {
+        let keys = self.ports.accounts.keys_of_user(user).await?;
+        let totals = self.ports.accounts.spend_by_key(user).await?;
+        Ok(keys
+            .into_iter()
+            .map(|key| {
+                let total = totals.iter().find(|t| t.key == key.id);
+                self.view_key(key, total)
+            })
+            .collect())
+    }
+
+    /// `key` as of now, with its all-time `total` when known.
+    pub fn view_key(&self, key: ApiKey, total: Option<&domain::ports::KeyTotal>) -> KeyView {
+        let now = self.ports.clock.now();
+        let budget = key.budget_state().at(now);
+        KeyView {
+            remaining: budget.remaining(now),
+            budget,
+            spent: total.map_or(UsdAmount::ZERO, |t| t.spent),
+            calls: total.map_or(0, |t| t.calls),
+            key,
+        }
     }
 
     /// One page of the caller's tasks; `params` are the decoded query parameters.

@@ -1,7 +1,7 @@
 //! `AccountStore`: users and hashed API keys.
 
 use async_trait::async_trait;
-use domain::ports::{AccountStore, StoreError};
+use domain::ports::{AccountStore, KeyTotal, StoreError};
 use domain::{
     ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeySpend, LedgerKind, ModelAllowList, NewUser, Scope,
     Timestamp, UsdAmount, User, UserId,
@@ -9,7 +9,7 @@ use domain::{
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::{NotSet, Set},
-    ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, TransactionTrait,
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, TransactionTrait,
 };
 
 use crate::entities::{api_keys, ledger_entries, users};
@@ -218,6 +218,30 @@ impl AccountStore for Store {
             .await
             .map_err(backend_err)?;
         rows.into_iter().map(key_from_row).collect()
+    }
+
+    async fn spend_by_key(&self, user: &UserId) -> Result<Vec<KeyTotal>, StoreError> {
+        // Not expressible through the query builder without a relation between the two
+        // entities; a raw statement on the read connection, like the other aggregates.
+        let sql = "SELECT t.key_id AS key_id, CAST(SUM(r.actual_micros) AS BIGINT) AS spent, COUNT(*) AS calls \
+                   FROM tasks t JOIN reservations r ON r.task_id = t.id \
+                   WHERE t.user_id = $1 AND t.key_id IS NOT NULL AND r.status = 'settled' \
+                   GROUP BY t.key_id ORDER BY t.key_id";
+        let rows = self
+            .db
+            .reads()
+            .query_all_raw(self.statement(sql, vec![user.as_str().into()]))
+            .await
+            .map_err(backend_err)?;
+        rows.iter()
+            .map(|row| {
+                Ok(KeyTotal {
+                    key: ApiKeyId(row.try_get("", "key_id").map_err(backend_err)?),
+                    spent: UsdAmount::from_micros(row.try_get("", "spent").map_err(backend_err)?),
+                    calls: row.try_get("", "calls").map_err(backend_err)?,
+                })
+            })
+            .collect()
     }
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError> {

@@ -18,12 +18,26 @@ pub trait AccountStore: Send + Sync {
     async fn create_key(&self, key: ApiKey) -> Result<ApiKey, StoreError>;
     /// Marks a key revoked; revoking twice is allowed and keeps the first time.
     async fn revoke_key(&self, id: &ApiKeyId) -> Result<ApiKey, StoreError>;
-    /// Changes a key's expiry and allow-list as `change` says (revoked or not) and returns it.
+    /// Changes a key's expiry, allow-list and budget as `change` says (revoked or not) and returns it.
     async fn set_key_limits(&self, id: &ApiKeyId, change: crate::KeyLimitsChange) -> Result<ApiKey, StoreError>;
     /// Every key of `user` (revoked ones too), oldest first.
     async fn keys_of_user(&self, user: &UserId) -> Result<Vec<ApiKey>, StoreError>;
     /// The key whose secret hashes to `hash`, with its owner, revoked or not.
     async fn key_by_hash(&self, hash: &str) -> Result<Option<(ApiKey, User)>, StoreError>;
+    /// What each of `user`'s keys has been charged in all (settled calls made with it), by key;
+    /// keys that made no settled call are absent.
+    async fn spend_by_key(&self, user: &UserId) -> Result<Vec<KeyTotal>, StoreError>;
+}
+
+/// What one key has been charged in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTotal {
+    /// The key.
+    pub key: ApiKeyId,
+    /// The sum of its settled charges.
+    pub spent: crate::UsdAmount,
+    /// How many settled calls that is.
+    pub calls: i64,
 }
 
 /// Whether the store can serve: reachable, and migrated to the schema this build expects.

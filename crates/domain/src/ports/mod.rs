@@ -14,7 +14,7 @@ mod responses;
 mod tasks;
 mod upstream;
 
-pub use accounts::{AccountStore, Readiness};
+pub use accounts::{AccountStore, KeyTotal, Readiness};
 pub use assets::{AssetKind, AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
 pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
