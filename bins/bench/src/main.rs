@@ -69,6 +69,10 @@ struct Cli {
     /// caps are far above the load, so `true` against `false` measures what the caps cost.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     caps: bool,
+    /// Give every benchmark key a spend budget of this many USD (total, far above what a run
+    /// spends), so that every call's hold also checks and moves the key's budget.
+    #[arg(long)]
+    key_budget_usd: Option<String>,
 }
 
 /// Who a scenario talks to.
@@ -298,6 +302,7 @@ async fn run(cli: Cli) -> Result<String, String> {
     eprintln!("starting the simulator ({})", gateway_bin.display());
     let mut rig = Rig::start(&gateway_bin)?;
     rig.caps = cli.caps;
+    rig.key_budget_usd = cli.key_budget_usd.clone();
     let (sim_addr, sim_path) = sim_target(&rig.sim_url)?;
     let direct = Endpoint::new(&sim_addr, &sim_path, "bench")?;
 

@@ -111,6 +111,8 @@ pub struct Rig {
     env: Vec<(&'static str, String)>,
     /// Whether the gateways enforce concurrency caps (`GATEWAY_CAPS`).
     pub caps: bool,
+    /// A spend budget (USD, total) for every benchmark key, when set.
+    pub key_budget_usd: Option<String>,
     /// The simulator's base URL (`http://ADDR/api/v3`).
     pub sim_url: String,
     /// The addresses (`127.0.0.1:PORT`) of the running gateways.
@@ -139,6 +141,7 @@ impl Rig {
             databases: 0,
             env: Vec::new(),
             caps: true,
+            key_budget_usd: None,
             sim_url: String::new(),
             gateway_addrs: Vec::new(),
         };
@@ -212,7 +215,11 @@ impl Rig {
             env,
         )?;
         let id = user.get("id").and_then(|v| v.as_str()).ok_or("admin user create printed no id")?.to_owned();
-        let key = self.admin(&["admin", "key", "create", "--user", &id, "--all-scopes", "--name", "bench"], env)?;
+        let mut args = vec!["admin", "key", "create", "--user", &id, "--all-scopes", "--name", "bench"];
+        if let Some(budget) = &self.key_budget_usd {
+            args.extend(["--budget-usd", budget.as_str()]);
+        }
+        let key = self.admin(&args, env)?;
         key.get("key")
             .and_then(|v| v.as_str())
             .map(str::to_owned)

@@ -75,10 +75,21 @@ async fn retries_are_answered_once_and_billed_once() {
             server.post_json_with(CHAT, Some(&key), &[("idempotency-key", stream_key.as_str())], &stream_body).await;
         assert_eq!(streamed.status, 200);
         let task_id = streamed.header("x-svc-task-id").expect("task header").to_owned();
-        let retry =
+        // The stream's charge is recorded just after its last byte (a background step): until then a
+        // retry is told the first request is still being processed, also a 409.
+        let mut retry =
             server.post_json_with(CHAT, Some(&key), &[("idempotency-key", stream_key.as_str())], &stream_body).await;
+        for _ in 0..250 {
+            if !retry.json["error"]["message"].as_str().is_some_and(|m| m.contains("still being processed")) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            retry = server
+                .post_json_with(CHAT, Some(&key), &[("idempotency-key", stream_key.as_str())], &stream_body)
+                .await;
+        }
         retry.assert_error(409, "idempotency_conflict", "stream retry");
-        assert!(retry.json["error"]["message"].as_str().is_some_and(|m| m.contains(&task_id)));
+        assert!(retry.json["error"]["message"].as_str().is_some_and(|m| m.contains(&task_id)), "{}", retry.json);
         server.stop().await;
     }
 }
