@@ -1,4 +1,5 @@
-//! Per-key limits set by operators (issue 25): an expiry time and a model allow-list.
+//! Per-key limits set by operators (issue 25): an expiry time and a model allow-list (the rate
+//! limits are in `key_rates.rs`; a change to any of them is a [`KeyLimitsChange`]).
 
 use std::fmt;
 
@@ -76,6 +77,10 @@ pub struct KeyLimitsChange {
     pub expires_at: Option<Option<Timestamp>>,
     /// New allow-list, or none (every model).
     pub models: Option<Option<ModelAllowList>>,
+    /// New requests-per-minute limit, or none.
+    pub rpm: Option<Option<std::num::NonZeroU32>>,
+    /// New tokens-per-minute limit, or none.
+    pub tpm: Option<Option<std::num::NonZeroU32>>,
 }
 
 #[cfg(test)]

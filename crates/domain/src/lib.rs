@@ -6,6 +6,7 @@ pub mod caps;
 pub mod egress;
 pub mod inputs;
 pub mod key_limits;
+pub mod key_rates;
 pub mod kind;
 pub mod media;
 pub mod money;
@@ -21,6 +22,10 @@ pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};
 pub use key_limits::{BadAllowList, KeyLimitsChange, ModelAllowList, ModelRule};
+pub use key_rates::{
+    BadRateLimit, KeyRates, RATE_WINDOW_MS, RateAsk, RateGrant, RateLeases, RateLimitKind, RateUse, rate_window,
+    rate_window_end,
+};
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};

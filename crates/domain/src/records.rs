@@ -145,6 +145,8 @@ pub struct ApiKey {
     pub expires_at: Option<Timestamp>,
     /// The models it may reach; `None`: every model.
     pub models: Option<crate::ModelAllowList>,
+    /// Its requests- and tokens-per-minute limits.
+    pub rates: crate::KeyRates,
 }
 
 /// Billing state of a task.

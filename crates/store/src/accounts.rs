@@ -1,9 +1,12 @@
 //! `AccountStore`: users and hashed API keys.
 
+use std::num::NonZeroU32;
+
 use async_trait::async_trait;
-use domain::ports::{AccountStore, StoreError};
+use domain::ports::{AccountStore, BadValue, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, KeyLimitsChange, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, KeyLimitsChange, KeyRates, LedgerKind, ModelAllowList, NewUser, Scope, Timestamp, UsdAmount,
+    User, UserId,
 };
 use sea_orm::{
     ActiveModelTrait,
@@ -38,6 +41,7 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         .map_err(|e| StoreError::corrupt(format!("models of key {}", row.id), e))?;
     let scopes =
         Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
+    let rates = KeyRates { rpm: rate_limit(&row.id, "rpm", row.rpm)?, tpm: rate_limit(&row.id, "tpm", row.tpm)? };
     Ok(ApiKey {
         id: ApiKeyId(row.id),
         user_id: UserId(row.user_id),
@@ -49,7 +53,25 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         created_at: Timestamp(row.created_at),
         expires_at: row.expires_at.map(Timestamp),
         models,
+        rates,
     })
+}
+
+/// A stored rate limit: NULL, or a positive count that fits its type.
+fn rate_limit(key: &str, column: &str, value: Option<i64>) -> Result<Option<NonZeroU32>, StoreError> {
+    value
+        .map(|n| {
+            u32::try_from(n)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .ok_or_else(|| StoreError::corrupt(format!("{column} of key {key}"), BadValue(n.to_string())))
+        })
+        .transpose()
+}
+
+/// A rate limit as stored.
+fn rate_column(limit: Option<NonZeroU32>) -> Option<i64> {
+    limit.map(|n| i64::from(n.get()))
 }
 
 fn scopes_text(scopes: &[Scope]) -> String {
@@ -127,6 +149,8 @@ impl AccountStore for Store {
             created_at: Set(key.created_at.millis()),
             expires_at: Set(key.expires_at.map(|t| t.millis())),
             models: Set(key.models.as_ref().map(ToString::to_string)),
+            rpm: Set(rate_column(key.rates.rpm)),
+            tpm: Set(rate_column(key.rates.tpm)),
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
@@ -158,6 +182,12 @@ impl AccountStore for Store {
         if let Some(models) = change.models {
             update = update
                 .col_expr(api_keys::Column::Models, sea_orm::sea_query::Expr::value(models.map(|m| m.to_string())));
+        }
+        if let Some(rpm) = change.rpm {
+            update = update.col_expr(api_keys::Column::Rpm, sea_orm::sea_query::Expr::value(rate_column(rpm)));
+        }
+        if let Some(tpm) = change.tpm {
+            update = update.col_expr(api_keys::Column::Tpm, sea_orm::sea_query::Expr::value(rate_column(tpm)));
         }
         let changed = update.exec(self.db.writes()).await.map_err(backend_err)?;
         if changed.rows_affected == 0 {

@@ -56,6 +56,8 @@ pub mod api_keys {
         pub created_at: i64,
         pub expires_at: Option<i64>,
         pub models: Option<String>,
+        pub rpm: Option<i64>,
+        pub tpm: Option<i64>,
     }
     no_relations!();
 }

@@ -63,6 +63,12 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0011_key_limits.sql"),
         include_str!("../../../migrations/postgres/0011_key_limits.sql"),
     ),
+    // 12 is the keys' spend budgets.
+    (
+        13,
+        include_str!("../../../migrations/sqlite/0013_key_rates.sql"),
+        include_str!("../../../migrations/postgres/0013_key_rates.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:
