@@ -1,6 +1,8 @@
 //! `gateway admin …`: each command prints exactly one JSON object on stdout.
 
-use domain::{ApiKey, ApiKeyId, KeyLimitsChange, ModelAllowList, Scope, Timestamp, UsdAmount, UserId};
+use std::num::NonZeroU32;
+
+use domain::{ApiKey, ApiKeyId, KeyLimitsChange, KeyRates, ModelAllowList, Scope, Timestamp, UsdAmount, UserId};
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
@@ -37,7 +39,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let secret = gateway.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})
         }
-        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name, expires_at, models }) => {
+        Admin::Key(KeyCmd::Create { user, scopes, all_scopes, name, expires_at, models, rpm, tpm }) => {
             let scopes = match (all_scopes, scopes) {
                 (true, _) => Scope::ALL.to_vec(),
                 (false, Some(list)) => Scope::parse_list(&list).map_err(|e| format!("--scopes: {e}"))?,
@@ -45,18 +47,24 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             };
             let expires_at = expires_at.as_deref().map(expiry).transpose()?;
             let models = models.as_deref().map(allow_list).transpose()?;
+            let rates = KeyRates {
+                rpm: rpm.as_deref().map(|n| rate_limit("--rpm", n)).transpose()?,
+                tpm: tpm.as_deref().map(|n| rate_limit("--tpm", n)).transpose()?,
+            };
             let created = gateway
-                .create_key(&UserId(user), scopes, &name, expires_at, models)
+                .create_key(&UserId(user), scopes, &name, expires_at, models, rates)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut out = key_json(&created.key);
             out["key"] = json!(created.secret);
             out
         }
-        Admin::Key(KeyCmd::Set { key, expires_at, models }) => {
+        Admin::Key(KeyCmd::Set { key, expires_at, models, rpm, tpm }) => {
             let change = KeyLimitsChange {
                 expires_at: expires_at.as_deref().map(|t| or_none(t, expiry)).transpose()?,
                 models: models.as_deref().map(|m| or_none(m, allow_list)).transpose()?,
+                rpm: rpm.as_deref().map(|n| or_none(n, |n| rate_limit("--rpm", n))).transpose()?,
+                tpm: tpm.as_deref().map(|n| or_none(n, |n| rate_limit("--tpm", n))).transpose()?,
             };
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             key_json(&k)
@@ -108,6 +116,8 @@ fn key_json(k: &ApiKey) -> Value {
         "created_at": k.created_at.to_string(),
         "expires_at": k.expires_at.map(|t| t.to_string()),
         "models": k.models.as_ref().map(ToString::to_string),
+        "rpm": k.rates.rpm.map(NonZeroU32::get),
+        "tpm": k.rates.tpm.map(NonZeroU32::get),
         "revoked_at": k.revoked_at.map(|t| t.to_string()),
     })
 }
@@ -120,6 +130,11 @@ fn expiry(text: &str) -> Result<Timestamp, String> {
 /// `--models`: names and kinds (whether each name is a model, the service checks).
 fn allow_list(text: &str) -> Result<ModelAllowList, String> {
     ModelAllowList::parse(text).map_err(|e| format!("--models: {e}"))
+}
+
+/// `--rpm` / `--tpm`: a positive integer.
+fn rate_limit(flag: &str, text: &str) -> Result<NonZeroU32, String> {
+    KeyRates::parse_limit(text).map_err(|e| format!("{flag}: {e}"))
 }
 
 /// A `key set` value: `none` clears the setting, anything else is read by `parse`.

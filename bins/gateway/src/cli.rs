@@ -133,8 +133,14 @@ pub enum KeyCmd {
         /// Comma-separated model names and kinds (language, image, audio, video) the key may reach.
         #[arg(long)]
         models: Option<String>,
+        /// Requests (generation calls) per UTC minute, counted across replicas.
+        #[arg(long)]
+        rpm: Option<String>,
+        /// Language tokens (prompt + completion) per UTC minute, counted across replicas.
+        #[arg(long)]
+        tpm: Option<String>,
     },
-    /// Change a key's expiry or model allow-list; `none` clears one. Prints the stored key.
+    /// Change a key's expiry, model allow-list or rate limits; `none` clears one. Prints the stored key.
     Set {
         /// Key id (`key_…`).
         #[arg(long)]
@@ -145,6 +151,12 @@ pub enum KeyCmd {
         /// Comma-separated model names and kinds, or `none` (every model).
         #[arg(long)]
         models: Option<String>,
+        /// Requests per UTC minute, or `none` (no limit).
+        #[arg(long)]
+        rpm: Option<String>,
+        /// Language tokens per UTC minute, or `none` (no limit).
+        #[arg(long)]
+        tpm: Option<String>,
     },
     /// List a user's keys (revoked ones too) with their settings, never their secrets.
     List {

@@ -2,8 +2,8 @@
 
 use catalog::Catalog;
 use domain::{
-    ApiKey, ApiKeyId, KeyLimitsChange, LedgerEntry, LedgerKind, ModelAllowList, ModelRecord, ModelRule, NewUser,
-    PriceSheet, PricingVersion, Role, Scope, Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, KeyLimitsChange, KeyRates, LedgerEntry, LedgerKind, ModelAllowList, ModelRecord, ModelRule,
+    NewUser, PriceSheet, PricingVersion, Role, Scope, Timestamp, UsdAmount, User, UserId,
 };
 
 use crate::keys::{generate_secret, hex};
@@ -132,8 +132,8 @@ impl Gateway {
         Ok(secret)
     }
 
-    /// Issues a key with `scopes` to `user`, expiring at `expires_at` and reaching only `models`
-    /// when given; the secret is in the result and nowhere else.
+    /// Issues a key with `scopes` to `user`, expiring at `expires_at`, reaching only `models` and
+    /// limited to `rates` when given; the secret is in the result and nowhere else.
     pub async fn create_key(
         &self,
         user: &UserId,
@@ -141,6 +141,7 @@ impl Gateway {
         name: &str,
         expires_at: Option<Timestamp>,
         models: Option<ModelAllowList>,
+        rates: KeyRates,
     ) -> Result<CreatedKey, ServiceError> {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
@@ -158,6 +159,7 @@ impl Gateway {
             created_at: self.ports.clock.now(),
             expires_at,
             models,
+            rates,
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })
@@ -178,11 +180,11 @@ impl Gateway {
         Ok(self.ports.accounts.keys_of_user(user).await?)
     }
 
-    /// Changes a key's expiry and allow-list as `change` says (a `Some(None)` clears one) and
+    /// Changes a key's expiry, allow-list and rate limits as `change` says (a `Some(None)` clears one) and
     /// returns the stored key; requests with it see the change at once in this process.
     pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {
         if change == KeyLimitsChange::default() {
-            return Err(ServiceError::InvalidRequest("give --expires-at and/or --models".into()));
+            return Err(ServiceError::InvalidRequest("give --expires-at, --models, --rpm and/or --tpm".into()));
         }
         let expires_at = change.expires_at.flatten();
         self.check_key_limits(expires_at, change.models.as_ref().and_then(Option::as_ref)).await?;
@@ -279,7 +281,7 @@ impl Gateway {
             })
             .await?
             .user;
-        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", None, None).await?;
+        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", None, None, KeyRates::default()).await?;
         Ok(Some(DemoAccount { user, key }))
     }
 }

@@ -32,7 +32,8 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet) = (def.name.clone(), pricing.sheet.clone());
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let rate = crate::rates::RateClaim::request(who);
+        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, rate, details };
         let call = self.open_call(spec).await.map_err(|e| match e {
             ServiceError::InsufficientBalance { needed, available, .. } => ServiceError::InsufficientBalance {
                 hold: format!("the {}-second audio reservation", plan.reserve_seconds),
@@ -84,7 +85,7 @@ fn finish_audio(bytes: &[u8], public_model: &str, sheet: &PriceSheet) -> Result<
     let usage = serde_json::json!({ "original_duration": answer.get("original_duration"), "billed_seconds": seconds.min(Decimal::from(120)).to_string() });
     Ok(Finished {
         answer: Answer::Value(answer),
-        close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()) },
+        close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()), tokens: 0 },
     })
 }
 

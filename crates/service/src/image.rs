@@ -38,7 +38,9 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet, references) = (def.name.clone(), pricing.sheet.clone(), plan.reference_images);
-        let call = self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, details }).await?;
+        let rate = crate::rates::RateClaim::request(who);
+        let call =
+            self.open_call(CallSpec { user: who.user_id.clone(), def, pricing, estimate, rate, details }).await?;
         self.run_sync(upstream.as_ref(), call, Endpoint::ImageGenerations, upstream_body, |bytes| {
             finish_image(&bytes, &public_model, &sheet, references)
         })
@@ -98,7 +100,10 @@ fn finish_image(
     }
     let charge = billing::image_charge(sheet, &ImageUsage { reference_images: references, generated })
         .map_err(|e| UpstreamError::Malformed(format!("the generated images cannot be priced: {e}")))?;
-    Ok(Finished { answer: Answer::Value(answer), close: Close::Charge { amount: charge.total, usage: Some(usage) } })
+    Ok(Finished {
+        answer: Answer::Value(answer),
+        close: Close::Charge { amount: charge.total, usage: Some(usage), tokens: 0 },
+    })
 }
 
 /// Makes the answer's `usage` state what was billed (`generated_images` = successful items,

@@ -16,6 +16,7 @@ mod image;
 mod keys;
 mod metrics;
 mod native;
+mod rates;
 mod reads;
 mod reply;
 mod stream;
@@ -27,7 +28,9 @@ use billing::{CallBook, Ledger};
 use domain::ports::{
     AccountStore, IdSource, IdempotencyStore, ModelStore, Readiness, ResponseOwners, TaskStore, Upstream,
 };
-use domain::{ApiKeyId, CapLeases, Clock, ModelAllowList, ModelKind, Scope, Timestamp, UserId, VideoStore};
+use domain::{
+    ApiKeyId, CapLeases, Clock, KeyRates, ModelAllowList, ModelKind, RateLeases, Scope, Timestamp, UserId, VideoStore,
+};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use admission::AdmissionSettings;
@@ -68,6 +71,8 @@ pub struct Ports {
     pub videos: Arc<dyn VideoStore>,
     /// Concurrency slots leased by replicas.
     pub caps: Arc<dyn CapLeases>,
+    /// Per-key rate-limit counters, leased by replicas in blocks.
+    pub rates: Arc<dyn RateLeases>,
     /// Whether the store is reachable and migrated.
     pub readiness: Arc<dyn Readiness>,
     /// Time.
@@ -93,6 +98,7 @@ impl Ports {
             + ResponseOwners
             + VideoStore
             + CapLeases
+            + RateLeases
             + Readiness
             + Clone
             + 'static,
@@ -105,6 +111,7 @@ impl Ports {
             responses: Arc::new(store.clone()),
             videos: Arc::new(store.clone()),
             caps: Arc::new(store.clone()),
+            rates: Arc::new(store.clone()),
             readiness: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
@@ -141,6 +148,8 @@ pub struct Principal {
     pub expires_at: Option<Timestamp>,
     /// The models the key may reach; `None`: every model.
     pub models: Option<ModelAllowList>,
+    /// The key's requests- and tokens-per-minute limits.
+    pub rates: KeyRates,
 }
 
 impl Principal {
@@ -163,6 +172,8 @@ pub struct Gateway {
     video_wake: Arc<tokio::sync::Notify>,
     /// Concurrency caps of synchronous calls.
     admission: admission::Admission,
+    /// Per-key rate limits.
+    rates: rates::Rates,
     /// This replica's Prometheus metrics.
     metrics: Arc<metrics::Metrics>,
     /// Calls, streams and refunds running on tasks of their own.
@@ -179,8 +190,10 @@ impl Gateway {
             Arc::clone(&ports.caps),
             Arc::clone(&ports.clock),
         );
+        let rates = rates::Rates::new(Arc::clone(&ports.rates), Arc::clone(&ports.clock));
         Gateway {
             admission,
+            rates,
             metrics: Arc::new(metrics::Metrics::default()),
             background: Background::default(),
             ports,
@@ -284,6 +297,7 @@ impl Gateway {
                     scopes: key.scopes,
                     expires_at: key.expires_at,
                     models: key.models,
+                    rates: key.rates,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal

@@ -61,6 +61,8 @@ pub(crate) enum KeyRefusal {
     Expired,
     /// The model is not on its allow-list.
     Model,
+    /// A requests- or tokens-per-minute limit is reached.
+    Rate,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -196,7 +198,7 @@ impl Metrics {
         );
         r.register(
             "key_refusals",
-            "Requests refused for a valid key's limits, by reason (expired, model); never by key",
+            "Requests refused for a valid key's limits, by reason (expired, model, rate); never by key",
             self.key_refusals.clone(),
         );
         r.register("store_up", "Whether the last scrape could read the store (1) or not (0)", self.store_up.clone());
@@ -264,6 +266,7 @@ impl Metrics {
         let reason = match reason {
             KeyRefusal::Expired => "expired",
             KeyRefusal::Model => "model",
+            KeyRefusal::Rate => "rate",
         };
         self.key_refusals.get_or_create(&ReasonLabel { reason }).inc();
     }

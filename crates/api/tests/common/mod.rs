@@ -199,7 +199,15 @@ impl Server {
         models: Option<&str>,
     ) -> CreatedKey {
         let models = models.map(|m| domain::ModelAllowList::parse(m).expect("allow-list"));
-        self.gateway.create_key(user, scopes.to_vec(), "test", expires_at, models).await.expect("create key")
+        let rates = domain::KeyRates::default();
+        self.gateway.create_key(user, scopes.to_vec(), "test", expires_at, models, rates).await.expect("create key")
+    }
+
+    /// A key for `user` carrying `scopes` and limited to `rpm` requests and `tpm` tokens per minute
+    /// (0: no limit of that kind).
+    pub async fn key_with_rates(&self, user: &UserId, scopes: &[Scope], rpm: u32, tpm: u32) -> CreatedKey {
+        let rates = domain::KeyRates { rpm: std::num::NonZeroU32::new(rpm), tpm: std::num::NonZeroU32::new(tpm) };
+        self.gateway.create_key(user, scopes.to_vec(), "test", None, None, rates).await.expect("create key")
     }
 
     /// Stores `task` through the store's `TaskStore` port.

@@ -233,7 +233,8 @@ impl Gateway {
         };
         // The slots are taken last, right before the task is stored, and given back on every path.
         let holder = self.take_video_slots(who, &task_id, &def.name).await?;
-        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, details };
+        let rate = crate::rates::RateClaim::request(who);
+        let spec = CallSpec { user: who.user_id.clone(), def, pricing, estimate, rate, details };
         let opened = self.open_call_as(task_id, spec).await;
         // Stored (or not): the task row counts from now on, so the slots it held go back.
         if let Err(e) = self.ports.caps.release_leases(&holder).await {
