@@ -39,12 +39,18 @@ pub(crate) struct RateClaim {
 impl RateClaim {
     /// A call of `who` that counts as one request and no tokens (image, audio, video).
     pub(crate) fn request(who: &Principal) -> RateClaim {
-        RateClaim { key: who.key_id.clone(), rates: who.rates, tokens: None }
+        RateClaim { key: RateClaim::key_of(who), rates: who.rates, tokens: None }
     }
 
     /// A language call of `who` that reserves `tokens` (its prompt bound and the output its hold covers).
     pub(crate) fn language(who: &Principal, tokens: u64) -> RateClaim {
-        RateClaim { key: who.key_id.clone(), rates: who.rates, tokens: Some(tokens) }
+        RateClaim { key: RateClaim::key_of(who), rates: who.rates, tokens: Some(tokens) }
+    }
+
+    /// The key's id, copied only when the key has a limit (an empty id allocates nothing and is
+    /// never looked up: a key without limits is not counted).
+    fn key_of(who: &Principal) -> ApiKeyId {
+        if who.rates.is_limited() { who.key_id.clone() } else { ApiKeyId(String::new()) }
     }
 }
 
