@@ -1,8 +1,10 @@
 //! `gateway admin …`: each command prints exactly one JSON object on stdout.
 
+use std::num::NonZeroU32;
+
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, ModelAllowList, Scope, Timestamp, UsdAmount,
-    UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, KeyRates, ModelAllowList, Scope, Timestamp,
+    UsdAmount, UserId,
 };
 use serde_json::{Value, json};
 use service::NewUserRequest;
@@ -49,6 +51,8 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             models,
             budget_usd,
             budget_period,
+            rpm,
+            tpm,
         }) => {
             let scopes = match (all_scopes, scopes) {
                 (true, _) => Scope::ALL.to_vec(),
@@ -59,13 +63,17 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 expires_at: expires_at.as_deref().map(expiry).transpose()?,
                 models: models.as_deref().map(allow_list).transpose()?,
                 budget: budget_usd.as_deref().map(|usd| budget(usd, budget_period.as_deref())).transpose()?,
+                rates: KeyRates {
+                    rpm: rpm.as_deref().map(|n| rate_limit("--rpm", n)).transpose()?,
+                    tpm: tpm.as_deref().map(|n| rate_limit("--tpm", n)).transpose()?,
+                },
             };
             let created = gateway.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
             let mut out = key_json(&gateway, created.key);
             out["key"] = json!(created.secret);
             out
         }
-        Admin::Key(KeyCmd::Set { key, expires_at, models, budget_usd, budget_period }) => {
+        Admin::Key(KeyCmd::Set { key, expires_at, models, budget_usd, budget_period, rpm, tpm }) => {
             let change = KeyLimitsChange {
                 expires_at: expires_at.as_deref().map(|t| or_none(t, expiry)).transpose()?,
                 models: models.as_deref().map(|m| or_none(m, allow_list)).transpose()?,
@@ -77,6 +85,8 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                     Some(usd) => Some(Some(budget(usd, budget_period.as_deref())?)),
                     None => None,
                 },
+                rpm: rpm.as_deref().map(|n| or_none(n, |n| rate_limit("--rpm", n))).transpose()?,
+                tpm: tpm.as_deref().map(|n| or_none(n, |n| rate_limit("--tpm", n))).transpose()?,
             };
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             // Shown as `key list` shows it, with what it spent so far.
@@ -149,6 +159,11 @@ fn budget(usd: &str, period: Option<&str>) -> Result<KeyBudget, String> {
     }
     let period = period.map_or(Ok(BudgetPeriod::Total), str::parse).map_err(|e| format!("--budget-period: {e}"))?;
     Ok(KeyBudget { limit, period })
+}
+
+/// `--rpm` / `--tpm`: a positive integer.
+fn rate_limit(flag: &str, text: &str) -> Result<NonZeroU32, String> {
+    KeyRates::parse_limit(text).map_err(|e| format!("{flag}: {e}"))
 }
 
 /// A `key set` value: `none` clears the setting, anything else is read by `parse`.

@@ -139,8 +139,15 @@ pub enum KeyCmd {
         /// When the budget starts over: total (never, the default), day, week (Monday) or month, UTC.
         #[arg(long, requires = "budget_usd")]
         budget_period: Option<String>,
+        /// Requests (generation calls) per UTC minute, counted across replicas.
+        #[arg(long)]
+        rpm: Option<String>,
+        /// Language tokens (prompt + completion) per UTC minute, counted across replicas.
+        #[arg(long)]
+        tpm: Option<String>,
     },
-    /// Change a key's expiry, model allow-list or budget; `none` clears one. Prints the stored key.
+    /// Change a key's expiry, model allow-list, budget or rate limits; `none` clears one. Prints the
+    /// stored key.
     Set {
         /// Key id (`key_…`).
         #[arg(long)]
@@ -157,6 +164,12 @@ pub enum KeyCmd {
         /// total, day, week or month (with --budget-usd; default total).
         #[arg(long, requires = "budget_usd")]
         budget_period: Option<String>,
+        /// Requests per UTC minute, or `none` (no limit).
+        #[arg(long)]
+        rpm: Option<String>,
+        /// Language tokens per UTC minute, or `none` (no limit).
+        #[arg(long)]
+        tpm: Option<String>,
     },
     /// List a user's keys (revoked ones too) with their settings, never their secrets.
     List {

@@ -174,7 +174,7 @@ fn key_limits_are_set_at_creation_and_changed_later() {
         (vec!["create", "--user", &user, "--all-scopes", "--models", "video,,image"], "--models"),
         (vec!["set", "--key", &id, "--expires-at", "yesterday"], "RFC 3339"),
         (vec!["set", "--key", &id, "--models", "LangB-2.0-pro,nope"], "\"nope\" is neither"),
-        (vec!["set", "--key", &id], "--expires-at"),
+        (vec!["set", "--key", &id], "--expires-at, --models, --rpm and/or --tpm"),
         (vec!["set", "--key", "key_does_not_exist", "--models", "video"], "not found"),
     ];
     for (args, says) in bad {
@@ -239,6 +239,43 @@ fn key_budgets_are_set_changed_cleared_and_listed() {
     let keys = listed["keys"].as_array().expect("keys");
     assert_eq!(keys.len(), 1, "refused creations stored no key: {listed}");
     assert_eq!((&keys[0]["budget"], &keys[0]["spent_usd"]), (&Value::Null, &json!("0.000000")), "{listed}");
+}
+
+#[test]
+fn rate_limits_are_set_at_creation_changed_and_cleared() {
+    let sandbox = Sandbox::new();
+    sandbox.run(&["migrate"]).json();
+    let user = create_user(&sandbox, "1");
+    let create = ["admin", "key", "create", "--user", &user, "--all-scopes", "--rpm", "60", "--tpm", "100000"];
+    let key = sandbox.run(&create).json();
+    assert_eq!((&key["rpm"], &key["tpm"]), (&json!(60), &json!(100_000)), "{key}");
+    let id = key["id"].as_str().expect("key id").to_owned();
+    let plain = sandbox.run(&["admin", "key", "create", "--user", &user, "--all-scopes"]).json();
+    assert_eq!((&plain["rpm"], &plain["tpm"]), (&Value::Null, &Value::Null), "no limits by default: {plain}");
+
+    let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--rpm", "none"]).json();
+    assert_eq!((&cleared["rpm"], &cleared["tpm"]), (&Value::Null, &json!(100_000)), "only rpm cleared: {cleared}");
+    let changed = sandbox.run(&["admin", "key", "set", "--key", &id, "--rpm", "5", "--tpm", "none"]).json();
+    assert_eq!((&changed["rpm"], &changed["tpm"]), (&json!(5), &Value::Null), "{changed}");
+
+    let bad: [(Vec<&str>, &str); 5] = [
+        (vec!["create", "--user", &user, "--all-scopes", "--rpm", "0"], "--rpm: a rate limit is a positive integer"),
+        (vec!["create", "--user", &user, "--all-scopes", "--tpm=-5"], "--tpm"),
+        (vec!["create", "--user", &user, "--all-scopes", "--tpm", "1.5"], "--tpm"),
+        (vec!["set", "--key", &id, "--rpm", "many"], "--rpm"),
+        (vec!["set", "--key", &id, "--tpm", "4294967296"], "--tpm"),
+    ];
+    for (args, says) in bad {
+        let args: Vec<&str> = ["admin", "key"].into_iter().chain(args).collect();
+        let failed = sandbox.run(&args);
+        failed.assert_one_line_error();
+        assert!(failed.stderr.contains(says), "gateway {args:?} should say {says:?}: {}", failed.stderr);
+    }
+    let listed = sandbox.run(&["admin", "key", "list", "--user", &user]).json();
+    let keys = listed["keys"].as_array().expect("keys");
+    assert_eq!(keys.len(), 2, "refused creations stored no key: {listed}");
+    let stored = keys.iter().find(|k| k["id"] == id.as_str()).expect("the limited key");
+    assert_eq!((&stored["rpm"], &stored["tpm"]), (&json!(5), &Value::Null), "refused changes stored nothing: {listed}");
 }
 
 #[test]

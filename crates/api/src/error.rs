@@ -114,6 +114,10 @@ impl From<ServiceError> for ApiError {
                 retry_after: Some(retry_after_secs),
                 ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "concurrency_limit_exceeded", message)
             },
+            ServiceError::RateLimitExceeded { message, retry_after_secs } => ApiError {
+                retry_after: Some(retry_after_secs),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded", message)
+            },
             ServiceError::MediaQuotaExceeded(m) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "media_quota_exceeded", m)
             }
@@ -169,6 +173,7 @@ mod tests {
                 429,
                 "concurrency_limit_exceeded",
             ),
+            (ServiceError::RateLimitExceeded { message: "r".into(), retry_after_secs: 7 }, 429, "rate_limit_exceeded"),
             (ServiceError::Busy { message: "b".into(), retry_after_secs: 1 }, 503, "server_busy"),
             (ServiceError::Upstream { message: "u".into(), retryable: true }, 502, "upstream_request_failed"),
             (ServiceError::Internal("db down at 10.0.0.1".into()), 500, "internal_error"),

@@ -73,7 +73,7 @@ fn errors(codes: &[u16], error: &Value) -> Vec<(u16, &'static str, Option<Value>
                 409 => "not_cancellable, task_state_conflict or idempotency_conflict",
                 413 => "request_too_large or media_quota_exceeded",
                 415 => "unsupported_content_type",
-                429 => "concurrency_limit_exceeded, with Retry-After",
+                429 => "concurrency_limit_exceeded or rate_limit_exceeded (a key's requests or tokens per minute), with Retry-After",
                 502 => "upstream_request_failed; the hold was refunded",
                 503 => "provider_not_configured (maintenance, no upstream or no price) or server_busy",
                 _ => "error",

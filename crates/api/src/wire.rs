@@ -512,6 +512,10 @@ pub struct KeyObject {
     pub models: Option<String>,
     /// Its spend budget; `null`: only the balance limits it.
     pub budget: Option<BudgetObject>,
+    /// Generation calls it may make per UTC minute; `null`: no limit.
+    pub rpm: Option<u32>,
+    /// Language tokens (prompt + completion) it may use per UTC minute; `null`: no limit.
+    pub tpm: Option<u32>,
     /// The sum of its settled charges, all periods together.
     pub spent_usd: Usd,
     /// How many settled calls that is.
@@ -557,6 +561,8 @@ pub fn key(v: &KeyView) -> KeyObject {
             held_usd: v.budget.spend.held.into(),
             remaining_usd: v.remaining.unwrap_or(UsdAmount::ZERO).into(),
         }),
+        rpm: k.rates.rpm.map(std::num::NonZeroU32::get),
+        tpm: k.rates.tpm.map(std::num::NonZeroU32::get),
         spent_usd: v.spent.into(),
         calls: v.calls,
         revoked_at: k.revoked_at.map(Into::into),

@@ -1,5 +1,6 @@
 //! Per-key limits set by operators (issue 25): an expiry time, a model allow-list and a spend
-//! budget (total or per UTC day, week or month).
+//! budget (total or per UTC day, week or month); the rate limits are in `key_rates.rs`, and a
+//! change to any of them is a [`KeyLimitsChange`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -190,6 +191,8 @@ pub struct KeyLimits {
     pub models: Option<ModelAllowList>,
     /// Its spend budget.
     pub budget: Option<KeyBudget>,
+    /// Its requests- and tokens-per-minute limits.
+    pub rates: crate::KeyRates,
 }
 
 /// A change to a key's limits: `None` leaves a setting as it is, `Some(None)` clears it.
@@ -201,6 +204,10 @@ pub struct KeyLimitsChange {
     pub models: Option<Option<ModelAllowList>>,
     /// New spend budget, or none (the balance is the only limit).
     pub budget: Option<Option<KeyBudget>>,
+    /// New requests-per-minute limit, or none.
+    pub rpm: Option<Option<std::num::NonZeroU32>>,
+    /// New tokens-per-minute limit, or none.
+    pub tpm: Option<Option<std::num::NonZeroU32>>,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod caps;
 pub mod egress;
 pub mod inputs;
 pub mod key_limits;
+pub mod key_rates;
 pub mod kind;
 pub mod media;
 pub mod money;
@@ -23,6 +24,10 @@ pub use inputs::{InputMode, MediaType, Ratio, Resolution};
 pub use key_limits::{
     BadAllowList, BudgetPeriod, KeyBudget, KeyBudgetState, KeyLimits, KeyLimitsChange, KeySpend, ModelAllowList,
     ModelRule,
+};
+pub use key_rates::{
+    BadRateLimit, KeyRates, RATE_WINDOW_MS, RateAsk, RateGrant, RateLeases, RateLimitKind, RateUse, rate_window,
+    rate_window_end,
 };
 pub use kind::{ModelKind, UnknownName};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};

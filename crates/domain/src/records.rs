@@ -149,6 +149,8 @@ pub struct ApiKey {
     pub budget: Option<crate::KeyBudget>,
     /// Its budget counters as last read (zero for a key that never had a budget).
     pub spend: crate::KeySpend,
+    /// Its requests- and tokens-per-minute limits.
+    pub rates: crate::KeyRates,
 }
 
 impl ApiKey {

@@ -132,8 +132,8 @@ impl Gateway {
         Ok(secret)
     }
 
-    /// Issues a key with `scopes` to `user`, with `limits` (expiry, model allow-list, budget);
-    /// the secret is in the result and nowhere else.
+    /// Issues a key with `scopes` to `user`, with `limits` (expiry, model allow-list, budget, rate
+    /// limits); the secret is in the result and nowhere else.
     pub async fn create_key(
         &self,
         user: &UserId,
@@ -144,7 +144,7 @@ impl Gateway {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
         }
-        let KeyLimits { expires_at, models, budget } = limits;
+        let KeyLimits { expires_at, models, budget, rates } = limits;
         self.check_key_limits(expires_at, models.as_ref(), budget.as_ref()).await?;
         let fresh = generate_secret().map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
         let key = ApiKey {
@@ -160,6 +160,7 @@ impl Gateway {
             models,
             budget,
             spend: domain::KeySpend::default(),
+            rates,
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })
@@ -181,12 +182,14 @@ impl Gateway {
         self.keys_of(user).await
     }
 
-    /// Changes a key's expiry, allow-list and budget as `change` says (a `Some(None)` clears one)
-    /// and returns the stored key; requests with it see the change at once in this process, and
-    /// within the principal cache's lifetime (one second) on other replicas.
+    /// Changes a key's expiry, allow-list, budget and rate limits as `change` says (a `Some(None)`
+    /// clears one) and returns the stored key; requests with it see the change at once in this
+    /// process, and within the principal cache's lifetime (one second) on other replicas.
     pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {
         if change == KeyLimitsChange::default() {
-            return Err(ServiceError::InvalidRequest("give --expires-at, --models and/or --budget-usd".into()));
+            return Err(ServiceError::InvalidRequest(
+                "give --expires-at, --models, --budget-usd, --rpm and/or --tpm".into(),
+            ));
         }
         let expires_at = change.expires_at.flatten();
         let models = change.models.as_ref().and_then(Option::as_ref);

@@ -32,6 +32,7 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet) = (def.name.clone(), pricing.sheet.clone());
+        let rate = crate::rates::RateClaim::request(who);
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
@@ -39,6 +40,7 @@ impl Gateway {
             def,
             pricing,
             estimate,
+            rate,
             details,
         };
         let call = self.open_call(spec).await.map_err(|e| match e {
@@ -92,7 +94,7 @@ fn finish_audio(bytes: &[u8], public_model: &str, sheet: &PriceSheet) -> Result<
     let usage = serde_json::json!({ "original_duration": answer.get("original_duration"), "billed_seconds": seconds.min(Decimal::from(120)).to_string() });
     Ok(Finished {
         answer: Answer::Value(answer),
-        close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()) },
+        close: Close::Charge { amount: charge.total, usage: Some(usage.to_string()), tokens: 0 },
     })
 }
 

@@ -59,6 +59,8 @@ pub(crate) struct CallSpec {
     pub pricing: PricingVersion,
     /// The worst-case charge to hold.
     pub estimate: UsdAmount,
+    /// What the call counts against its key's rate limits.
+    pub rate: crate::rates::RateClaim,
     /// Descriptive task fields.
     pub details: TaskDetails,
 }
@@ -92,6 +94,9 @@ struct CallState {
     /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
     /// count while not terminal, and when caps are off).
     _permit: Option<crate::admission::Permit>,
+    /// The call's token reservation against its key's `tpm` (`None` for a key without limits),
+    /// settled on the tokens used when the call ends.
+    rate: Option<crate::rates::RateTicket>,
 }
 
 /// The client-facing message for an upstream failure that was refunded.
@@ -213,6 +218,12 @@ impl Gateway {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
         };
+        // The key's rate limits first: a refusal is immediate, holds nothing and queues for nothing.
+        let rate = self.rates.admit(&spec.rate).await.inspect_err(|e| {
+            if matches!(e, ServiceError::RateLimitExceeded { .. }) {
+                self.metrics.key_refused(crate::metrics::KeyRefusal::Rate);
+            }
+        })?;
         let permit = match spec.def.mode {
             catalog::Mode::Synchronous => self.admission.admit(&spec.user, &spec.def.name).await?,
             catalog::Mode::Asynchronous => None,
@@ -272,6 +283,7 @@ impl Gateway {
             estimate: spec.estimate,
             pricing_version_id,
             _permit: permit,
+            rate,
         };
         Ok(OpenCall { task_id, state: Some(state) })
     }
@@ -300,13 +312,19 @@ impl OpenCall {
     }
 
     /// Charges `charge` (rounded once by the caller's pricing), records `usage_json` and marks the task
-    /// `succeeded`, in one commit.
+    /// `succeeded`, in one commit; `tokens` (prompt + completion, 0 for other kinds) replace the
+    /// call's token reservation against its key's rate limit.
     pub(crate) async fn settle(
         self,
         charge: UsdAmount,
         usage_json: Option<String>,
+        tokens: u64,
     ) -> Result<CallBilling, ServiceError> {
-        self.take()?.close(Some(charge), TaskStatus::Succeeded, None, usage_json).await
+        let mut state = self.take()?;
+        if let Some(ticket) = state.rate.take() {
+            ticket.settle(tokens).await;
+        }
+        state.close(Some(charge), TaskStatus::Succeeded, None, usage_json).await
     }
 
     /// Returns the whole hold and marks the task `failed` with `code` and `message`, in one commit.
@@ -316,7 +334,12 @@ impl OpenCall {
         message: String,
         usage_json: Option<String>,
     ) -> Result<CallBilling, ServiceError> {
-        self.take()?.close(None, TaskStatus::Failed, Some((code.to_owned(), message)), usage_json).await
+        let mut state = self.take()?;
+        if let Some(ticket) = state.rate.take() {
+            // A refunded call used none of its key's tokens.
+            ticket.settle(0).await;
+        }
+        state.close(None, TaskStatus::Failed, Some((code.to_owned(), message)), usage_json).await
     }
 
     /// Refunds after an upstream failure and returns the error the client gets (502, or 503 when no
@@ -394,6 +417,9 @@ pub(crate) enum Close {
         amount: UsdAmount,
         /// The usage, as JSON text.
         usage: Option<String>,
+        /// Language tokens used (prompt + completion), counted against the key's `tpm`; 0 for
+        /// other kinds.
+        tokens: u64,
     },
     /// Nothing billable was produced: refund, and mark the task failed with `code` and `message`.
     Refund {
@@ -460,7 +486,7 @@ impl Gateway {
             Err(e) => return Err(call.fail(&e).await),
         };
         let billing = match finished.close {
-            Close::Charge { amount, usage } => call.settle(amount, usage).await?,
+            Close::Charge { amount, usage, tokens } => call.settle(amount, usage, tokens).await?,
             Close::Refund { code, message, usage } => call.refund(&code, message, usage).await?,
         };
         Ok(CallReply::Complete { answer: finished.answer, call: billing })
@@ -584,6 +610,7 @@ mod tests {
             expires_at: None,
             models: None,
             budget: None,
+            rates: domain::KeyRates::default(),
         }
     }
 
@@ -597,6 +624,7 @@ mod tests {
             def,
             pricing,
             estimate: UsdAmount::from_micros(micros),
+            rate: crate::rates::RateClaim::request(&anyone(user)),
             details: TaskDetails::default(),
         };
         gateway.open_call(spec).await.expect("open")
@@ -626,7 +654,7 @@ mod tests {
     #[tokio::test]
     async fn settle_and_refund_close_once() {
         let (gateway, store, user) = gateway().await;
-        let settled = open(&gateway, &user, 400_000).await.settle(UsdAmount::from_micros(1_234), Some("{}".into()));
+        let settled = open(&gateway, &user, 400_000).await.settle(UsdAmount::from_micros(1_234), Some("{}".into()), 0);
         let settled = settled.await.expect("settle");
         assert_eq!(settled.billing.status, BillingStatus::Settled);
         assert_eq!(settled.billing.actual, Some(UsdAmount::from_micros(1_234)));
@@ -645,6 +673,7 @@ mod tests {
             def,
             pricing,
             estimate: UsdAmount::from_micros(2_000_000),
+            rate: crate::rates::RateClaim::request(&anyone(&user)),
             details: TaskDetails::default(),
         };
         let refused = gateway.open_call(spec).await.expect_err("402");

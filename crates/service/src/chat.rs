@@ -20,6 +20,7 @@ use validation::{ChatPlan, RawBody};
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
 use crate::call::{CallSpec, Close, Finished, TaskDetails};
+use crate::rates::RateClaim;
 use crate::reply::CallReply;
 use crate::reply::StreamItem;
 use crate::stream::StreamMeter;
@@ -148,6 +149,7 @@ impl Gateway {
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();
         let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
+        let rate = RateClaim::language(who, plan.prompt_bound_tokens.saturating_add(output));
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
@@ -155,6 +157,7 @@ impl Gateway {
             def,
             pricing,
             estimate,
+            rate,
             details,
         };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
@@ -179,8 +182,9 @@ impl Gateway {
             let parsed =
                 usage_fields(&usage).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
             let amount = language_charge(&sheet, &parsed)?;
+            let tokens = parsed.prompt_tokens.saturating_add(parsed.completion_tokens);
             let answer = Answer::Upstream { body: bytes, model: public_model };
-            Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()) }, answer })
+            Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()), tokens }, answer })
         })
         .await
     }
@@ -222,7 +226,7 @@ impl StreamMeter for ChatMeter {
         false
     }
 
-    fn charge(&self) -> Result<Option<(UsdAmount, String)>, ServiceError> {
+    fn charge(&self) -> Result<Option<(UsdAmount, String, u64)>, ServiceError> {
         let (usage, json) = match &self.usage {
             Some((usage, json)) => (*usage, json.clone()),
             None if self.delivered_bytes > 0 => {
@@ -240,7 +244,7 @@ impl StreamMeter for ChatMeter {
         };
         let amount = billing::language_charge(&self.sheet, &usage)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", self.public_model)))?;
-        Ok(Some((amount.total, json.to_string())))
+        Ok(Some((amount.total, json.to_string(), usage.prompt_tokens.saturating_add(usage.completion_tokens))))
     }
 }
 
@@ -373,7 +377,7 @@ mod tests {
         };
         let chunk = json!({"choices": [{"delta": {"content": "x".repeat(400)}}]});
         meter.observe(SseEvent { event: None, data: chunk.to_string().into_bytes() }).await.expect("chunk");
-        let (_, usage) = meter.charge().expect("priced").expect("charged");
+        let (_, usage, _) = meter.charge().expect("priced").expect("charged");
         let usage: Value = serde_json::from_str(&usage).expect("usage");
         assert_eq!((&usage["completion_tokens"], &usage["estimated"]), (&json!(3), &json!(true)), "{usage}");
     }

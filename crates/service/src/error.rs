@@ -57,6 +57,14 @@ pub enum ServiceError {
         /// Seconds after which a retry may find room (the `Retry-After` header).
         retry_after_secs: u64,
     },
+    /// A key's requests- or tokens-per-minute limit is reached (429 `rate_limit_exceeded`).
+    #[error("{message}")]
+    RateLimitExceeded {
+        /// Which limit of the key, and its value.
+        message: String,
+        /// Seconds until the key's current minute ends (the `Retry-After` header).
+        retry_after_secs: u64,
+    },
     /// Storing the media would pass the user's `media_quota_bytes` (413 `media_quota_exceeded`).
     #[error("{0}")]
     MediaQuotaExceeded(String),

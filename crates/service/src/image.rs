@@ -38,6 +38,7 @@ impl Gateway {
             ..TaskDetails::default()
         };
         let (public_model, sheet, references) = (def.name.clone(), pricing.sheet.clone(), plan.reference_images);
+        let rate = crate::rates::RateClaim::request(who);
         let call = self
             .open_call(CallSpec {
                 user: who.user_id.clone(),
@@ -46,6 +47,7 @@ impl Gateway {
                 def,
                 pricing,
                 estimate,
+                rate,
                 details,
             })
             .await?;
@@ -108,7 +110,10 @@ fn finish_image(
     }
     let charge = billing::image_charge(sheet, &ImageUsage { reference_images: references, generated })
         .map_err(|e| UpstreamError::Malformed(format!("the generated images cannot be priced: {e}")))?;
-    Ok(Finished { answer: Answer::Value(answer), close: Close::Charge { amount: charge.total, usage: Some(usage) } })
+    Ok(Finished {
+        answer: Answer::Value(answer),
+        close: Close::Charge { amount: charge.total, usage: Some(usage), tokens: 0 },
+    })
 }
 
 /// Makes the answer's `usage` state what was billed (`generated_images` = successful items,

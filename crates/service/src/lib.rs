@@ -16,6 +16,7 @@ mod image;
 mod keys;
 mod metrics;
 mod native;
+mod rates;
 mod reads;
 mod reply;
 mod stream;
@@ -27,7 +28,9 @@ use billing::{CallBook, Ledger};
 use domain::ports::{
     AccountStore, IdSource, IdempotencyStore, ModelStore, Readiness, ResponseOwners, TaskStore, Upstream,
 };
-use domain::{ApiKeyId, CapLeases, Clock, ModelAllowList, ModelKind, Scope, Timestamp, UserId, VideoStore};
+use domain::{
+    ApiKeyId, CapLeases, Clock, KeyRates, ModelAllowList, ModelKind, RateLeases, Scope, Timestamp, UserId, VideoStore,
+};
 
 pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
 pub use admission::AdmissionSettings;
@@ -68,6 +71,8 @@ pub struct Ports {
     pub videos: Arc<dyn VideoStore>,
     /// Concurrency slots leased by replicas.
     pub caps: Arc<dyn CapLeases>,
+    /// Per-key rate-limit counters, leased by replicas in blocks.
+    pub rates: Arc<dyn RateLeases>,
     /// Whether the store is reachable and migrated.
     pub readiness: Arc<dyn Readiness>,
     /// Time.
@@ -93,6 +98,7 @@ impl Ports {
             + ResponseOwners
             + VideoStore
             + CapLeases
+            + RateLeases
             + Readiness
             + Clone
             + 'static,
@@ -105,6 +111,7 @@ impl Ports {
             responses: Arc::new(store.clone()),
             videos: Arc::new(store.clone()),
             caps: Arc::new(store.clone()),
+            rates: Arc::new(store.clone()),
             readiness: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             ledger: Arc::new(store),
@@ -144,6 +151,8 @@ pub struct Principal {
     /// The key's spend budget, as last read (see `cache::CACHE_TTL`); its calls' holds count
     /// against it when it has one.
     pub budget: Option<domain::KeyBudget>,
+    /// The key's requests- and tokens-per-minute limits.
+    pub rates: KeyRates,
 }
 
 impl Principal {
@@ -171,6 +180,8 @@ pub struct Gateway {
     video_wake: Arc<tokio::sync::Notify>,
     /// Concurrency caps of synchronous calls.
     admission: admission::Admission,
+    /// Per-key rate limits.
+    rates: rates::Rates,
     /// This replica's Prometheus metrics.
     metrics: Arc<metrics::Metrics>,
     /// Calls, streams and refunds running on tasks of their own.
@@ -187,8 +198,10 @@ impl Gateway {
             Arc::clone(&ports.caps),
             Arc::clone(&ports.clock),
         );
+        let rates = rates::Rates::new(Arc::clone(&ports.rates), Arc::clone(&ports.clock));
         Gateway {
             admission,
+            rates,
             metrics: Arc::new(metrics::Metrics::default()),
             background: Background::default(),
             ports,
@@ -293,6 +306,7 @@ impl Gateway {
                     expires_at: key.expires_at,
                     models: key.models,
                     budget: key.budget,
+                    rates: key.rates,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal

@@ -63,6 +63,8 @@ pub(crate) enum KeyRefusal {
     Model,
     /// Its spend budget does not cover the call's hold.
     Budget,
+    /// A requests- or tokens-per-minute limit is reached.
+    Rate,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -198,7 +200,7 @@ impl Metrics {
         );
         r.register(
             "key_refusals",
-            "Requests refused for a valid key's limits, by reason (expired, model); never by key",
+            "Requests refused for a valid key's limits, by reason (expired, model, rate); never by key",
             self.key_refusals.clone(),
         );
         r.register("store_up", "Whether the last scrape could read the store (1) or not (0)", self.store_up.clone());
@@ -267,6 +269,7 @@ impl Metrics {
             KeyRefusal::Expired => "expired",
             KeyRefusal::Model => "model",
             KeyRefusal::Budget => "budget",
+            KeyRefusal::Rate => "rate",
         };
         self.key_refusals.get_or_create(&ReasonLabel { reason }).inc();
     }

@@ -32,6 +32,7 @@ use validation::RawBody;
 use crate::answer::object_member;
 use crate::call::{CallSpec, Close, Finished, TaskDetails};
 use crate::chat::{cpu_bound, language_charge};
+use crate::rates::RateClaim;
 use crate::reply::CallReply;
 use crate::reply::StreamItem;
 use crate::stream::StreamMeter;
@@ -134,6 +135,7 @@ impl Gateway {
             plan.max_output_tokens,
         );
         let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
+        let rate = RateClaim::language(who, plan.prompt_bound_tokens.saturating_add(plan.max_output_tokens));
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
@@ -141,6 +143,7 @@ impl Gateway {
             def,
             pricing,
             estimate,
+            rate,
             details,
         };
         let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
@@ -220,8 +223,9 @@ impl NativeMeter {
         let parsed =
             self.format.usage(&usage).ok_or_else(|| UpstreamError::Malformed("the answer carries no usage".into()))?;
         let amount = language_charge(&self.sheet, &parsed)?;
+        let tokens = parsed.prompt_tokens.saturating_add(parsed.completion_tokens);
         let answer = Answer::Upstream { body: bytes, model: self.public_model.clone() };
-        Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()) }, answer })
+        Ok(Finished { close: Close::Charge { amount, usage: Some(usage.to_string()), tokens }, answer })
     }
 
     /// Renames the model of the object at `pointer` (the event itself, or its `message` / `response`).
@@ -312,7 +316,7 @@ impl StreamMeter for NativeMeter {
         self.complete
     }
 
-    fn charge(&self) -> Result<Option<(UsdAmount, String)>, ServiceError> {
+    fn charge(&self) -> Result<Option<(UsdAmount, String, u64)>, ServiceError> {
         let reported = self.usage.as_ref().and_then(|u| self.format.usage(u));
         let usage = match reported {
             Some(usage) if self.final_usage => usage,
@@ -337,7 +341,7 @@ impl StreamMeter for NativeMeter {
         };
         let amount = billing::language_charge(&self.sheet, &usage)
             .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", self.public_model)))?;
-        Ok(Some((amount.total, json)))
+        Ok(Some((amount.total, json, usage.prompt_tokens.saturating_add(usage.completion_tokens))))
     }
 }
 
@@ -383,14 +387,14 @@ mod tests {
         meter.observe(event("content_block_delta", delta)).await.expect("event");
         assert!(!meter.complete());
         // Cut before message_delta: prompt as reported, output from the text (8 bytes → 2 tokens).
-        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        let (amount, usage, _) = meter.charge().expect("priced").expect("charged");
         assert_eq!(amount.micros(), 141, "1000 × 0.14 + 2 × 0.28 = 140.56 → 141");
         assert!(usage.contains("estimated"));
         let md = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}});
         meter.observe(event("message_delta", md)).await.expect("event");
         meter.observe(event("message_stop", json!({"type": "message_stop"}))).await.expect("event");
         assert!(meter.complete());
-        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        let (amount, usage, _) = meter.charge().expect("priced").expect("charged");
         assert_eq!(amount.micros(), 151, "1000 × 0.14 + 40 × 0.28 = 151.2 → 151");
         assert!(usage.contains("\"input_tokens\":1000") && usage.contains("\"output_tokens\":40"), "{usage}");
     }
@@ -406,8 +410,9 @@ mod tests {
             "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}});
         meter.observe(event("response.completed", done)).await.expect("event");
         assert!(meter.complete());
-        let (amount, _) = meter.charge().expect("priced").expect("charged");
+        let (amount, _, tokens) = meter.charge().expect("priced").expect("charged");
         assert_eq!(amount.micros(), 2, "10 × 0.14 + 3 × 0.28 = 2.24 → 2");
+        assert_eq!(tokens, 13, "prompt + completion count against the key's tokens per minute");
         assert!(meter.observe(SseEvent { event: None, data: b"not json".to_vec() }).await.is_err());
     }
 
@@ -421,7 +426,7 @@ mod tests {
         let delta = json!({"type": "content_block_delta", "index": 0,
             "delta": {"type": "text_delta", "text": "a-very-long-token-of-forty-bytes-and-more"}});
         meter.observe(event("content_block_delta", delta)).await.expect("event");
-        let (amount, usage) = meter.charge().expect("priced").expect("charged");
+        let (amount, usage, _) = meter.charge().expect("priced").expect("charged");
         assert_eq!(amount.micros(), 141, "1000 × 0.14 + 2 (the cap, not 11) × 0.28 = 140.56 → 141");
         assert!(usage.contains("\"completion_tokens\":2"), "{usage}");
     }

@@ -36,9 +36,10 @@ pub(crate) trait StreamMeter: Send + 'static {
     const ENDS_WITH_FINAL_EVENT: bool;
     /// Whether the event just observed was the format's final event.
     fn complete(&self) -> bool;
-    /// The charge for what was produced (reported usage, else an estimate from what was delivered) and
-    /// the usage to record; `None` when nothing billable was produced.
-    fn charge(&self) -> Result<Option<(UsdAmount, String)>, ServiceError>;
+    /// The charge for what was produced (reported usage, else an estimate from what was delivered),
+    /// the usage to record and the tokens used (prompt + completion, counted against the key's
+    /// `tpm`); `None` when nothing billable was produced.
+    fn charge(&self) -> Result<Option<(UsdAmount, String, u64)>, ServiceError>;
 }
 
 impl Gateway {
@@ -135,7 +136,7 @@ impl Gateway {
 async fn close_stream<M: StreamMeter>(call: OpenCall, meter: M, failure: Option<&UpstreamError>) -> bool {
     let task = call.task_id().clone();
     let closed = match meter.charge() {
-        Ok(Some((amount, usage))) => call.settle(amount, Some(usage)).await.map(|_| true),
+        Ok(Some((amount, usage, tokens))) => call.settle(amount, Some(usage), tokens).await.map(|_| true),
         Ok(None) => {
             let why = failure.map_or_else(|| "the stream ended with no output".to_owned(), ToString::to_string);
             call.refund("upstream_request_failed", why, None).await.map(|_| false)

@@ -1,10 +1,12 @@
 //! `AccountStore`: users and hashed API keys.
 
+use std::num::NonZeroU32;
+
 use async_trait::async_trait;
-use domain::ports::{AccountStore, KeyTotal, StoreError};
+use domain::ports::{AccountStore, BadValue, KeyTotal, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeySpend, LedgerKind, ModelAllowList, NewUser, Scope,
-    Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeyRates, KeySpend, LedgerKind, ModelAllowList,
+    NewUser, Scope, Timestamp, UsdAmount, User, UserId,
 };
 use sea_orm::{
     ActiveModelTrait,
@@ -40,6 +42,7 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
     let scopes =
         Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
     let budget = budget_of(&row.id, row.budget_micros, row.budget_period.as_deref())?;
+    let rates = KeyRates { rpm: rate_limit(&row.id, "rpm", row.rpm)?, tpm: rate_limit(&row.id, "tpm", row.tpm)? };
     Ok(ApiKey {
         id: ApiKeyId(row.id),
         user_id: UserId(row.user_id),
@@ -57,6 +60,7 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
             spent: UsdAmount::from_micros(row.budget_spent_micros),
             held: UsdAmount::from_micros(row.budget_held_micros),
         },
+        rates,
     })
 }
 
@@ -74,6 +78,23 @@ pub(crate) fn budget_of(key: &str, micros: Option<i64>, period: Option<&str>) ->
             std::io::Error::other("a limit without a period, or a period without a limit"),
         )),
     }
+}
+
+/// A stored rate limit: NULL, or a positive count that fits its type.
+fn rate_limit(key: &str, column: &str, value: Option<i64>) -> Result<Option<NonZeroU32>, StoreError> {
+    value
+        .map(|n| {
+            u32::try_from(n)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .ok_or_else(|| StoreError::corrupt(format!("{column} of key {key}"), BadValue(n.to_string())))
+        })
+        .transpose()
+}
+
+/// A rate limit as stored.
+fn rate_column(limit: Option<NonZeroU32>) -> Option<i64> {
+    limit.map(|n| i64::from(n.get()))
 }
 
 fn scopes_text(scopes: &[Scope]) -> String {
@@ -156,6 +177,8 @@ impl AccountStore for Store {
             budget_period_start: NotSet,
             budget_spent_micros: NotSet,
             budget_held_micros: NotSet,
+            rpm: Set(rate_column(key.rates.rpm)),
+            tpm: Set(rate_column(key.rates.tpm)),
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
@@ -200,6 +223,12 @@ impl AccountStore for Store {
                     api_keys::Column::BudgetPeriod,
                     sea_orm::sea_query::Expr::value(budget.map(|b| b.period.as_str().to_owned())),
                 );
+        }
+        if let Some(rpm) = change.rpm {
+            update = update.col_expr(api_keys::Column::Rpm, sea_orm::sea_query::Expr::value(rate_column(rpm)));
+        }
+        if let Some(tpm) = change.tpm {
+            update = update.col_expr(api_keys::Column::Tpm, sea_orm::sea_query::Expr::value(rate_column(tpm)));
         }
         let changed = update.exec(self.db.writes()).await.map_err(backend_err)?;
         if changed.rows_affected == 0 {

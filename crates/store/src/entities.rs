@@ -62,6 +62,8 @@ pub mod api_keys {
         pub budget_period_start: i64,
         pub budget_spent_micros: i64,
         pub budget_held_micros: i64,
+        pub rpm: Option<i64>,
+        pub tpm: Option<i64>,
     }
     no_relations!();
 }

@@ -33,6 +33,7 @@ mod pg_assume;
 mod pg_book;
 mod pg_rows;
 mod prune;
+mod rates;
 mod responses;
 mod sqlite_book;
 mod tasks;

@@ -68,6 +68,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0012_key_budgets.sql"),
         include_str!("../../../migrations/postgres/0012_key_budgets.sql"),
     ),
+    (
+        13,
+        include_str!("../../../migrations/sqlite/0013_key_rates.sql"),
+        include_str!("../../../migrations/postgres/0013_key_rates.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -39,6 +39,7 @@ async fn budget_key(store: &Store, user: &UserId, id: &str, budget: KeyBudget) -
         models: None,
         budget: Some(budget),
         spend: KeySpend::default(),
+        rates: domain::KeyRates::default(),
     };
     store.create_key(key).await.unwrap_or_else(|e| panic!("{}: key: {e}", name(store))).id
 }

@@ -1,12 +1,14 @@
-//! Per-key limits (issue 25): an expiry time, a model allow-list and a budget are stored at
-//! creation, changed or cleared one at a time, read back with the key, and an unreadable stored
-//! list or budget is corrupt.
+//! Per-key limits (issue 25): an expiry time, a model allow-list, a budget and rate limits are
+//! stored at creation, changed or cleared one at a time, read back with the key, and an unreadable
+//! stored list, budget or limit is corrupt.
 
 mod common;
 
 use common::{TestDb, name, usd, user_with};
 use domain::ports::{AccountStore, StoreError};
-use domain::{ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, ModelAllowList, Scope, Timestamp};
+use std::num::NonZeroU32;
+
+use domain::{ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeyRates, ModelAllowList, Scope, Timestamp};
 use sea_orm::{ConnectionTrait, Database};
 
 fn key(user: &domain::UserId, id: &str) -> ApiKey {
@@ -23,6 +25,7 @@ fn key(user: &domain::UserId, id: &str) -> ApiKey {
         models: Some(ModelAllowList::parse("language,Img-1").expect("list")),
         budget: Some(KeyBudget { limit: usd(50_000), period: BudgetPeriod::Week }),
         spend: domain::KeySpend::default(),
+        rates: KeyRates { rpm: NonZeroU32::new(60), tpm: NonZeroU32::new(100_000) },
     }
 }
 
@@ -43,9 +46,14 @@ async fn limits_are_stored_changed_and_cleared() {
         assert_eq!(changed.expires_at, created.expires_at, "{db_name}: expiry untouched");
 
         let video = ModelAllowList::parse("video").expect("list");
-        let both = KeyLimitsChange { expires_at: Some(None), models: Some(Some(video.clone())), budget: None };
+        let both = KeyLimitsChange { expires_at: Some(None), models: Some(Some(video.clone())), ..Default::default() };
         let changed = store.set_key_limits(&created.id, both).await.expect("change both");
         assert_eq!((changed.expires_at, changed.models.clone()), (None, Some(video)), "{db_name}");
+        assert_eq!(changed.rates, created.rates, "{db_name}: rates untouched");
+
+        let rates = KeyLimitsChange { rpm: Some(None), tpm: Some(NonZeroU32::new(5)), ..Default::default() };
+        let changed = store.set_key_limits(&created.id, rates).await.expect("change rates");
+        assert_eq!(changed.rates, KeyRates { rpm: None, tpm: NonZeroU32::new(5) }, "{db_name}: rpm cleared");
         let (found, _) = store.key_by_hash("hash-key_a").await.expect("read").expect("found");
         assert_eq!(found, changed, "{db_name}: stored");
 
@@ -64,8 +72,9 @@ async fn limits_are_stored_changed_and_cleared() {
         let nothing = store.set_key_limits(&created.id, KeyLimitsChange::default()).await;
         assert!(matches!(nothing, Err(StoreError::Invalid(_))), "{db_name}: {nothing:?}");
 
-        let other = ApiKey { expires_at: None, models: None, budget: None, ..key(&user, "key_b") };
-        let other = store.create_key(other).await;
+        let unlimited =
+            ApiKey { expires_at: None, models: None, budget: None, rates: KeyRates::default(), ..key(&user, "key_b") };
+        let other = store.create_key(unlimited).await;
         let other = other.expect("second key");
         let listed = store.keys_of_user(&user).await.expect("list");
         assert_eq!(listed, vec![changed.clone(), other], "{db_name}: both keys, oldest first");
@@ -87,6 +96,12 @@ async fn limits_are_stored_changed_and_cleared() {
         raw.close().await.expect("close");
         let unknown = store.key_by_hash("hash-key_b").await;
         assert!(matches!(unknown, Err(StoreError::Corrupt { .. })), "{db_name}: an unknown period: {unknown:?}");
+        let raw = Database::connect(db.url.as_str()).await.expect("raw connection");
+        let zero = "UPDATE api_keys SET budget_micros = NULL, budget_period = NULL, rpm = 0 WHERE id = 'key_b'";
+        raw.execute_unprepared(zero).await.expect("spoil");
+        raw.close().await.expect("close");
+        let corrupt = store.key_by_hash("hash-key_b").await;
+        assert!(matches!(corrupt, Err(StoreError::Corrupt { .. })), "{db_name}: a zero limit: {corrupt:?}");
         store.close().await.expect("close");
         db.cleanup().await;
     }

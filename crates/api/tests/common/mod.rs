@@ -128,6 +128,21 @@ impl Server {
         Server { label, addr, gateway, store, url: db_url, shutdown: Some(tx), task: Some(task), dir: Some(dir) }
     }
 
+    /// A second replica on this server's database (its own store, gateway and listener on
+    /// `127.0.0.1:0`), with the use cases `wire` makes from its store's ports.
+    pub async fn replica(&self, wire: impl FnOnce(Ports) -> Gateway) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let store = Store::connect(&self.url).await.expect("connect the second replica");
+        let gateway = wire(Ports::from_store(store.clone(), std::sync::Arc::new(SystemClock)));
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(api::serve(listener, api::AppState::new(gateway.clone()), async {
+            let _ = rx.await;
+        }));
+        let (label, url) = (self.label, self.url.clone());
+        Server { label, addr, gateway, store, url, shutdown: Some(tx), task: Some(task), dir: None }
+    }
+
     /// Triggers the shutdown future and checks that `serve` returns `Ok` promptly; cleans up.
     pub async fn stop(mut self) {
         self.trigger_shutdown();
@@ -192,6 +207,13 @@ impl Server {
     /// A key for `user` carrying `scopes` and `limits`.
     pub async fn key_with(&self, user: &UserId, scopes: &[Scope], limits: domain::KeyLimits) -> CreatedKey {
         self.gateway.create_key(user, scopes.to_vec(), "test", limits).await.expect("create key")
+    }
+
+    /// A key for `user` carrying `scopes` and limited to `rpm` requests and `tpm` tokens per minute
+    /// (0: no limit of that kind).
+    pub async fn key_with_rates(&self, user: &UserId, scopes: &[Scope], rpm: u32, tpm: u32) -> CreatedKey {
+        let rates = domain::KeyRates { rpm: std::num::NonZeroU32::new(rpm), tpm: std::num::NonZeroU32::new(tpm) };
+        self.key_with(user, scopes, domain::KeyLimits { rates, ..domain::KeyLimits::default() }).await
     }
 
     /// Stores `task` through the store's `TaskStore` port.

@@ -233,6 +233,7 @@ impl Gateway {
         };
         // The slots are taken last, right before the task is stored, and given back on every path.
         let holder = self.take_video_slots(who, &task_id, &def.name).await?;
+        let rate = crate::rates::RateClaim::request(who);
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
@@ -240,6 +241,7 @@ impl Gateway {
             def,
             pricing,
             estimate,
+            rate,
             details,
         };
         let opened = self.open_call_as(task_id, spec).await;
