@@ -3,8 +3,8 @@
 use std::num::NonZeroU32;
 
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimits, KeyLimitsChange, KeyRates, ModelAllowList, Scope, Timestamp,
-    UsdAmount, UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, IpAllowList, KeyBudget, KeyLimits, KeyLimitsChange, KeyRates, ModelAllowList,
+    Scope, Timestamp, UsdAmount, UserId,
 };
 use serde_json::{Value, json};
 use service::NewUserRequest;
@@ -53,6 +53,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             budget_period,
             rpm,
             tpm,
+            allow_ip,
         }) => {
             let scopes = match (all_scopes, scopes) {
                 (true, _) => Scope::ALL.to_vec(),
@@ -67,13 +68,14 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                     rpm: rpm.as_deref().map(|n| rate_limit("--rpm", n)).transpose()?,
                     tpm: tpm.as_deref().map(|n| rate_limit("--tpm", n)).transpose()?,
                 },
+                allow_ips: allow_ip.as_deref().map(ip_list).transpose()?,
             };
             let created = gateway.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
             let mut out = key_json(&gateway, created.key);
             out["key"] = json!(created.secret);
             out
         }
-        Admin::Key(KeyCmd::Set { key, expires_at, models, budget_usd, budget_period, rpm, tpm }) => {
+        Admin::Key(KeyCmd::Set { key, expires_at, models, budget_usd, budget_period, rpm, tpm, allow_ip }) => {
             let change = KeyLimitsChange {
                 expires_at: expires_at.as_deref().map(|t| or_none(t, expiry)).transpose()?,
                 models: models.as_deref().map(|m| or_none(m, allow_list)).transpose()?,
@@ -87,6 +89,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 },
                 rpm: rpm.as_deref().map(|n| or_none(n, |n| rate_limit("--rpm", n))).transpose()?,
                 tpm: tpm.as_deref().map(|n| or_none(n, |n| rate_limit("--tpm", n))).transpose()?,
+                allow_ips: allow_ip.as_deref().map(|l| or_none(l, ip_list)).transpose()?,
             };
             let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             // Shown as `key list` shows it, with what it spent so far.
@@ -159,6 +162,11 @@ fn budget(usd: &str, period: Option<&str>) -> Result<KeyBudget, String> {
     }
     let period = period.map_or(Ok(BudgetPeriod::Total), str::parse).map_err(|e| format!("--budget-period: {e}"))?;
     Ok(KeyBudget { limit, period })
+}
+
+/// `--allow-ip`: networks and addresses.
+fn ip_list(text: &str) -> Result<IpAllowList, String> {
+    IpAllowList::parse(text).map_err(|e| format!("--allow-ip: {e}"))
 }
 
 /// `--rpm` / `--tpm`: a positive integer.

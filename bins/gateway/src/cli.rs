@@ -34,9 +34,10 @@ pub enum Command {
         #[arg(long)]
         listen: String,
     },
-    /// Operator commands; each prints one JSON object.
+    /// Operator commands; each prints one JSON object (boxed: the key commands' flags make it
+    /// much larger than the others).
     #[command(subcommand)]
-    Admin(Admin),
+    Admin(Box<Admin>),
 }
 
 /// `gateway admin …`.
@@ -145,6 +146,9 @@ pub enum KeyCmd {
         /// Language tokens (prompt + completion) per UTC minute, counted across replicas.
         #[arg(long)]
         tpm: Option<String>,
+        /// Comma-separated client networks (CIDR) or addresses the key may be used from.
+        #[arg(long)]
+        allow_ip: Option<String>,
     },
     /// Change a key's expiry, model allow-list, budget or rate limits; `none` clears one. Prints the
     /// stored key.
@@ -170,6 +174,9 @@ pub enum KeyCmd {
         /// Language tokens per UTC minute, or `none` (no limit).
         #[arg(long)]
         tpm: Option<String>,
+        /// Comma-separated client networks or addresses, or `none` (any address).
+        #[arg(long)]
+        allow_ip: Option<String>,
     },
     /// List a user's keys (revoked ones too) with their settings, never their secrets.
     List {

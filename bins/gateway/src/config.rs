@@ -18,7 +18,7 @@ use serde::Deserialize;
 use tracing_subscriber::filter::Targets;
 
 pub use self::values::{LogFormat, Secret};
-use self::values::{Span, at_least, database_url, list, log_filter, socket_address, usd, within};
+use self::values::{Span, at_least, database_url, ip_list, list, log_filter, socket_address, usd, within};
 
 mod values;
 
@@ -187,6 +187,12 @@ settings! {
         prune_batch: u64 = 500,
         /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401).
         metrics_token: Secret = Secret::default(),
+        /// Load balancers in front of the gateway (CIDR networks or addresses; in the environment:
+        /// comma-separated): a request from one of them is taken to come from the address it puts
+        /// in `X-Forwarded-For` (keys' `--allow-ip` lists are checked against that). Empty: the
+        /// connection's peer is the client, and `X-Forwarded-For` is ignored.
+        #[serde(deserialize_with = "ip_list")]
+        trusted_proxies: domain::IpAllowList = domain::IpAllowList::default(),
     }
 }
 

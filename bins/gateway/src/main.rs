@@ -62,7 +62,7 @@ fn main() -> ExitCode {
             Command::Serve { demo } => serve::run(config, demo).await,
             Command::Migrate => serve::migrate(&config).await,
             Command::SimUpstream { listen } => serve::sim_upstream(&listen).await,
-            Command::Admin(cmd) => admin::run(&config, cmd).await,
+            Command::Admin(cmd) => admin::run(&config, *cmd).await,
         }
     });
     match outcome {

@@ -93,7 +93,8 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     let state = api::AppState::new(gateway.clone())
         .with_body_budget(config.body_budget())
         .with_limits(config.limits())
-        .with_metrics_token(config.metrics_token.expose());
+        .with_metrics_token(config.metrics_token.expose())
+        .with_trusted_proxies(config.trusted_proxies.clone());
     let served = api::serve(listener, state, shutdown.signalled()).await.map_err(|e| e.to_string());
     // The server has drained its connections. Calls whose clients left, streams, refunds and
     // idempotency completions still run on tasks of their own: let them end their holds.

@@ -174,7 +174,7 @@ fn key_limits_are_set_at_creation_and_changed_later() {
         (vec!["create", "--user", &user, "--all-scopes", "--models", "video,,image"], "--models"),
         (vec!["set", "--key", &id, "--expires-at", "yesterday"], "RFC 3339"),
         (vec!["set", "--key", &id, "--models", "LangB-2.0-pro,nope"], "\"nope\" is neither"),
-        (vec!["set", "--key", &id], "--expires-at, --models, --rpm and/or --tpm"),
+        (vec!["set", "--key", &id], "--expires-at, --models, --budget-usd, --rpm, --tpm and/or --allow-ip"),
         (vec!["set", "--key", "key_does_not_exist", "--models", "video"], "not found"),
     ];
     for (args, says) in bad {
@@ -276,6 +276,25 @@ fn rate_limits_are_set_at_creation_changed_and_cleared() {
     assert_eq!(keys.len(), 2, "refused creations stored no key: {listed}");
     let stored = keys.iter().find(|k| k["id"] == id.as_str()).expect("the limited key");
     assert_eq!((&stored["rpm"], &stored["tpm"]), (&json!(5), &Value::Null), "refused changes stored nothing: {listed}");
+}
+
+#[test]
+fn key_address_lists_are_set_and_cleared() {
+    let sandbox = Sandbox::new();
+    sandbox.run(&["migrate"]).json();
+    let user = create_user(&sandbox, "1");
+    let key =
+        sandbox.run(&["admin", "key", "create", "--user", &user, "--all-scopes", "--allow-ip", "10.1.2.3/8, ::1"]);
+    let key = key.json();
+    assert_eq!(key["allow_ips"], "10.0.0.0/8,::1/128", "{key}");
+    let id = key["id"].as_str().expect("key id").to_owned();
+    let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--allow-ip", "none"]).json();
+    assert_eq!(cleared["allow_ips"], Value::Null, "{cleared}");
+    for bad in ["10.0.0.0/33", "lb.local", ""] {
+        let failed = sandbox.run(&["admin", "key", "set", "--key", &id, "--allow-ip", bad]);
+        failed.assert_one_line_error();
+        assert!(failed.stderr.contains("--allow-ip"), "{bad:?}: {}", failed.stderr);
+    }
 }
 
 #[test]

@@ -45,6 +45,7 @@ fn an_unusable_configuration_stops_the_binary_with_the_setting_named() {
     assert_refused(&sandbox, &[("GATEWAY_LOG", "store=loud")], None, "GATEWAY_LOG");
     assert_refused(&sandbox, &[("GATEWAY_CAP_LEASE_MS", "10")], None, "GATEWAY_CAP_LEASE_MS");
     assert_refused(&sandbox, &[("GATEWAY_PRUNE_INTERVAL", "soon")], None, "GATEWAY_PRUNE_INTERVAL");
+    assert_refused(&sandbox, &[("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,lb.local")], None, "GATEWAY_TRUSTED_PROXIES");
     let err = assert_refused(
         &sandbox,
         &[("GATEWAY_METRICS_TOKEN", "never-printed"), ("GATEWAY_WORKER_USER_SLOTS", "many")],
@@ -55,8 +56,15 @@ fn an_unusable_configuration_stops_the_binary_with_the_setting_named() {
     let file = sandbox.file("bad.toml", "worker_task_slots = 4\nprune_batchh = 10\n");
     assert_refused(&sandbox, &[], Some(&file), "prune_batchh");
     // The same settings, valid, are used.
-    let (code, out, err) =
-        migrate(&sandbox, &[("GATEWAY_LOG", "warn,store=debug"), ("GATEWAY_CAP_LEASE_MS", "1000")], None);
+    let (code, out, err) = migrate(
+        &sandbox,
+        &[
+            ("GATEWAY_LOG", "warn,store=debug"),
+            ("GATEWAY_CAP_LEASE_MS", "1000"),
+            ("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8, ::1"),
+        ],
+        None,
+    );
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("migrations_applied"), "{out}");
 }

@@ -16,6 +16,7 @@ use crate::headers::{bearer, digest, idempotency_key, replay};
 use crate::response::{Response, json_response, ok_json};
 use crate::routes::{Route, decode_query};
 use crate::sse::{SseBody, StreamFormat};
+use crate::state::client_ip;
 use crate::state::{AppState, CallLog};
 use crate::wire;
 
@@ -52,7 +53,7 @@ fn metrics_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError
 }
 
 async fn auth(gateway: &Gateway, parts: &Parts, scope: Scope) -> Result<Principal, ApiError> {
-    Ok(gateway.authenticate(bearer(&parts.headers), scope).await?)
+    Ok(gateway.authenticate(bearer(&parts.headers), scope, client_ip(parts)).await?)
 }
 
 /// Runs `route` for a request whose body has been set aside.
@@ -229,7 +230,8 @@ struct Svc<'a> {
 /// task of its own, so that a client that hangs up cannot stop it half-way: its reservation is always
 /// settled or refunded and its key completed or released.
 async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
-    let who = state.gateway().authenticate(route.presented_key(&parts.headers), route.scope()).await?;
+    let presented = route.presented_key(&parts.headers);
+    let who = state.gateway().authenticate(presented, route.scope(), client_ip(&parts)).await?;
     route.check_headers(&parts.headers)?;
     let bytes =
         read_json(&parts.headers, body, route.body_limit(), state.body_budget(), who.user_id.as_str(), state.pace())

@@ -74,7 +74,9 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
         let service = {
             let (state, activity) = (state.clone(), Arc::clone(&activity));
-            service_fn(move |req| {
+            service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                let client = state.client_ip(peer.ip(), req.headers());
+                req.extensions_mut().insert(crate::state::ClientIp(client));
                 let state = state.clone();
                 let busy = Busy::begin(&activity);
                 async move {

@@ -53,6 +53,39 @@ pub struct AppState {
     limits: Limits,
     /// The SHA-256 of the token `GET /metrics` requires (`None`: open, as before).
     metrics_token: Option<[u8; 32]>,
+    /// Proxies whose `X-Forwarded-For` names the client (empty: the peer is the client).
+    trusted_proxies: domain::IpAllowList,
+}
+
+/// The client of a request that came from `peer` with `headers`: the peer itself, unless it is one
+/// of the `trusted` proxies; then, walking `X-Forwarded-For` from its right end, the first address
+/// that is not a trusted proxy (an entry that is no address stops the walk at the last hop read).
+fn client_behind(trusted: &domain::IpAllowList, peer: std::net::IpAddr, headers: &http::HeaderMap) -> std::net::IpAddr {
+    if trusted.is_empty() || !trusted.allows(peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for value in headers.get_all("x-forwarded-for").iter().rev() {
+        let Ok(text) = value.to_str() else { return client };
+        for item in text.rsplit(',') {
+            let Ok(ip) = item.trim().parse::<std::net::IpAddr>() else { return client };
+            client = ip;
+            if !trusted.allows(ip) {
+                return client;
+            }
+        }
+    }
+    client
+}
+
+/// The caller's address, as the edge determined it for each request (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientIp(pub std::net::IpAddr);
+
+/// The caller's address the edge recorded on the request (`None` for a request that did not come
+/// through the server's accept loop).
+pub(crate) fn client_ip(parts: &http::request::Parts) -> Option<std::net::IpAddr> {
+    parts.extensions.get::<ClientIp>().map(|c| c.0)
 }
 
 impl AppState {
@@ -63,6 +96,7 @@ impl AppState {
             budget: BodyBudget::default(),
             limits: Limits::default(),
             metrics_token: None,
+            trusted_proxies: domain::IpAllowList::default(),
         }
     }
 
@@ -105,6 +139,19 @@ impl AppState {
         self
     }
 
+    /// The same state believing `X-Forwarded-For` from `proxies` (load balancers in front of the
+    /// gateway): a request from one of them is taken to come from the nearest address in that
+    /// header that is not one of them.
+    pub fn with_trusted_proxies(mut self, proxies: domain::IpAllowList) -> AppState {
+        self.trusted_proxies = proxies;
+        self
+    }
+
+    /// The client of a request that came from `peer` with `headers` ([`client_behind`]).
+    pub(crate) fn client_ip(&self, peer: std::net::IpAddr, headers: &http::HeaderMap) -> std::net::IpAddr {
+        client_behind(&self.trusted_proxies, peer, headers)
+    }
+
     /// The digest of the token `/metrics` requires, if any.
     pub(crate) fn metrics_token(&self) -> Option<&[u8; 32]> {
         self.metrics_token.as_ref()
@@ -122,4 +169,40 @@ pub(crate) struct CallLog {
     pub task: Option<String>,
     /// What the call was charged (complete calls; a stream's charge is known only at its end).
     pub billed: Option<domain::UsdAmount>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().expect(s)
+    }
+
+    fn forwarded(values: &[&str]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        for v in values {
+            headers.append("x-forwarded-for", http::HeaderValue::from_str(v).expect("header"));
+        }
+        headers
+    }
+
+    /// Without trusted proxies `X-Forwarded-For` is ignored; from a trusted proxy the client is
+    /// the nearest address that is not one, across repeated headers; garbage stops the walk.
+    #[test]
+    fn the_client_is_the_peer_unless_a_trusted_proxy_forwards_it() {
+        let none = domain::IpAllowList::default();
+        let spoofed = forwarded(&["203.0.113.9"]);
+        assert_eq!(client_behind(&none, ip("198.51.100.1"), &spoofed), ip("198.51.100.1"), "no proxy is trusted");
+        let trusted = domain::IpAllowList::parse("10.0.0.0/8,127.0.0.1").expect("list");
+        let behind = |peer: &str, headers: &http::HeaderMap| client_behind(&trusted, ip(peer), headers);
+        assert_eq!(behind("198.51.100.1", &spoofed), ip("198.51.100.1"), "an untrusted peer");
+        let chain = forwarded(&["192.0.2.1, 203.0.113.9", "10.1.1.1"]);
+        assert_eq!(behind("10.0.0.5", &chain), ip("203.0.113.9"), "the spoofable left part is skipped");
+        assert_eq!(behind("127.0.0.1", &forwarded(&[])), ip("127.0.0.1"), "no header: the proxy");
+        let junk = forwarded(&["203.0.113.9, not-an-ip, 10.2.2.2"]);
+        assert_eq!(behind("10.0.0.5", &junk), ip("10.2.2.2"), "the walk stops at garbage");
+        let mapped = forwarded(&["::ffff:203.0.113.7"]);
+        assert_eq!(behind("::ffff:10.0.0.5", &mapped), ip("::ffff:203.0.113.7"));
+    }
 }

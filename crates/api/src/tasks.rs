@@ -34,7 +34,8 @@ const ROUTE: &str = "tasks";
 /// stored files, a held claim or a half-created task behind.
 pub(crate) async fn create(state: &AppState, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
     let gateway = state.gateway().clone();
-    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::VideoCreate).await?;
+    let client = crate::state::client_ip(&parts);
+    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::VideoCreate, client).await?;
     let key = idempotency_key(&parts.headers)?;
     let budget = state.body_budget().clone();
     let pace = state.pace();
@@ -338,7 +339,8 @@ impl futures_core::Stream for Feed {
 
 /// `DELETE /api/v1/tasks/{task_id}`.
 pub(crate) async fn cancel(gateway: &Gateway, parts: &Parts, id: &str) -> Result<Response, ApiError> {
-    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::TaskWrite).await?;
+    let client = crate::state::client_ip(parts);
+    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::TaskWrite, client).await?;
     let task = gateway.cancel_task(&who, id).await?;
     Ok(crate::response::ok_json(&wire::task(&task)))
 }

@@ -516,6 +516,8 @@ pub struct KeyObject {
     pub rpm: Option<u32>,
     /// Language tokens (prompt + completion) it may use per UTC minute; `null`: no limit.
     pub tpm: Option<u32>,
+    /// The comma-separated networks it may be used from; `null`: any address.
+    pub allow_ips: Option<String>,
     /// The sum of its settled charges, all periods together.
     pub spent_usd: Usd,
     /// How many settled calls that is.
@@ -563,6 +565,7 @@ pub fn key(v: &KeyView) -> KeyObject {
         }),
         rpm: k.rates.rpm.map(std::num::NonZeroU32::get),
         tpm: k.rates.tpm.map(std::num::NonZeroU32::get),
+        allow_ips: k.allow_ips.as_ref().map(ToString::to_string),
         spent_usd: v.spent.into(),
         calls: v.calls,
         revoked_at: k.revoked_at.map(Into::into),

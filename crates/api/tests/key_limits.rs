@@ -122,3 +122,41 @@ async fn a_video_task_outside_the_allow_list_is_refused_before_any_hold() {
         env.env.server.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_key_used_from_outside_its_address_list_is_refused() {
+    for db in databases() {
+        let scopes = [Scope::LanguageCreate, Scope::ModelsRead, Scope::TaskRead];
+        let env = Env::new(&db, "10", Duration::from_secs(2), &scopes).await;
+        let (start, entries) = env.assert_ledger("start").await;
+        let only = |list: &str| KeyLimits {
+            allow_ips: Some(domain::IpAllowList::parse(list).expect("list")),
+            ..KeyLimits::default()
+        };
+        // The tests reach the server from 127.0.0.1.
+        let elsewhere = env.server.key_with(&env.user.id, &scopes, only("10.0.0.0/8,2001:db8::/32")).await.secret;
+        let refused = env.server.get("/api/v1/models", Some(&elsewhere)).await;
+        refused.assert_error(401, "invalid_api_key", &env.ctx("a key for other networks"));
+        let message = refused.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("127.0.0.1"), "{}: {message}", env.ctx("the message names the address"));
+        let body = json!({"model": "LangA-V4-flash", "messages": [{"role": "user", "content": unique("hi ")}],
+                          "max_tokens": 10, "thinking": {"type": "disabled"}});
+        let call = env.server.post_json("/api/v1/chat/completions", Some(&elsewhere), &body).await;
+        call.assert_error(401, "invalid_api_key", &env.ctx("a call from outside the list"));
+        assert_eq!(env.assert_ledger("after the refusals").await, (start, entries), "{}", env.ctx("untouched"));
+
+        let local = env.server.key_with(&env.user.id, &scopes, only("127.0.0.0/8")).await.secret;
+        let listed = env.server.get("/api/v1/models", Some(&local)).await;
+        assert_eq!(listed.status, 200, "{}: {}", env.ctx("from inside"), String::from_utf8_lossy(&listed.raw));
+        let call = env.server.post_json("/api/v1/chat/completions", Some(&local), &body).await;
+        assert_eq!(call.status, 200, "{}: {}", env.ctx("a call from inside"), String::from_utf8_lossy(&call.raw));
+        // A forwarded address is not believed without a trusted proxy.
+        let spoof = [("authorization", format!("Bearer {elsewhere}")), ("x-forwarded-for", "10.1.2.3".to_owned())];
+        let headers: Vec<(&str, &str)> = spoof.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let spoofed = env.server.request(http::Method::GET, "/api/v1/models", &headers).await;
+        spoofed.assert_error(401, "invalid_api_key", &env.ctx("X-Forwarded-For from an untrusted peer"));
+        let metrics = env.server.gateway.metrics_text().await;
+        assert!(metrics.contains("gateway_key_refusals_total{reason=\"ip\"} 3"), "{}: {metrics}", env.ctx("metric"));
+        env.server.stop().await;
+    }
+}

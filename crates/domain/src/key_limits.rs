@@ -193,6 +193,65 @@ pub struct KeyLimits {
     pub budget: Option<KeyBudget>,
     /// Its requests- and tokens-per-minute limits.
     pub rates: crate::KeyRates,
+    /// The client addresses it may be used from.
+    pub allow_ips: Option<IpAllowList>,
+}
+
+/// The client addresses a key may be used from (and, for the HTTP edge, the proxies whose
+/// `X-Forwarded-For` it believes): networks in CIDR form or single addresses, IPv4 or IPv6. An
+/// IPv4 client seen as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is matched as IPv4.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct IpAllowList(Vec<ipnet::IpNet>);
+
+/// An address list that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a comma-separated list of addresses or CIDR networks (such as 203.0.113.0/24, 2001:db8::/32)")]
+pub struct BadIpList(pub String);
+
+impl IpAllowList {
+    /// Reads `203.0.113.0/24, 198.51.100.7, 2001:db8::/32` (entries trimmed; a bare address is its
+    /// own /32 or /128; host bits of a network are dropped). An empty list or entry is refused.
+    pub fn parse(text: &str) -> Result<IpAllowList, BadIpList> {
+        let mut nets: Vec<ipnet::IpNet> = Vec::new();
+        for entry in text.split(',').map(str::trim) {
+            let net = entry
+                .parse::<ipnet::IpNet>()
+                .map(|n| n.trunc())
+                .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| BadIpList(text.to_owned()))?;
+            if !nets.contains(&net) {
+                nets.push(net);
+            }
+        }
+        Ok(IpAllowList(nets))
+    }
+
+    /// Whether the list has no entry (only [`IpAllowList::default`]).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `ip` is in one of the networks.
+    pub fn allows(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+}
+
+impl fmt::Display for IpAllowList {
+    /// The comma-separated form [`IpAllowList::parse`] reads (also the stored form).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, net) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{net}")?;
+        }
+        Ok(())
+    }
 }
 
 /// A change to a key's limits: `None` leaves a setting as it is, `Some(None)` clears it.
@@ -204,6 +263,8 @@ pub struct KeyLimitsChange {
     pub models: Option<Option<ModelAllowList>>,
     /// New spend budget, or none (the balance is the only limit).
     pub budget: Option<Option<KeyBudget>>,
+    /// New client address list, or none (any address).
+    pub allow_ips: Option<Option<IpAllowList>>,
     /// New requests-per-minute limit, or none.
     pub rpm: Option<Option<std::num::NonZeroU32>>,
     /// New tokens-per-minute limit, or none.
@@ -223,6 +284,25 @@ mod tests {
         );
         assert_eq!(list.to_string(), "language,Img-1,video");
         assert_eq!(ModelAllowList::parse(&list.to_string()), Ok(list));
+    }
+
+    #[test]
+    fn ip_lists_parse_match_and_round_trip() {
+        use std::net::IpAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().expect(s);
+        let list = IpAllowList::parse(" 203.0.113.9/24, 198.51.100.7 ,2001:db8::/32").expect("list");
+        assert_eq!(list.to_string(), "203.0.113.0/24,198.51.100.7/32,2001:db8::/32");
+        assert_eq!(IpAllowList::parse(&list.to_string()), Ok(list.clone()));
+        for inside in ["203.0.113.0", "203.0.113.255", "198.51.100.7", "2001:db8::1", "::ffff:203.0.113.5"] {
+            assert!(list.allows(ip(inside)), "{inside}");
+        }
+        for outside in ["203.0.114.0", "203.0.112.255", "198.51.100.8", "2001:db9::1", "127.0.0.1", "::1"] {
+            assert!(!list.allows(ip(outside)), "{outside}");
+        }
+        for bad in ["", "10.0.0.0/33", "10.0.0.0/8,", "localhost", "10.0.0.0/8,,::1"] {
+            assert_eq!(IpAllowList::parse(bad), Err(BadIpList(bad.to_owned())), "{bad:?}");
+        }
+        assert!(!IpAllowList::default().allows(ip("127.0.0.1")), "an empty list allows nothing");
     }
 
     #[test]

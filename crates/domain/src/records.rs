@@ -151,6 +151,8 @@ pub struct ApiKey {
     pub spend: crate::KeySpend,
     /// Its requests- and tokens-per-minute limits.
     pub rates: crate::KeyRates,
+    /// The client addresses it may be used from; `None`: any.
+    pub allow_ips: Option<crate::IpAllowList>,
 }
 
 impl ApiKey {

@@ -144,7 +144,7 @@ impl Gateway {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
         }
-        let KeyLimits { expires_at, models, budget, rates } = limits;
+        let KeyLimits { expires_at, models, budget, rates, allow_ips } = limits;
         self.check_key_limits(expires_at, models.as_ref(), budget.as_ref()).await?;
         let fresh = generate_secret().map_err(|e| ServiceError::Internal(format!("no randomness: {e}")))?;
         let key = ApiKey {
@@ -161,6 +161,7 @@ impl Gateway {
             budget,
             spend: domain::KeySpend::default(),
             rates,
+            allow_ips,
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })
@@ -188,7 +189,7 @@ impl Gateway {
     pub async fn set_key_limits(&self, id: &ApiKeyId, change: KeyLimitsChange) -> Result<ApiKey, ServiceError> {
         if change == KeyLimitsChange::default() {
             return Err(ServiceError::InvalidRequest(
-                "give --expires-at, --models, --budget-usd, --rpm and/or --tpm".into(),
+                "give --expires-at, --models, --budget-usd, --rpm, --tpm and/or --allow-ip".into(),
             ));
         }
         let expires_at = change.expires_at.flatten();

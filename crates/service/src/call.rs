@@ -611,6 +611,7 @@ mod tests {
             models: None,
             budget: None,
             rates: domain::KeyRates::default(),
+            allow_ips: None,
         }
     }
 

@@ -153,6 +153,8 @@ pub struct Principal {
     pub budget: Option<domain::KeyBudget>,
     /// The key's requests- and tokens-per-minute limits.
     pub rates: KeyRates,
+    /// The client addresses the key may be used from; `None`: any.
+    pub allow_ips: Option<domain::IpAllowList>,
 }
 
 impl Principal {
@@ -288,8 +290,15 @@ impl Gateway {
     ///
     /// Every failure (missing, unknown, revoked, under-scoped) is the same `InvalidApiKey`,
     /// so a caller learns nothing about which keys exist; an expired key (its `expires_at` now or
-    /// past, read against the clock at every request, cached or not) is `KeyRefused` saying so.
-    pub async fn authenticate(&self, secret: Option<&str>, needed: Scope) -> Result<Principal, ServiceError> {
+    /// past, read against the clock at every request, cached or not) is `KeyRefused` saying so,
+    /// and so is a key with an address list that `client` (the caller's address, as the edge
+    /// determined it; `None` when unknown) is not on.
+    pub async fn authenticate(
+        &self,
+        secret: Option<&str>,
+        needed: Scope,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Principal, ServiceError> {
         let secret = secret.map(str::trim).filter(|s| !s.is_empty()).ok_or(ServiceError::InvalidApiKey)?;
         let hash = hash_secret(secret);
         let principal = match self.caches.principal(&hash) {
@@ -307,6 +316,7 @@ impl Gateway {
                     models: key.models,
                     budget: key.budget,
                     rates: key.rates,
+                    allow_ips: key.allow_ips,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal
@@ -320,6 +330,13 @@ impl Gateway {
         {
             self.metrics.key_refused(metrics::KeyRefusal::Expired);
             return Err(ServiceError::KeyRefused(format!("this API key expired at {expires_at}")));
+        }
+        if let Some(list) = &principal.allow_ips
+            && !client.is_some_and(|ip| list.allows(ip))
+        {
+            self.metrics.key_refused(metrics::KeyRefusal::Ip);
+            let from = client.map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string());
+            return Err(ServiceError::KeyRefused(format!("this API key may not be used from {from}")));
         }
         Ok(principal)
     }

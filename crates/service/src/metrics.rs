@@ -65,6 +65,8 @@ pub(crate) enum KeyRefusal {
     Budget,
     /// A requests- or tokens-per-minute limit is reached.
     Rate,
+    /// The client's address is not on its list.
+    Ip,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -270,6 +272,7 @@ impl Metrics {
             KeyRefusal::Model => "model",
             KeyRefusal::Budget => "budget",
             KeyRefusal::Rate => "rate",
+            KeyRefusal::Ip => "ip",
         };
         self.key_refusals.get_or_create(&ReasonLabel { reason }).inc();
     }

@@ -5,8 +5,8 @@ use std::num::NonZeroU32;
 use async_trait::async_trait;
 use domain::ports::{AccountStore, BadValue, KeyTotal, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, KeyBudget, KeyLimitsChange, KeyRates, KeySpend, LedgerKind, ModelAllowList,
-    NewUser, Scope, Timestamp, UsdAmount, User, UserId,
+    ApiKey, ApiKeyId, BudgetPeriod, IpAllowList, KeyBudget, KeyLimitsChange, KeyRates, KeySpend, LedgerKind,
+    ModelAllowList, NewUser, Scope, Timestamp, UsdAmount, User, UserId,
 };
 use sea_orm::{
     ActiveModelTrait,
@@ -42,6 +42,12 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
     let scopes =
         Scope::parse_list(&row.scopes).map_err(|e| StoreError::corrupt(format!("scopes of key {}", row.id), e))?;
     let budget = budget_of(&row.id, row.budget_micros, row.budget_period.as_deref())?;
+    let allow_ips = row
+        .allow_ips
+        .as_deref()
+        .map(IpAllowList::parse)
+        .transpose()
+        .map_err(|e| StoreError::corrupt(format!("address list of key {}", row.id), e))?;
     let rates = KeyRates { rpm: rate_limit(&row.id, "rpm", row.rpm)?, tpm: rate_limit(&row.id, "tpm", row.tpm)? };
     Ok(ApiKey {
         id: ApiKeyId(row.id),
@@ -61,6 +67,7 @@ fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
             held: UsdAmount::from_micros(row.budget_held_micros),
         },
         rates,
+        allow_ips,
     })
 }
 
@@ -179,6 +186,7 @@ impl AccountStore for Store {
             budget_held_micros: NotSet,
             rpm: Set(rate_column(key.rates.rpm)),
             tpm: Set(rate_column(key.rates.tpm)),
+            allow_ips: Set(key.allow_ips.as_ref().map(ToString::to_string)),
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }
@@ -223,6 +231,10 @@ impl AccountStore for Store {
                     api_keys::Column::BudgetPeriod,
                     sea_orm::sea_query::Expr::value(budget.map(|b| b.period.as_str().to_owned())),
                 );
+        }
+        if let Some(ips) = change.allow_ips {
+            update = update
+                .col_expr(api_keys::Column::AllowIps, sea_orm::sea_query::Expr::value(ips.map(|l| l.to_string())));
         }
         if let Some(rpm) = change.rpm {
             update = update.col_expr(api_keys::Column::Rpm, sea_orm::sea_query::Expr::value(rate_column(rpm)));

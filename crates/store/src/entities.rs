@@ -64,6 +64,8 @@ pub mod api_keys {
         pub budget_held_micros: i64,
         pub rpm: Option<i64>,
         pub tpm: Option<i64>,
+        /// The client address list (migration 0014).
+        pub allow_ips: Option<String>,
     }
     no_relations!();
 }

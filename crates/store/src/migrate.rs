@@ -73,6 +73,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0013_key_rates.sql"),
         include_str!("../../../migrations/postgres/0013_key_rates.sql"),
     ),
+    (
+        14,
+        include_str!("../../../migrations/sqlite/0014_key_ips.sql"),
+        include_str!("../../../migrations/postgres/0014_key_ips.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

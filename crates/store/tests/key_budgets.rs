@@ -40,6 +40,7 @@ async fn budget_key(store: &Store, user: &UserId, id: &str, budget: KeyBudget) -
         budget: Some(budget),
         spend: KeySpend::default(),
         rates: domain::KeyRates::default(),
+        allow_ips: None,
     };
     store.create_key(key).await.unwrap_or_else(|e| panic!("{}: key: {e}", name(store))).id
 }

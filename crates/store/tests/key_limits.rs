@@ -26,6 +26,7 @@ fn key(user: &domain::UserId, id: &str) -> ApiKey {
         budget: Some(KeyBudget { limit: usd(50_000), period: BudgetPeriod::Week }),
         spend: domain::KeySpend::default(),
         rates: KeyRates { rpm: NonZeroU32::new(60), tpm: NonZeroU32::new(100_000) },
+        allow_ips: Some(domain::IpAllowList::parse("203.0.113.0/24,2001:db8::/32").expect("list")),
     }
 }
 
@@ -62,6 +63,11 @@ async fn limits_are_stored_changed_and_cleared() {
         let changed = store.set_key_limits(&created.id, budget).await.expect("change the budget");
         assert_eq!(changed.budget, Some(daily), "{db_name}: the new budget");
         assert_eq!(changed.models, Some(ModelAllowList::parse("video").expect("list")), "{db_name}: kept");
+        let ips = domain::IpAllowList::parse("198.51.100.7").expect("list");
+        let only = KeyLimitsChange { allow_ips: Some(Some(ips.clone())), ..Default::default() };
+        assert_eq!(store.set_key_limits(&created.id, only).await.expect("ips").allow_ips, Some(ips), "{db_name}");
+        let any = KeyLimitsChange { allow_ips: Some(None), ..Default::default() };
+        assert_eq!(store.set_key_limits(&created.id, any).await.expect("any").allow_ips, None, "{db_name}");
         let no_budget = KeyLimitsChange { budget: Some(None), ..Default::default() };
         assert_eq!(store.set_key_limits(&created.id, no_budget).await.expect("clear").budget, None, "{db_name}");
         let changed = store.set_key_limits(&created.id, budget_change(daily)).await.expect("again");

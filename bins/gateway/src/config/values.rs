@@ -164,3 +164,13 @@ pub(super) fn log_filter<'de, D: Deserializer<'de>>(d: D) -> Result<Targets, D::
     let text = String::deserialize(d)?;
     text.parse().map_err(|e| de::Error::custom(format!("{text:?} is not a filter such as info,store=debug: {e}")))
 }
+
+/// A list of networks and addresses (`domain::IpAllowList`), as a TOML list or comma-separated
+/// text; empty is no entry.
+pub(super) fn ip_list<'de, D: Deserializer<'de>>(d: D) -> Result<domain::IpAllowList, D::Error> {
+    let items = list(d)?;
+    if items.is_empty() {
+        return Ok(domain::IpAllowList::default());
+    }
+    domain::IpAllowList::parse(&items.join(",")).map_err(de::Error::custom)
+}
