@@ -17,8 +17,10 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserialize;
 use tracing_subscriber::filter::Targets;
 
-pub use self::values::{LogFormat, Secret};
-use self::values::{Span, at_least, database_url, ip_list, list, log_filter, socket_address, usd, within};
+pub use self::values::{LogFormat, MediaLinks, Secret};
+use self::values::{
+    Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, usd, within,
+};
 
 mod values;
 
@@ -66,8 +68,28 @@ settings! {
         /// Connect timeout for upstream calls.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         upstream_connect_timeout_ms: u64 = 5_000,
-        /// Where stored media lives.
+        /// Where stored media lives when `media_store` is not set.
         media_dir: String = "data/media".into(),
+        // Media storage shared by replicas (issue 21).
+        /// Where uploaded and imported media is kept: `file:<dir>`, or `s3://<bucket>/<prefix>` on
+        /// S3 or a compatible server (credentials from `AWS_ACCESS_KEY_ID` and
+        /// `AWS_SECRET_ACCESS_KEY`); empty: `file:` and `media_dir`.
+        #[serde(deserialize_with = "media_location")]
+        media_store: Option<media::MediaLocation> = None,
+        /// An S3-compatible server's URL (requests are path-style then); empty: AWS.
+        s3_endpoint: String = String::new(),
+        /// The region S3 requests are signed for.
+        s3_region: String = "us-east-1".into(),
+        /// Whether `s3_endpoint` may be plain `http://` (a local test server).
+        s3_allow_http: bool = false,
+        /// How the upstream fetches stored media: `gateway` (signed `/media/` links any replica
+        /// serves) or `presigned` (the object store's own pre-signed URLs).
+        media_links: MediaLinks = MediaLinks::Gateway,
+        /// How long uploaded and imported media is kept after its task ended (a duration such as
+        /// `24h`); the media sweep then deletes it and gives its bytes back to the quota.
+        media_retention: Span = Span::hours(24),
+        /// How often the media sweep runs (one replica at a time).
+        media_sweep_interval: Span = Span::minutes(5),
         /// Public base URL of this gateway (for signed media links); empty: `http://<listen address>`.
         public_url: String = String::new(),
         /// Hosts or CIDRs that media import and webhooks may reach although not public (in the

@@ -22,6 +22,26 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Exit code for an unusable configuration (EX_CONFIG-like, as `sysexits` EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 
+/// Why a command failed: one line for stderr, and the exit code.
+#[derive(Debug)]
+pub(crate) struct Exit {
+    code: u8,
+    message: String,
+}
+
+impl Exit {
+    /// The configuration cannot be used (exit 64): a setting names something that does not work.
+    pub(crate) fn config(message: String) -> Exit {
+        Exit { code: EXIT_CONFIG, message }
+    }
+}
+
+impl From<String> for Exit {
+    fn from(message: String) -> Exit {
+        Exit { code: 1, message }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -60,16 +80,16 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Serve { demo } => serve::run(config, demo).await,
-            Command::Migrate => serve::migrate(&config).await,
-            Command::SimUpstream { listen } => serve::sim_upstream(&listen).await,
-            Command::Admin(cmd) => admin::run(&config, *cmd).await,
+            Command::Migrate => serve::migrate(&config).await.map_err(Exit::from),
+            Command::SimUpstream { listen } => serve::sim_upstream(&listen).await.map_err(Exit::from),
+            Command::Admin(cmd) => admin::run(&config, *cmd).await.map_err(Exit::from),
         }
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{}", message.lines().next().unwrap_or("failed"));
-            ExitCode::FAILURE
+        Err(exit) => {
+            eprintln!("{}", exit.message.lines().next().unwrap_or("failed"));
+            ExitCode::from(exit.code)
         }
     }
 }

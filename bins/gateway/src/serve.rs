@@ -42,7 +42,7 @@ pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
 
 /// `gateway serve`: runs until SIGINT or SIGTERM. A funded demo user is created on a database
 /// without users when it is SQLite (the first local run) or when `demo` is set (`--demo`).
-pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
+pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
     let shutdown = Shutdown::listen()?;
     let store = Store::open(&config.database_url)
         .await
@@ -68,6 +68,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
     let mut loops = vec![spawn_recovery(gateway.clone(), gateway.recovery_age(), loops_stop.clone())];
     loops.extend(spawn_liveness(gateway.clone(), replica_lease, &loops_stop));
     let worker = tokio::spawn(gateway.clone().run_video_worker(crate::wiring::worker_name(), shutdown.signalled()));
+    loops.push(spawn_media_sweep(gateway.clone(), config.media_sweep_interval.0, loops_stop.clone()));
     loops.push(spawn_prune(pruner, prune_policy(&config, &gateway), config.prune_interval.0, loops_stop));
     let wants_demo = demo || backend == Backend::Sqlite;
     let demo = if wants_demo {
@@ -95,7 +96,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), String> {
         .with_limits(config.limits())
         .with_metrics_token(config.metrics_token.expose())
         .with_trusted_proxies(config.trusted_proxies.clone());
-    let served = api::serve(listener, state, shutdown.signalled()).await.map_err(|e| e.to_string());
+    let served = api::serve(listener, state, shutdown.signalled()).await.map_err(|e| crate::Exit::from(e.to_string()));
     // The server has drained its connections. Calls whose clients left, streams, refunds and
     // idempotency completions still run on tasks of their own: let them end their holds.
     let running = gateway.background().running();
@@ -197,6 +198,40 @@ fn spawn_liveness(gateway: Gateway, lease: Duration, stop: &Stop) -> [tokio::tas
         }
     });
     [renewal, sweep]
+}
+
+/// Objects one media sweep batch deletes; a round runs batches until one is short.
+const MEDIA_SWEEP_BATCH: u64 = 200;
+/// Most batches in one media sweep round (the rest waits for the next round).
+const MEDIA_SWEEP_BATCHES: u32 = 50;
+
+/// Deletes media whose time is up, now and then every `interval`, until `stop`; each batch runs
+/// only while this replica holds the sweep's lease (given back after the batch, at most a minute),
+/// so one replica at a time sweeps.
+fn spawn_media_sweep(gateway: Gateway, interval: Duration, mut stop: Stop) -> tokio::task::JoinHandle<()> {
+    let holder = format!("media-sweep-{}", crate::wiring::worker_name());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while next_round(&mut tick, &mut stop).await {
+            for _ in 0..MEDIA_SWEEP_BATCHES {
+                match gateway.sweep_media(&holder, MEDIA_SWEEP_BATCH).await {
+                    Ok(round) if round.deleted > 0 || round.failed > 0 => {
+                        tracing::info!(deleted = round.deleted, failed = round.failed, "media sweep");
+                        // A short batch is the last; a failure is retried next round, not now.
+                        if round.failed > 0 || round.deleted < MEDIA_SWEEP_BATCH {
+                            break;
+                        }
+                    }
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "media sweep failed");
+                        break;
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// The prune's ages: the configured retentions; an unanswered idempotency claim is kept while its

@@ -9,7 +9,8 @@ use domain::SystemClock;
 use service::{AdmissionSettings, Gateway, Ports, VideoPorts, VideoSettings};
 use store::Store;
 
-use crate::config::Config;
+use crate::Exit;
+use crate::config::{Config, MediaLinks};
 
 /// The use cases, and the simulator they may talk to (keep it alive as long as the server).
 pub(crate) struct Wired {
@@ -23,7 +24,7 @@ pub(crate) fn worker_name() -> String {
 }
 
 /// Builds the gateway on `store` for a server listening on `addr`.
-pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Result<Wired, String> {
+pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Result<Wired, Exit> {
     let connect_timeout = Duration::from_millis(config.upstream_connect_timeout_ms);
     let timeout = Duration::from_millis(config.upstream_timeout_ms);
     let urls = [&config.upstream_url, &config.speech_url, &config.messages_url, &config.assets_url];
@@ -35,7 +36,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let sim_addr = sim.as_ref().map(|(a, _)| *a);
     let upstream = Arc::new(upstream_client(config, sim_addr, connect_timeout, timeout)?);
     let assets = assets_client(config, sim_addr, connect_timeout)?;
-    let media = media::LocalMediaStore::new(&config.media_dir).await.map_err(|e| format!("media_dir: {e}"))?;
+    let media = media_store(config).await?;
     let secret = match config.media_link_secret.expose() {
         "" => {
             let candidate = service::generate_secret().map_err(|e| format!("randomness: {e}"))?.hash;
@@ -47,7 +48,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let video = VideoPorts {
         upstream: upstream.clone(),
         assets: Arc::new(assets),
-        media: Arc::new(media),
+        media,
         outbound: Arc::new(egress(config)?),
         links: Arc::new(media::LinkSigner::new(secret, &public)),
         wire: Arc::new(api::wire::WireTasks),
@@ -61,6 +62,8 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         task_slots: config.worker_task_slots,
         delivery_slots: config.worker_delivery_slots,
         user_slots: config.worker_user_slots,
+        presigned_links: config.media_links == MediaLinks::Presigned,
+        media_retention: config.media_retention.0,
         ..VideoSettings::default()
     };
     let admission = AdmissionSettings {
@@ -72,6 +75,36 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let gateway =
         Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings).with_admission(admission);
     Ok(Wired { gateway, simulator: sim.map(|(_, handle)| handle) })
+}
+
+/// The media store `media_store` names (the media directory when it is not set). An object store
+/// is probed first (a small object written, read back and deleted): one that cannot be used is a
+/// configuration error, so `serve` exits 64 with one line rather than failing its first upload.
+async fn media_store(config: &Config) -> Result<Arc<dyn domain::ports::MediaStore>, Exit> {
+    let location = config.media_store.clone().unwrap_or_else(|| media::MediaLocation::File(config.media_dir.clone()));
+    Ok(match location {
+        media::MediaLocation::File(dir) => {
+            Arc::new(media::LocalMediaStore::new(&dir).await.map_err(|e| Exit::config(format!("media_store: {e}")))?)
+        }
+        media::MediaLocation::S3 { bucket, prefix } => {
+            let endpoint = (!config.s3_endpoint.trim().is_empty()).then(|| config.s3_endpoint.trim().to_owned());
+            let location = media::S3Location {
+                bucket: bucket.clone(),
+                prefix,
+                endpoint,
+                region: config.s3_region.clone(),
+                allow_http: config.s3_allow_http,
+                credentials: None,
+            };
+            let store =
+                media::ObjectMediaStore::s3(&location).map_err(|e| Exit::config(format!("media_store: {e}")))?;
+            store.probe().await.map_err(|e| {
+                let line = e.to_string().replace('\n', " ");
+                Exit::config(format!("media_store: the bucket {bucket:?} cannot be used: {line}"))
+            })?;
+            Arc::new(store)
+        }
+    })
 }
 
 /// The synchronous and task endpoints: each base from its setting, or the simulator for `sim`.

@@ -92,6 +92,9 @@ impl ApiError {
     }
 }
 
+/// `Retry-After` of a 503 `media_store_unavailable`, seconds.
+const MEDIA_RETRY_AFTER_SECS: u64 = 5;
+
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> ApiError {
         match e {
@@ -120,6 +123,17 @@ impl From<ServiceError> for ApiError {
             },
             ServiceError::MediaQuotaExceeded(m) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "media_quota_exceeded", m)
+            }
+            ServiceError::MediaUnavailable(detail) => {
+                tracing::warn!(error = %detail, "media store unavailable");
+                ApiError {
+                    retry_after: Some(MEDIA_RETRY_AFTER_SECS),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "media_store_unavailable",
+                        "the media store is unavailable; nothing was charged, try again later",
+                    )
+                }
             }
             ServiceError::Busy { message, retry_after_secs } => ApiError {
                 retry_after: Some(retry_after_secs),
@@ -175,6 +189,7 @@ mod tests {
             ),
             (ServiceError::RateLimitExceeded { message: "r".into(), retry_after_secs: 7 }, 429, "rate_limit_exceeded"),
             (ServiceError::Busy { message: "b".into(), retry_after_secs: 1 }, 503, "server_busy"),
+            (ServiceError::MediaUnavailable("connection refused".into()), 503, "media_store_unavailable"),
             (ServiceError::Upstream { message: "u".into(), retryable: true }, 502, "upstream_request_failed"),
             (ServiceError::Internal("db down at 10.0.0.1".into()), 500, "internal_error"),
         ];

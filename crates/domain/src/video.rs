@@ -158,6 +158,28 @@ pub trait VideoStore: Send + Sync {
     /// Forgets a stored object and gives its bytes back to its user's quota.
     async fn remove_media(&self, key: &str) -> Result<(), StoreError>;
 
+    /// Keys of up to `limit` stored objects whose time is up: those of tasks that ended (terminal)
+    /// before `ended_before`, and those stored before `orphaned_before` for a task that does not
+    /// exist (a request that stopped between storing its uploads and creating its task). Oldest
+    /// first.
+    async fn expired_media(
+        &self,
+        ended_before: Timestamp,
+        orphaned_before: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Takes or renews the lease named `name` for `holder` until `until`, if it is free at `now`
+    /// (never taken, expired) or `holder`'s already: whether `holder` holds it now. A periodic
+    /// sweep that must run on one replica at a time runs while it holds its lease.
+    async fn take_sweep_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError>;
+
     /// The media of `task`, by position.
     async fn task_media(&self, task: &TaskId) -> Result<Vec<MediaObject>, StoreError>;
 

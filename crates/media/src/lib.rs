@@ -3,6 +3,9 @@
 //! - [`LocalMediaStore`] implements [`domain::ports::MediaStore`] on a directory
 //!   (`GATEWAY_MEDIA_DIR`): keys are checked ([`validate_key`]), writes are atomic (a temporary
 //!   file renamed into place on finish), reads are chunked.
+//! - [`ObjectMediaStore`] implements it on an S3-compatible bucket (`GATEWAY_MEDIA_STORE=s3://…`)
+//!   through `object_store`: streamed multipart writes, aborted on any failure, streamed reads,
+//!   pre-signed links; [`MediaLocation`] parses the setting.
 //! - [`LinkSigner`] makes and checks signed, expiring links to stored media
 //!   (`<GATEWAY_PUBLIC_URL>/media/<key>?expires=<unix>&sig=<hex>`), which the upstream fetches.
 //! - [`Egress`] is the only way media imports and webhooks reach the outside: https only,
@@ -17,9 +20,11 @@
 
 pub mod egress;
 pub mod link;
+pub mod object;
 pub mod store;
 
 pub use egress::policy::AllowList;
 pub use egress::{Egress, EgressConfig, EgressError, FetchedMeta, MinRate};
 pub use link::LinkSigner;
+pub use object::{MediaLocation, ObjectMediaStore, S3Location};
 pub use store::{LocalMediaStore, validate_key};

@@ -68,6 +68,10 @@ pub enum ServiceError {
     /// Storing the media would pass the user's `media_quota_bytes` (413 `media_quota_exceeded`).
     #[error("{0}")]
     MediaQuotaExceeded(String),
+    /// The media store failed or cannot be reached while storing or reading media (503
+    /// `media_store_unavailable`); the text is for the log, not for clients.
+    #[error("media store unavailable: {0}")]
+    MediaUnavailable(String),
     /// The gateway is too busy to take this request now (503 `server_busy`, with `Retry-After`).
     #[error("{message}")]
     Busy {

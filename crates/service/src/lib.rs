@@ -45,7 +45,7 @@ pub use reads::{KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, StreamFailure, StreamItem};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;
-pub use video::{StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
+pub use video::{MEDIA_SWEEP_LEASE, MediaSweep, StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
 
 /// How many ledger entries the overview shows.
 pub const OVERVIEW_LEDGER_ENTRIES: u64 = 20;

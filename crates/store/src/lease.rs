@@ -11,6 +11,7 @@
 //! | [`DELIVERY`] | a webhook delivery | `lease_owner` | `lease_until` | claim (`video::claim_sql`) | [`Lease::renew`] | the attempt's record |
 //! | [`CAP`] | a row per cap and replica | `replica_id` | `expires_at` | grant (`caps.rs`) | the next grant | `DELETE` |
 //! | [`REPLICA`] | a row per replica | `id` | `expires_at` | heartbeat | heartbeat | `DELETE` (retire) |
+//! | [`SWEEP`] | a row per one-at-a-time sweep | `holder` | `expires_at` | [`Lease::take_row`] | [`Lease::take_row`] | [`Lease::take_row`] ending now |
 //!
 //! The first two lease a row that exists anyway (the work), so taking it sets the holder and the
 //! end where the lease is free, and giving it back clears them; the last two are rows that exist
@@ -45,6 +46,9 @@ pub(crate) const CAP: Lease = Lease { table: "cap_leases", key: "scope", holder:
 
 /// A replica's liveness: its running calls are its own while it is live.
 pub(crate) const REPLICA: Lease = Lease { table: "replicas", key: "id", holder: "id", until: "expires_at" };
+
+/// A periodic sweep's turn: the replica holding it runs the sweep (the media lifecycle).
+pub(crate) const SWEEP: Lease = Lease { table: "sweep_leases", key: "name", holder: "holder", until: "expires_at" };
 
 impl Lease {
     /// Live at `now` (a placeholder or expression): `alias` is the table's alias with its dot, or
@@ -85,6 +89,18 @@ impl Lease {
         format!("UPDATE {table} SET {sets} WHERE {key} = ${} AND {holder} = ${}", n + 1, n + 2)
     }
 
+    /// Takes or renews a lease that is a row of its own: `$1` the row, `$2` the holder, `$3` the
+    /// end, `$4` now. The row is written when it is missing, free at `$4` or `$2`'s already; it
+    /// changes one row exactly when `$2` holds the lease afterwards.
+    pub(crate) fn take_row(&self) -> String {
+        let Lease { table, key, holder, until } = self;
+        let free = self.free(&format!("{table}."), "$4");
+        format!(
+            "INSERT INTO {table} ({key}, {holder}, {until}) VALUES ($1, $2, $3) ON CONFLICT ({key}) DO UPDATE \
+             SET {holder} = excluded.{holder}, {until} = excluded.{until} WHERE {free} OR {table}.{holder} = $2"
+        )
+    }
+
     /// Deletes the rows of this lease held by `$1` (a lease row's release).
     pub(crate) fn delete_held(&self) -> String {
         format!("DELETE FROM {} WHERE {} = $1", self.table, self.holder)
@@ -109,5 +125,11 @@ mod tests {
         );
         assert_eq!(CAP.delete_held(), "DELETE FROM cap_leases WHERE replica_id = $1");
         assert_eq!(REPLICA.live("r.", "$1"), "r.expires_at > $1");
+        assert_eq!(
+            SWEEP.take_row(),
+            "INSERT INTO sweep_leases (name, holder, expires_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE \
+             SET holder = excluded.holder, expires_at = excluded.expires_at \
+             WHERE (sweep_leases.expires_at IS NULL OR sweep_leases.expires_at <= $4) OR sweep_leases.holder = $2"
+        );
     }
 }

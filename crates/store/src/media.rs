@@ -105,6 +105,41 @@ impl Store {
         txn.commit().await.map_err(backend_err)
     }
 
+    pub(crate) async fn media_expired(
+        &self,
+        ended_before: Timestamp,
+        orphaned_before: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let sql = "SELECT m.\"key\" AS media_key FROM media_objects m LEFT JOIN tasks t ON t.id = m.task_id \
+                   WHERE (t.id IS NULL AND m.created_at < $1) OR (t.completed_at IS NOT NULL AND t.completed_at < $2) \
+                   ORDER BY m.created_at, m.\"key\" LIMIT $3";
+        let values = vec![
+            orphaned_before.millis().into(),
+            ended_before.millis().into(),
+            to_i64("media sweep batch", limit)?.into(),
+        ];
+        let rows = self.db.reads().query_all_raw(self.statement(sql, values)).await.map_err(backend_err)?;
+        rows.iter().map(|row| row.try_get::<String>("", "media_key").map_err(backend_err)).collect()
+    }
+
+    pub(crate) async fn take_lease_row(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let values = vec![name.into(), holder.into(), until.millis().into(), now.millis().into()];
+        let done = self
+            .db
+            .writes()
+            .execute_raw(self.statement(&crate::lease::SWEEP.take_row(), values))
+            .await
+            .map_err(backend_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     pub(crate) async fn media_of(&self, task: &TaskId) -> Result<Vec<MediaObject>, StoreError> {
         media_objects::Entity::find()
             .filter(media_objects::Column::TaskId.eq(task.as_str()))

@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0014_key_ips.sql"),
         include_str!("../../../migrations/postgres/0014_key_ips.sql"),
     ),
+    (
+        15,
+        include_str!("../../../migrations/sqlite/0015_sweep_leases.sql"),
+        include_str!("../../../migrations/postgres/0015_sweep_leases.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -264,6 +264,25 @@ impl VideoStore for Store {
         self.delete_media(key).await
     }
 
+    async fn expired_media(
+        &self,
+        ended_before: Timestamp,
+        orphaned_before: Timestamp,
+        limit: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.media_expired(ended_before, orphaned_before, limit).await
+    }
+
+    async fn take_sweep_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.take_lease_row(name, holder, now, until).await
+    }
+
     async fn task_media(&self, task: &TaskId) -> Result<Vec<MediaObject>, StoreError> {
         self.media_of(task).await
     }

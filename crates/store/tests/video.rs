@@ -386,3 +386,68 @@ async fn webhook_secrets_are_set_and_replaced() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn expired_media_is_that_of_ended_tasks_and_of_tasks_never_created() {
+    for db in TestDb::all("video_media_expiry").await {
+        let store = db.open().await;
+        let db_name = name(&store);
+        let alice = user_with_quota(&store, 1_000_000).await;
+        let running = common::open_video_task(&store, &alice, T, None).await;
+        let ended = common::open_video_task(&store, &alice, T, None).await;
+        common::video_step(&store, &alice, &ended, TaskStatus::Submitting, TaskEvent::Failed).await;
+        let (of_running, of_ended, orphan) =
+            (media(&alice, &running, 0, 10), media(&alice, &ended, 0, 20), media(&alice, &new_task(), 0, 40));
+        for object in [&of_running, &of_ended, &orphan] {
+            store.add_media(object.clone()).await.expect("add media");
+        }
+        let expired = |ended_before: i64, orphaned_before: i64, limit: u64| {
+            let store = store.clone();
+            async move {
+                let keys = store.expired_media(Timestamp(ended_before), Timestamp(orphaned_before), limit).await;
+                let mut keys = keys.expect("expired media");
+                keys.sort();
+                keys
+            }
+        };
+        let far = i64::MAX / 2;
+        assert!(expired(0, T, 10).await.is_empty(), "{db_name}: nothing old enough (stored at T, not before)");
+        assert_eq!(expired(0, T + 1, 10).await, std::slice::from_ref(&orphan.key), "{db_name}: a task never created");
+        assert_eq!(
+            expired(far, 0, 10).await,
+            std::slice::from_ref(&of_ended.key),
+            "{db_name}: an ended task; never a running one"
+        );
+        let mut both = vec![of_ended.key.clone(), orphan.key.clone()];
+        both.sort();
+        assert_eq!(expired(far, far, 10).await, both, "{db_name}");
+        assert_eq!(expired(far, far, 1).await.len(), 1, "{db_name}: up to the limit");
+        // Forgetting an object gives its bytes back.
+        assert_eq!(store.media_used(&alice).await, Ok(70), "{db_name}");
+        store.remove_media(&of_ended.key).await.expect("remove");
+        store.remove_media(&of_ended.key).await.expect("remove twice is no error");
+        assert_eq!(store.media_used(&alice).await, Ok(50), "{db_name}: once");
+        assert_eq!(expired(far, 0, 10).await, Vec::<String>::new(), "{db_name}");
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_sweep_lease_is_held_by_one_holder_until_it_runs_out() {
+    for db in TestDb::all("video_sweep_lease").await {
+        let store = db.open().await;
+        let db_name = name(&store);
+        let take = |holder: &'static str, name: &'static str, now: i64, until: i64| {
+            let store = store.clone();
+            async move { store.take_sweep_lease(name, holder, Timestamp(now), Timestamp(until)).await.expect("lease") }
+        };
+        assert!(take("r1", "media", T, T + 1_000).await, "{db_name}: free: taken");
+        assert!(!take("r2", "media", T + 500, T + 1_500).await, "{db_name}: held by r1");
+        assert!(take("r1", "media", T + 600, T + 2_000).await, "{db_name}: renewed by its holder");
+        assert!(!take("r2", "media", T + 1_999, T + 3_000).await, "{db_name}: renewed until T+2000");
+        assert!(take("r2", "media", T + 2_000, T + 3_000).await, "{db_name}: ran out at its end: taken over");
+        assert!(!take("r1", "media", T + 2_001, T + 4_000).await, "{db_name}: r2's now");
+        assert!(take("r1", "other", T + 2_001, T + 4_000).await, "{db_name}: each sweep its own lease");
+        db.cleanup().await;
+    }
+}

@@ -1,6 +1,7 @@
 //! Test support shared by the crates' tests (a dev-dependency only), one helper per job:
 //! [`pg`], a private PostgreSQL schema per test and the visible skip (a failure in CI) of a test
-//! that runs on PostgreSQL alone; [`books`], the one test user (`NewUser`) and the check that a
+//! that runs on PostgreSQL alone; [`s3`], a prefix of its own on the test S3 server, what is stored
+//! there, and a relay that can be cut; [`books`], the one test user (`NewUser`) and the check that a
 //! balance equals the sum of its ledger entries; and here a test CA and a server certificate for
 //! `localhost`, `127.0.0.1` and `::1` made with openssl, and an https receiver on loopback that
 //! records every request reaching it and answers a few fixed routes (media files of each kind,
@@ -12,6 +13,7 @@
 
 pub mod books;
 pub mod pg;
+pub mod s3;
 
 pub use books::{assert_balance_is_ledger_sum, new_user, user_id};
 

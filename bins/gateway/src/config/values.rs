@@ -153,6 +153,26 @@ pub(super) fn database_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D:
     }
 }
 
+/// `file:<dir>` or `s3://<bucket>/<prefix>`; empty: not set (the media directory then).
+pub(super) fn media_location<'de, D: Deserializer<'de>>(d: D) -> Result<Option<media::MediaLocation>, D::Error> {
+    let text = String::deserialize(d)?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    media::MediaLocation::parse(text.trim()).map(Some).map_err(de::Error::custom)
+}
+
+/// How the upstream reaches stored media.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaLinks {
+    /// The gateway's own signed `/media/` links, which every replica serves from the store.
+    Gateway,
+    /// The media store's pre-signed URLs (an object store), so the bytes never pass through a
+    /// replica; a store without them (a local directory) falls back to the gateway's links.
+    Presigned,
+}
+
 /// An amount in USD, such as `100` or `12.50`.
 pub(super) fn usd<'de, D: Deserializer<'de>>(d: D) -> Result<UsdAmount, D::Error> {
     let text = String::deserialize(d)?;

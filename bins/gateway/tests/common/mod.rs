@@ -316,13 +316,18 @@ pub fn account_with(sandbox: &Sandbox, balance: &str, scopes: &str, options: &[&
 /// when none came within `limit`) and the whole answer's text. The gateway may answer (400, 413,
 /// 503) before it has read the whole body; a failed write is then fine.
 pub fn post_bytes(addr: &str, path: &str, key: &str, headers: &str, body: &[u8], limit: Duration) -> (u16, String) {
+    post_body(addr, path, key, &format!("{headers}Content-Type: application/json\r\n"), body, limit)
+}
+
+/// [`post_bytes`] with the `Content-Type` (and any other header lines) in `headers`.
+pub fn post_body(addr: &str, path: &str, key: &str, headers: &str, body: &[u8], limit: Duration) -> (u16, String) {
     assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
     let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
     stream.set_read_timeout(Some(limit)).expect("read timeout");
     stream.set_write_timeout(Some(limit)).expect("write timeout");
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n{headers}\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));

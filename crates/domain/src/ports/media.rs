@@ -24,6 +24,13 @@ pub trait MediaStore: Send + Sync {
     async fn open(&self, key: &str) -> Result<Option<Box<dyn MediaSource>>, MediaError>;
     /// Removes the object; removing a missing object is not an error.
     async fn delete(&self, key: &str) -> Result<(), MediaError>;
+    /// A URL of the store's own that lets anyone holding it read the object for `ttl`, so that
+    /// its bytes need not pass through the gateway; `None` when the store has no such links (a
+    /// local directory).
+    async fn presigned_get(&self, key: &str, ttl: std::time::Duration) -> Result<Option<String>, MediaError> {
+        let _ = (key, ttl);
+        Ok(None)
+    }
 }
 
 /// A new object being written. Dropping it without [`MediaSink::finish`] discards it.

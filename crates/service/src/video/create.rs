@@ -56,7 +56,7 @@ fn typed_error(e: TypedError) -> ServiceError {
             ServiceError::InvalidRequest("an uploaded media file is not a recognised image, video or audio file".into())
         }
         TypedError::TooLarge { .. } => ServiceError::TooLarge(format!("an uploaded media file is too large: {e}")),
-        TypedError::Sink(inner) => ServiceError::Internal(format!("storing an upload: {inner}")),
+        TypedError::Sink(inner) => ServiceError::MediaUnavailable(format!("storing an upload: {inner}")),
     }
 }
 
@@ -148,7 +148,7 @@ impl Gateway {
                 "media quota exceeded: the account's media quota is used up".into(),
             ));
         }
-        let sink = video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
+        let sink = video.media.create(&key).await.map_err(|e| ServiceError::MediaUnavailable(e.to_string()))?;
         Ok(Upload {
             gateway: self.clone(),
             sink: TypedSink::new(sink, limits),

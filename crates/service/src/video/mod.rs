@@ -18,6 +18,7 @@
 
 pub(crate) mod cancel;
 pub(crate) mod create;
+mod lifecycle;
 mod media;
 mod poll;
 mod submit;
@@ -33,6 +34,7 @@ use domain::{MediaLinks, Outbound, Task};
 use crate::{Gateway, ServiceError};
 
 pub use create::{StoredUpload, Upload};
+pub use lifecycle::{MEDIA_SWEEP_LEASE, MediaSweep};
 pub use worker::TickReport;
 
 /// Renders a task as the interface's `Task` object (the edge owns the wire shapes), for webhook bodies.
@@ -89,6 +91,14 @@ pub struct VideoSettings {
     pub asset_wait: Duration,
     /// Time between asset status checks.
     pub asset_poll: Duration,
+    /// Whether the upstream is given the media store's own pre-signed links (when the store has
+    /// them) instead of the gateway's signed `/media/` links.
+    pub presigned_links: bool,
+    /// How long media is kept after its task ended.
+    pub media_retention: Duration,
+    /// How long media stored for a task that was never created is kept (longer than any request
+    /// body may take to arrive).
+    pub orphan_media_age: Duration,
 }
 
 impl Default for VideoSettings {
@@ -108,6 +118,9 @@ impl Default for VideoSettings {
             link_ttl: Duration::from_secs(6 * 3600),
             asset_wait: Duration::from_secs(600),
             asset_poll: Duration::from_secs(3),
+            presigned_links: false,
+            media_retention: Duration::from_secs(24 * 3600),
+            orphan_media_age: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -148,12 +161,7 @@ impl Gateway {
         if !video.links.verify(key, expires, sig, now) {
             return Err(not_found());
         }
-        video
-            .media
-            .open(key)
-            .await
-            .map_err(|e| ServiceError::Internal(format!("media store: {e}")))?
-            .ok_or_else(not_found)
+        video.media.open(key).await.map_err(|e| ServiceError::MediaUnavailable(e.to_string()))?.ok_or_else(not_found)
     }
 }
 

@@ -89,8 +89,7 @@ impl Gateway {
                 continue;
             }
             let key = media_key(&task.user_id, &task.id, position);
-            let sink =
-                video.media.create(&key).await.map_err(|e| ServiceError::Internal(format!("media store: {e}")))?;
+            let sink = video.media.create(&key).await.map_err(|e| ServiceError::MediaUnavailable(e.to_string()))?;
             let mut sink = TypedSink::new(sink, limits);
             let fetched = video.outbound.fetch_to(url, limits.largest(), &mut sink).await;
             if let Err(e) = fetched {
@@ -138,9 +137,22 @@ impl Gateway {
                     Ok(group) => group,
                     Err(e) => return Ok(Err(asset_failure(e))),
                 };
-                let expires = u64::try_from(self.ports.clock.now().millis() / 1000).unwrap_or(0)
-                    + self.video_settings.link_ttl.as_secs();
-                let link = video.links.link(&object.key, expires);
+                let ttl = self.video_settings.link_ttl;
+                let presigned = match self.video_settings.presigned_links {
+                    true => video
+                        .media
+                        .presigned_get(&object.key, ttl)
+                        .await
+                        .map_err(|e| ServiceError::MediaUnavailable(e.to_string()))?,
+                    false => None,
+                };
+                let link = match presigned {
+                    Some(link) => link,
+                    None => {
+                        let now = u64::try_from(self.ports.clock.now().millis() / 1000).unwrap_or(0);
+                        video.links.link(&object.key, now + ttl.as_secs())
+                    }
+                };
                 match video.assets.create_asset(&group, &link, object.kind).await {
                     Ok(id) => {
                         self.ports.videos.set_media_asset(&object.key, &id).await?;

@@ -208,6 +208,7 @@ fn create_asset(state: &SimState, body: &Map<String, Value>) -> Result<Value, Re
             asset_type: asset_type.to_owned(),
             url: url.clone(),
             created: now_secs(),
+            fetched: None,
             state: if reachable {
                 AssetState::Processing
             } else {
@@ -249,28 +250,36 @@ fn get_asset(state: &SimState, body: &Map<String, Value>) -> Result<Value, Refus
 
 /// Fetches an asset's URL and records the outcome.
 async fn fetch(client: reqwest::Client, assets: Arc<Mutex<AssetTable>>, id: String, url: String) {
-    let outcome = match tokio::time::timeout(FETCH_TIMEOUT, read(&client, &url)).await {
-        Ok(Ok(_)) => AssetState::Active,
-        Ok(Err(message)) => AssetState::Failed(message),
-        Err(_) => AssetState::Failed("Fetching the URL timed out.".to_owned()),
+    let (outcome, fetched) = match tokio::time::timeout(FETCH_TIMEOUT, read(&client, &url)).await {
+        Ok(Ok(read)) => (AssetState::Active, Some(read)),
+        Ok(Err(message)) => (AssetState::Failed(message), None),
+        Err(_) => (AssetState::Failed("Fetching the URL timed out.".to_owned()), None),
     };
     if let Some(asset) = lock(&assets).assets.get_mut(&id) {
         asset.state = outcome;
+        asset.fetched = fetched;
     }
 }
 
-/// GETs `url`; the bytes read, or why it is not usable.
-async fn read(client: &reqwest::Client, url: &str) -> Result<u64, String> {
+/// GETs `url`; the length and SHA-256 (hex) of what it read, or why it is not usable.
+async fn read(client: &reqwest::Client, url: &str) -> Result<(u64, String), String> {
+    use sha2::Digest;
     let mut response = client.get(url).send().await.map_err(|e| format!("Fetching the URL failed: {e}."))?;
     if !response.status().is_success() {
         return Err(format!("Fetching the URL answered {}.", response.status().as_u16()));
     }
     let mut bytes = 0u64;
+    let mut digest = sha2::Sha256::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| format!("Reading the URL failed: {e}."))? {
+        digest.update(&chunk);
         bytes = bytes.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
         if bytes > MAX_FETCH_BYTES {
             break;
         }
     }
-    if bytes == 0 { Err("The URL answered an empty body.".to_owned()) } else { Ok(bytes) }
+    if bytes == 0 {
+        return Err("The URL answered an empty body.".to_owned());
+    }
+    let hex: String = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((bytes, hex))
 }

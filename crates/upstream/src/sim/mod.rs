@@ -270,6 +270,12 @@ impl SimHandle {
         self.state.in_flight_max()
     }
 
+    /// What the fetch of each active asset read, in creation order: (URL, length, SHA-256 hex), so
+    /// a test can check the upstream received the very bytes a client uploaded.
+    pub fn fetched_assets(&self) -> Vec<(String, u64, String)> {
+        state::lock(self.state.assets()).fetched()
+    }
+
     /// Video callbacks acknowledged with a 2xx so far.
     pub fn callbacks_delivered(&self) -> u64 {
         self.state.callbacks()

@@ -74,6 +74,8 @@ pub(crate) struct SimAsset {
     pub(crate) url: String,
     pub(crate) created: u64,
     pub(crate) state: AssetState,
+    /// What the fetch of `url` read: its length and SHA-256 (hex), once it answered.
+    pub(crate) fetched: Option<(u64, String)>,
 }
 
 /// The groups and assets of one simulator.
@@ -85,6 +87,16 @@ pub(crate) struct AssetTable {
 }
 
 impl AssetTable {
+    /// What each active asset's fetch read, in creation order: (URL, length, SHA-256 hex).
+    pub(crate) fn fetched(&self) -> Vec<(String, u64, String)> {
+        self.order
+            .iter()
+            .filter_map(|id| self.assets.get(id))
+            .filter(|a| a.state == AssetState::Active)
+            .filter_map(|a| a.fetched.as_ref().map(|(len, digest)| (a.url.clone(), *len, digest.clone())))
+            .collect()
+    }
+
     /// Whether `id` is an `Active` asset.
     pub(crate) fn is_active(&self, id: &str) -> bool {
         self.assets.get(id).is_some_and(|a| a.state == AssetState::Active)
