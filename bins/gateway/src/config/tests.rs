@@ -216,3 +216,50 @@ fn secrets_do_not_print() {
         .expect("valid");
     assert_eq!((c.metrics_token.expose(), c.assets_secret_key.expose()), ("12345", "true"));
 }
+
+#[test]
+fn media_store_settings() {
+    let c = Config::load(None, &env(&[])).expect("defaults");
+    assert_eq!((c.media_store.clone(), c.media_links), (None, MediaLinks::Gateway), "the media directory by default");
+    assert_eq!((c.s3_region.as_str(), c.s3_allow_http), ("us-east-1", false));
+    assert_eq!((c.media_retention.0.as_secs(), c.media_sweep_interval.0.as_secs()), (86_400, 300));
+    let c = Config::load(
+        None,
+        &env(&[
+            ("GATEWAY_MEDIA_STORE", "s3://media-bucket/gw/prod"),
+            ("GATEWAY_S3_ENDPOINT", "http://127.0.0.1:9000"),
+            ("GATEWAY_S3_REGION", "eu-west-1"),
+            ("GATEWAY_S3_ALLOW_HTTP", "true"),
+            ("GATEWAY_MEDIA_LINKS", "presigned"),
+            ("GATEWAY_MEDIA_RETENTION", "7d"),
+            ("GATEWAY_MEDIA_SWEEP_INTERVAL", "30s"),
+        ]),
+    )
+    .expect("S3 settings");
+    assert_eq!(
+        c.media_store,
+        Some(media::MediaLocation::S3 { bucket: "media-bucket".into(), prefix: "gw/prod".into() })
+    );
+    assert_eq!(
+        (c.s3_endpoint.as_str(), c.s3_region.as_str(), c.s3_allow_http),
+        ("http://127.0.0.1:9000", "eu-west-1", true)
+    );
+    assert_eq!(
+        (c.media_links, c.media_retention.0.as_secs(), c.media_sweep_interval.0.as_secs()),
+        (MediaLinks::Presigned, 604_800, 30)
+    );
+    let c = Config::load(None, &env(&[("GATEWAY_MEDIA_STORE", "file:/srv/media")])).expect("a directory");
+    assert_eq!(c.media_store, Some(media::MediaLocation::File("/srv/media".into())));
+    for (k, bad) in [
+        ("GATEWAY_MEDIA_STORE", "gs://bucket"),
+        ("GATEWAY_MEDIA_STORE", "s3://UPPER"),
+        ("GATEWAY_MEDIA_STORE", "s3://bucket/../up"),
+        ("GATEWAY_MEDIA_STORE", "file:"),
+        ("GATEWAY_MEDIA_LINKS", "direct"),
+        ("GATEWAY_MEDIA_RETENTION", "0"),
+        ("GATEWAY_S3_ALLOW_HTTP", "maybe"),
+    ] {
+        let error = refused(None, &env(&[(k, bad)]));
+        assert!(error.contains(k), "{k}={bad}: {error}");
+    }
+}
