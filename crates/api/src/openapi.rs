@@ -68,14 +68,16 @@ fn errors(codes: &[u16], error: &Value) -> Vec<(u16, &'static str, Option<Value>
             let description = match code {
                 400 => "invalid_request: the message names the field and the rule",
                 401 => "invalid_api_key: missing, unknown, revoked or lacking the scope",
-                402 => "insufficient_balance: the balance does not cover the worst case",
+                402 => "insufficient_balance (the balance does not cover the worst case) or key_budget_exceeded (the key's spend budget would be passed)",
                 404 => "not_found",
                 409 => "not_cancellable, task_state_conflict or idempotency_conflict",
                 413 => "request_too_large or media_quota_exceeded",
                 415 => "unsupported_content_type",
                 429 => "concurrency_limit_exceeded or rate_limit_exceeded (a key's requests or tokens per minute), with Retry-After",
                 502 => "upstream_request_failed; the hold was refunded",
-                503 => "provider_not_configured (maintenance, no upstream or no price) or server_busy",
+                503 => {
+                    "provider_not_configured (maintenance, no upstream or no price), server_busy, or media_store_unavailable (the media store failed during an upload; nothing was held)"
+                }
                 _ => "error",
             };
             (*code, description, Some(json_content(error.clone())))
