@@ -158,6 +158,16 @@ async fn waiters_are_served_round_robin_across_users() {
         while adm.model_load(MODEL).1 < 8 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        // The light user's own slots come from the database (the manager leases them): until they
+        // do, the light user cannot be served whatever its place in the ring, and a loaded machine
+        // would see the heavy user served twice first.
+        let light_scope = domain::CapScope::User(light.clone());
+        let leased = tokio::time::timeout(Duration::from_secs(10), async {
+            while !adm.loads().iter().any(|l| l.scope == light_scope && l.leased > 0) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        leased.await.expect("the light user's slots are leased within 10 s");
         drop(first);
         calls.join_all().await;
         let order = order.lock().expect("order").clone();
