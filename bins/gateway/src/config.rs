@@ -52,15 +52,17 @@ settings! {
         /// `sqlite://…` or `postgres://…`.
         #[serde(deserialize_with = "database_url")]
         database_url: String = "sqlite://data/gateway.db?mode=rwc".into(),
-        /// The upstream platform's base URL, or `sim` for the built-in simulator.
+        /// The upstream platform's base URL, or `sim` for the built-in simulator; several,
+        /// comma-separated, spread calls over them and fail over between them.
         upstream_url: String = "sim".into(),
-        /// Key for the upstream platform.
+        /// Key for the upstream platform: one for every URL, or one per URL in the same order.
         upstream_api_key: Secret = Secret::default(),
-        /// The speech service's origin.
+        /// The speech service's origin (or several, comma-separated).
         speech_url: String = "sim".into(),
-        /// Key for the speech service.
+        /// Key for the speech service (one, or one per origin).
         speech_api_key: Secret = Secret::default(),
-        /// The message-compatible base of the platform.
+        /// The message-compatible base of the platform (or several, comma-separated; they take
+        /// the platform's keys: one, or one per base).
         messages_url: String = "sim".into(),
         /// Whole-call read timeout for synchronous upstream calls.
         #[serde(deserialize_with = "at_least::<1, _, _>")]

@@ -28,13 +28,19 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let connect_timeout = Duration::from_millis(config.upstream_connect_timeout_ms);
     let timeout = Duration::from_millis(config.upstream_timeout_ms);
     let urls = [&config.upstream_url, &config.speech_url, &config.messages_url, &config.assets_url];
-    let sim = if urls.iter().any(|u| u.as_str() == "sim") {
+    let sim = if urls.iter().any(|u| entries(u).contains(&"sim")) {
         Some(upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?)
     } else {
         None
     };
     let sim_addr = sim.as_ref().map(|(a, _)| *a);
     let upstream = Arc::new(upstream_client(config, sim_addr, connect_timeout, timeout)?);
+    if entries(&config.assets_url).len() > 1 {
+        return Err(Exit::config(
+            "assets_url: one origin (the asset control plane is tied to the video tasks' account and is not routed)"
+                .into(),
+        ));
+    }
     let assets = assets_client(config, sim_addr, connect_timeout)?;
     let media = media_store(config).await?;
     let secret = match config.media_link_secret.expose() {
@@ -107,38 +113,83 @@ async fn media_store(config: &Config) -> Result<Arc<dyn domain::ports::MediaStor
     })
 }
 
-/// The synchronous and task endpoints: each base from its setting, or the simulator for `sim`.
+/// The synchronous and task endpoints: each kind's base URLs from its setting (comma-separated;
+/// `sim` is the built-in simulator), with one key for all of them or one per URL in the same order.
+/// A key list of another length is a configuration error (exit 64).
 fn upstream_client(
     config: &Config,
     sim: Option<SocketAddr>,
     connect_timeout: Duration,
     timeout: Duration,
-) -> Result<upstream::HttpUpstream, String> {
+) -> Result<upstream::RoutedUpstream, Exit> {
     let simulated = sim.map(|a| upstream::UpstreamConfig::for_simulator(a, connect_timeout, timeout));
-    let pick = |url: &String, key: &str, from_sim: fn(&upstream::UpstreamConfig) -> (String, String)| match (
-        url.as_str(),
-        &simulated,
-    ) {
-        ("sim", Some(s)) => from_sim(s),
-        _ => (url.clone(), key.to_owned()),
-    };
-    let platform_key = config.upstream_api_key.expose();
-    let (platform_base, platform_key) =
-        pick(&config.upstream_url, platform_key, |s| (s.platform_base.clone(), s.platform_key.clone()));
-    let (speech_origin, speech_key) =
-        pick(&config.speech_url, config.speech_api_key.expose(), |s| (s.speech_origin.clone(), s.speech_key.clone()));
-    // The message-compatible base takes the platform key.
-    let (messages_base, _) = pick(&config.messages_url, "", |s| (s.messages_base.clone(), String::new()));
-    upstream::HttpUpstream::new(upstream::UpstreamConfig {
-        platform_base,
-        platform_key,
-        speech_origin,
-        speech_key,
-        messages_base,
+    let from_sim = |get: fn(&upstream::UpstreamConfig) -> (String, String)| simulated.as_ref().map(get);
+    let platform_keys = config.upstream_api_key.expose();
+    let platform = members(
+        ("upstream_url", &config.upstream_url),
+        ("upstream_api_key", platform_keys),
+        "platform",
+        from_sim(|s| (s.platform_base.clone(), s.platform_key.clone())),
+    )?;
+    let speech = members(
+        ("speech_url", &config.speech_url),
+        ("speech_api_key", config.speech_api_key.expose()),
+        "speech",
+        from_sim(|s| (s.speech_origin.clone(), s.speech_key.clone())),
+    )?;
+    // The message-compatible bases take the platform's keys.
+    let messages = members(
+        ("messages_url", &config.messages_url),
+        ("upstream_api_key", platform_keys),
+        "messages",
+        from_sim(|s| (s.messages_base.clone(), s.platform_key.clone())),
+    )?;
+    upstream::RoutedUpstream::new(upstream::RoutedConfig {
+        platform,
+        speech,
+        messages,
         connect_timeout,
         timeout,
+        breaker: upstream::route::BreakerSettings::default(),
+        max_attempts: upstream::routed::DEFAULT_MAX_ATTEMPTS,
     })
-    .map_err(|e| format!("upstream: {e}"))
+    .map_err(|e| Exit::config(format!("upstream: {e}")))
+}
+
+/// The comma-separated entries of a list setting, blanks left out.
+fn entries(list: &str) -> Vec<&str> {
+    list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect()
+}
+
+/// The endpoints of one kind: the URLs of the setting `urls` (`sim`: the simulator's base and key,
+/// `sim_base`), each with the one key of `keys` or the key at its position. Named `<name>-<n>`.
+fn members(
+    (url_setting, urls): (&str, &str),
+    (key_setting, keys): (&str, &str),
+    name: &str,
+    sim_base: Option<(String, String)>,
+) -> Result<Vec<upstream::Member>, Exit> {
+    let urls = entries(urls);
+    let keys: Vec<&str> = keys.split(',').map(str::trim).collect();
+    if !urls.is_empty() && keys.len() != 1 && keys.len() != urls.len() {
+        return Err(Exit::config(format!(
+            "{key_setting}: {} keys for the {} URLs of {url_setting}; give one key for all, or one per URL in the same order",
+            keys.len(),
+            urls.len()
+        )));
+    }
+    urls.iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let key = if keys.len() == urls.len() { keys[i] } else { keys[0] };
+            let (url, key) = match (*url, &sim_base) {
+                ("sim", Some((base, sim_key))) => (base.clone(), sim_key.clone()),
+                ("sim", None) => return Err(Exit::config(format!("{url_setting}: sim without the simulator"))),
+                (url, _) => (url.to_owned(), key.to_owned()),
+            };
+            Ok(upstream::Member { name: format!("{name}-{}", i + 1), url, key })
+        })
+        .collect()
 }
 
 /// The asset control plane: configured, or the simulator for `sim`.

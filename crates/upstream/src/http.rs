@@ -35,6 +35,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use domain::ports::{Endpoint, EventStream, Upstream, UpstreamError};
 use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
@@ -142,13 +143,9 @@ impl HttpUpstream {
         route.as_ref().ok_or_else(|| UpstreamError::NotConfigured(endpoint.as_str().to_owned()))
     }
 
-    /// Sends `body`; returns the response if it is 2xx, otherwise `Status`.
-    async fn send(
-        &self,
-        route: &Route,
-        body: Vec<u8>,
-        accept: &'static str,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    /// Sends `body`; returns the response if it is 2xx, otherwise `Status` (with the
+    /// `Retry-After` the upstream asked for, in seconds, if any).
+    async fn send(&self, route: &Route, body: Bytes, accept: &'static str) -> Result<reqwest::Response, Failed> {
         let response = self
             .client
             .post(route.url.clone())
@@ -158,20 +155,30 @@ impl HttpUpstream {
             .body(body)
             .send()
             .await
-            .map_err(|e| map_reqwest(&e))?;
+            .map_err(|e| Failed::from(map_reqwest(&e)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         let body = read_prefix(response, MAX_ERROR_BODY).await;
         tracing::debug!(status = status.as_u16(), url = %route.url, "upstream answered with an error status");
-        Err(UpstreamError::Status { status: status.as_u16(), body })
+        Err(Failed { error: UpstreamError::Status { status: status.as_u16(), body }, retry_after })
     }
 
-    async fn complete_inner(&self, route: &Route, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+    async fn complete_inner(&self, route: &Route, body: Bytes) -> Result<Vec<u8>, Failed> {
         let response = self.send(route, body, "application/json").await?;
-        let answer = read_limited(response, route.max_answer).await?;
-        // Checked without building a value: the caller parses the answer once, for its own use.
+        Ok(Self::judge_answer(read_limited(response, route.max_answer).await?)?)
+    }
+
+    /// A complete 2xx answer if it is a JSON object (checked without building a value: the
+    /// caller parses the answer once, for its own use).
+    fn judge_answer(answer: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
         let is_object = answer.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         match serde_json::from_slice::<serde::de::IgnoredAny>(&answer) {
             Ok(_) if is_object => Ok(answer),
@@ -181,26 +188,54 @@ impl HttpUpstream {
     }
 }
 
-#[async_trait]
-impl Upstream for HttpUpstream {
-    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+/// One attempt's failure, and how long the upstream asked to be left alone (`Retry-After`).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    /// What went wrong.
+    pub(crate) error: UpstreamError,
+    /// The `Retry-After` of a non-2xx answer, in whole seconds.
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl From<UpstreamError> for Failed {
+    fn from(error: UpstreamError) -> Failed {
+        Failed { error, retry_after: None }
+    }
+}
+
+impl HttpUpstream {
+    /// [`Upstream::complete`] with the body as shared bytes (so a router can try it again
+    /// elsewhere without a copy) and the `Retry-After` of a refusal.
+    pub(crate) async fn try_complete(&self, endpoint: Endpoint, body: Bytes) -> Result<Vec<u8>, Failed> {
         let route = self.route(endpoint)?;
         match tokio::time::timeout(self.timeout, self.complete_inner(route, body)).await {
             Ok(result) => result,
-            Err(_) => Err(UpstreamError::Timeout),
+            Err(_) => Err(UpstreamError::Timeout.into()),
         }
     }
 
-    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
+    /// [`Upstream::stream`] as [`Self::try_complete`]: it fails only before the answer's head.
+    pub(crate) async fn try_stream(&self, endpoint: Endpoint, body: Bytes) -> Result<Box<dyn EventStream>, Failed> {
         let route = self.route(endpoint)?;
         let Some(framing) = route.framing else {
-            return Err(UpstreamError::NotConfigured(format!("{} streaming", endpoint.as_str())));
+            return Err(UpstreamError::NotConfigured(format!("{} streaming", endpoint.as_str())).into());
         };
         let response = match tokio::time::timeout(self.timeout, self.send(route, body, "text/event-stream")).await {
             Ok(result) => result?,
-            Err(_) => return Err(UpstreamError::Timeout),
+            Err(_) => return Err(UpstreamError::Timeout.into()),
         };
         Ok(Box::new(HttpEventStream::new(response, framing, self.timeout)))
+    }
+}
+
+#[async_trait]
+impl Upstream for HttpUpstream {
+    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+        self.try_complete(endpoint, Bytes::from(body)).await.map_err(|f| f.error)
+    }
+
+    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
+        self.try_stream(endpoint, Bytes::from(body)).await.map_err(|f| f.error)
     }
 }
 

@@ -7,6 +7,10 @@
 //!   for chat, named events for the native formats). The endpoint table and the error mapping
 //!   are in [`http`]. It also implements [`domain::ports::TaskUpstream`] for the platform's
 //!   video tasks ([`tasks`]).
+//! - [`RoutedUpstream`] puts several endpoints (base URL and key) behind the same ports, per
+//!   kind of call: it picks by weight and priority ([`route`]), retries a call on another
+//!   endpoint when it failed before the first byte of an answer, cools endpoints down on
+//!   `Retry-After` and opens circuit breakers on repeated failures ([`routed`]).
 //! - [`HttpAssetUpstream`] implements [`domain::ports::AssetUpstream`] for the asset control
 //!   plane, with Volcengine-style signed requests ([`assets`], [`assets::sign`]), built from an
 //!   [`AssetsConfig`].
@@ -22,6 +26,8 @@
 pub mod assets;
 pub mod config;
 pub mod http;
+pub mod route;
+pub mod routed;
 pub mod sim;
 pub mod sse;
 mod stream;
@@ -31,3 +37,4 @@ pub mod transport;
 pub use assets::HttpAssetUpstream;
 pub use config::{AssetsConfig, UpstreamConfig};
 pub use http::HttpUpstream;
+pub use routed::{Member, RoutedConfig, RoutedUpstream};

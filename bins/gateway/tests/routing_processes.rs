@@ -1,0 +1,132 @@
+//! Upstream routing across real processes (issue 22): one `gateway serve` with two upstream
+//! simulators behind `GATEWAY_UPSTREAM_URL=a,b` (running in the test, so one can be stopped while
+//! traffic runs): calls are shared evenly, a simulator stopped mid-run costs no client call, every
+//! call is billed exactly once and the balance equals the ledger.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Running, Sandbox, sandbox};
+use serde_json::json;
+
+const CHAT_MODEL: &str = "LangA-V4-flash";
+
+fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHandle) {
+    rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start a simulator")
+}
+
+/// `serve` with the platform at both simulators (one key for both), everything else at `a`.
+fn serve(sandbox: &Sandbox, a: SocketAddr, b: SocketAddr) -> (Running, String) {
+    let env = [("GATEWAY_UPSTREAM_URL", format!("http://{a}/api/v3,http://{b}/api/v3"))];
+    common::serve_against(sandbox, a, "serve", &env)
+}
+
+/// `calls` chat calls from `threads` clients at once; each answer's status (0: none came).
+fn chat_calls(addr: &str, key: &str, calls: usize, threads: usize, done: &Arc<AtomicUsize>) -> Vec<u16> {
+    let per = calls / threads;
+    let clients: Vec<_> = (0..threads)
+        .map(|t| {
+            let (addr, key, done) = (addr.to_owned(), key.to_owned(), Arc::clone(done));
+            std::thread::spawn(move || {
+                (0..per)
+                    .map(|i| {
+                        let body = json!({"model": CHAT_MODEL, "max_tokens": 8,
+                                          "messages": [{"role": "user", "content": format!("question {t}-{i}")}]});
+                        let (status, _) =
+                            common::http_request(&addr, "POST", "/api/v1/chat/completions", Some(&key), Some(&body));
+                        done.fetch_add(1, Ordering::SeqCst);
+                        status
+                    })
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    clients.into_iter().flat_map(|c| c.join().expect("client thread")).collect()
+}
+
+#[test]
+fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sandbox, label) = sandbox(&rt);
+    let (a, sim_a) = simulator(&rt);
+    let (b, sim_b) = simulator(&rt);
+    let (user, key) = common::account(&sandbox, "1000", "language:create,task:read");
+    let (_serve, addr) = serve(&sandbox, a, b);
+    let chat = upstream::sim::CHAT_PATH;
+
+    // Equal weights: 1,000 calls split within ±10 % of 500 each.
+    let done = Arc::new(AtomicUsize::new(0));
+    let statuses = chat_calls(&addr, &key, 1_000, 8, &done);
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "{label}: every call answered: {:?}",
+        common::logged_problems(&sandbox, "serve")
+    );
+    let (on_a, on_b) = (sim_a.requests(chat), sim_b.requests(chat));
+    eprintln!("{label}: 1,000 calls: {on_a} on a, {on_b} on b");
+    assert_eq!(on_a + on_b, 1_000, "{label}: one upstream request per call");
+    assert!((450..=550).contains(&on_a), "{label}: a took {on_a} of 1,000");
+
+    // B stops while 400 more calls run: every one is still answered.
+    let done = Arc::new(AtomicUsize::new(0));
+    let traffic = {
+        let (addr, key, done) = (addr.clone(), key.clone(), Arc::clone(&done));
+        std::thread::spawn(move || chat_calls(&addr, &key, 400, 8, &done))
+    };
+    while done.load(Ordering::SeqCst) < 100 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b_at_stop = sim_b.requests(chat);
+    rt.block_on(sim_b.stop()).expect("stop simulator b");
+    let statuses = traffic.join().expect("traffic");
+    let failed = statuses.iter().filter(|s| **s != 200).count();
+    assert_eq!(
+        failed,
+        0,
+        "{label}: no client call failed: {statuses:?}: {}",
+        common::logged_problems(&sandbox, "serve")
+    );
+    let after_a = sim_a.requests(chat);
+    eprintln!(
+        "{label}: 400 calls with b stopped after ~100: {} on b before it stopped, {} more on a",
+        b_at_stop - on_b,
+        after_a - on_a
+    );
+
+    // Every call is one task, settled once; balance = Σ ledger.
+    let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+    assert_eq!(tasks.len(), 1_400, "{label}: a task per call");
+    assert!(tasks.iter().all(|t| t.status == domain::TaskStatus::Succeeded), "{label}: every task succeeded");
+    let count = |kind| entries.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(domain::LedgerKind::Reserve), 1_400, "{label}: one hold per call, whatever its attempts");
+    assert_eq!(count(domain::LedgerKind::Refund), 0, "{label}: no call failed");
+    assert!(count(domain::LedgerKind::Settle) <= 1_400, "{label}: at most one settlement per call");
+}
+
+#[test]
+fn a_key_list_of_the_wrong_length_is_exit_64_naming_the_setting() {
+    let sandbox = Sandbox::new();
+    for (urls, keys, named) in [
+        ("http://127.0.0.1:1/api/v3,http://127.0.0.1:2/api/v3", "k1,k2,k3", "upstream_api_key"),
+        ("http://127.0.0.1:1/api/v3", "k1,k2", "upstream_api_key"),
+    ] {
+        let out = sandbox
+            .command(&["serve"])
+            .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            .env("GATEWAY_UPSTREAM_URL", urls)
+            .env("GATEWAY_UPSTREAM_API_KEY", keys)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let named_lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with(named)).collect();
+        assert_eq!(out.status.code(), Some(64), "{urls} / {keys}: {stderr}");
+        assert_eq!(named_lines.len(), 1, "one line names {named}: {stderr}");
+        assert!(!stderr.contains("k1") && !stderr.contains("k2"), "no key in the output: {stderr}");
+    }
+}
