@@ -137,13 +137,32 @@ fn upstream_client(
         "speech",
         from_sim(|s| (s.speech_origin.clone(), s.speech_key.clone())),
     )?;
-    // The message-compatible bases take the platform's keys.
-    let messages = members(
-        ("messages_url", &config.messages_url),
-        ("upstream_api_key", platform_keys),
-        "messages",
-        from_sim(|s| (s.messages_base.clone(), s.platform_key.clone())),
-    )?;
+    // The message-compatible bases take the platform's keys: one per base when the counts match,
+    // else every key on every base (the keys are the platform account's, valid on each base).
+    let message_bases = entries(&config.messages_url);
+    let keys: Vec<&str> = platform_keys.split(',').map(str::trim).collect();
+    let messages = if keys.len() == message_bases.len() || keys.len() == 1 {
+        members(
+            ("messages_url", &config.messages_url),
+            ("upstream_api_key", platform_keys),
+            "messages",
+            from_sim(|s| (s.messages_base.clone(), s.platform_key.clone())),
+        )?
+    } else {
+        let mut all = Vec::new();
+        for key in &keys {
+            all.extend(members(
+                ("messages_url", &config.messages_url),
+                ("upstream_api_key", key),
+                "messages",
+                from_sim(|s| (s.messages_base.clone(), s.platform_key.clone())),
+            )?);
+        }
+        for (i, member) in all.iter_mut().enumerate() {
+            member.name = format!("messages-{}", i + 1);
+        }
+        all
+    };
     upstream::RoutedUpstream::new(upstream::RoutedConfig {
         platform,
         speech,

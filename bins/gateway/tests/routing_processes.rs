@@ -130,3 +130,82 @@ fn a_key_list_of_the_wrong_length_is_exit_64_naming_the_setting() {
         assert!(!stderr.contains("k1") && !stderr.contains("k2"), "no key in the output: {stderr}");
     }
 }
+
+/// `calls` chat calls from 4 clients; how many were answered 200 and the other statuses.
+fn answered(addr: &str, key: &str, calls: usize) -> (usize, Vec<u16>) {
+    let statuses = chat_calls(addr, key, calls, 4, &Arc::new(AtomicUsize::new(0)));
+    let others: Vec<u16> = statuses.iter().copied().filter(|s| *s != 200).collect();
+    (statuses.len() - others.len(), others)
+}
+
+#[test]
+fn a_refusing_upstream_loses_its_share_until_it_recovers_and_all_down_is_502_refunded() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sandbox, label) = sandbox(&rt);
+    let (a, sim_a) = simulator(&rt);
+    let (b, sim_b) = simulator(&rt);
+    let (user, key) = common::account(&sandbox, "1000", "language:create,task:read");
+    let (_serve, addr) = serve(&sandbox, a, b);
+    let chat = upstream::sim::CHAT_PATH;
+    let on_b = || sim_b.requests(chat);
+
+    // 429 with Retry-After: 2 — b is asked again only after each cool-down.
+    sim_b.set_outage(Some((429, Some(2))));
+    let before = on_b();
+    assert_eq!(answered(&addr, &key, 100), (100, vec![]), "{label}: every call answered by a");
+    let asked = on_b() - before;
+    assert!(asked <= 2, "{label}: b asked {asked} times while cooling down");
+
+    // b recovers: after its cool-down it takes its share again.
+    sim_b.set_outage(None);
+    std::thread::sleep(Duration::from_millis(2_100));
+    let before = on_b();
+    assert_eq!(answered(&addr, &key, 100).0, 100, "{label}");
+    let share = on_b() - before;
+    assert!((40..=60).contains(&share), "{label}: b took {share} of 100 after its cool-down");
+
+    // 500s: five in a row open b's circuit; the calls go to a meanwhile.
+    sim_b.set_outage(Some((500, None)));
+    let before = on_b();
+    assert_eq!(answered(&addr, &key, 100), (100, vec![]), "{label}: every call answered by a");
+    let asked = on_b() - before;
+    assert!((5..=8).contains(&asked), "{label}: b asked {asked} times before its circuit opened");
+
+    // Both down: 502, the hold refunded, no reservation left open.
+    sim_a.set_outage(Some((500, None)));
+    let (ok, failed) = answered(&addr, &key, 20);
+    assert_eq!(ok, 0, "{label}: nothing answers");
+    assert!(failed.iter().all(|s| *s == 502), "{label}: {failed:?}");
+    let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+    let count = |kind| entries.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(domain::LedgerKind::Reserve), 320, "{label}: one hold per call");
+    assert_eq!(count(domain::LedgerKind::Refund), 20, "{label}: each failed call refunded once");
+    let failed_tasks = tasks.iter().filter(|t| t.status == domain::TaskStatus::Failed).count();
+    assert_eq!(failed_tasks, 20, "{label}");
+}
+
+#[test]
+fn a_refused_key_leaves_the_pool_and_is_reported_once() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sandbox, label) = sandbox(&rt);
+    let (a, sim_a) = simulator(&rt);
+    let (user, key) = common::account(&sandbox, "1000", "language:create,task:read");
+    let revoked = "sk-revoked-3f9c2e";
+    sim_a.refuse_key(revoked);
+    // One URL twice: a pool of two keys.
+    let env = [
+        ("GATEWAY_UPSTREAM_URL", format!("http://{a}/api/v3,http://{a}/api/v3")),
+        ("GATEWAY_UPSTREAM_API_KEY", format!("{},{revoked}", upstream::config::SIM_PLATFORM_KEY)),
+    ];
+    let (_serve, addr) = common::serve_against(&sandbox, a, "serve", &env);
+    assert_eq!(answered(&addr, &key, 200), (200, vec![]), "{label}: every call answered with the good key");
+    // Tried once, or by each of the 4 clients that picked it before its first refusal came back.
+    let tried = sim_a.requests(upstream::sim::CHAT_PATH) - 200;
+    assert!((1..=4).contains(&tried), "{label}: the revoked key was tried {tried} times");
+    let log = common::logged_problems(&sandbox, "serve");
+    let reported: Vec<&str> = log.lines().filter(|l| l.contains("refused the endpoint's key")).collect();
+    assert_eq!(reported.len(), 1, "{label}: reported once: {log}");
+    assert!(reported[0].contains("platform-2"), "{label}: names the endpoint: {}", reported[0]);
+    assert!(!log.contains(revoked), "{label}: never the key itself");
+    common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+}

@@ -117,6 +117,8 @@ struct Slot {
     in_flight: u64,
     /// Smooth weighted round robin's current weight.
     current: i64,
+    /// Whether its key was refused (and not accepted since): reported once.
+    refused: bool,
 }
 
 impl Slot {
@@ -168,6 +170,7 @@ impl Router {
                 cooling_until: None,
                 in_flight: 0,
                 current: 0,
+                refused: false,
             })
             .collect();
         Router { slots: Mutex::new(slots), breaker }
@@ -216,6 +219,7 @@ impl Router {
         match outcome {
             Outcome::Answered => {
                 slot.circuit = Circuit::Closed(0);
+                slot.refused = false;
                 if was_open { Change::Closed } else { Change::None }
             }
             Outcome::CoolDown(wait) => {
@@ -227,7 +231,8 @@ impl Router {
             }
             Outcome::KeyRefused => {
                 slot.circuit = Circuit::Open(now + breaker.refused_for);
-                Change::KeyRefused
+                // Attempts picked before the first refusal came back report it again: once is enough.
+                if std::mem::replace(&mut slot.refused, true) { Change::None } else { Change::KeyRefused }
             }
             Outcome::Failed => match slot.circuit {
                 Circuit::Closed(n) if n + 1 < breaker.failures_to_open => {
@@ -345,7 +350,12 @@ mod tests {
         let now = Instant::now();
         let router = Router::new(vec![spec("bad-key", 1, 0), spec("good", 1, 0)], BreakerSettings::default());
         let first = router.pick("m", &[], now).expect("pick");
+        let concurrent = router.pick("m", &[], now).expect("pick");
+        let late = router.pick("m", &[concurrent.index], now).expect("pick");
+        assert_eq!(late.index, first.index, "picked again before the refusal came back");
         assert_eq!(router.report(first.index, Outcome::KeyRefused, now), Change::KeyRefused);
+        assert_eq!(router.report(late.index, Outcome::KeyRefused, now), Change::None, "reported once");
+        router.report(concurrent.index, Outcome::Answered, now);
         let counts = shares(&router, 10, now + Duration::from_secs(3_599));
         assert_eq!(counts[first.index], 0, "out for refused_for");
         let back = shares(&router, 10, now + Duration::from_secs(3_600))[first.index];

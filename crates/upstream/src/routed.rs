@@ -205,7 +205,11 @@ impl RoutedUpstream {
         }
         let started = Instant::now();
         let mut tried = Vec::new();
-        let mut last = UpstreamError::NotConfigured(endpoint.as_str().to_owned());
+        let mut last = if pool.members.is_empty() {
+            UpstreamError::NotConfigured(endpoint.as_str().to_owned())
+        } else {
+            UpstreamError::Connect("no upstream endpoint can take calls now (each is failing or cooling down)".into())
+        };
         while tried.len() < self.max_attempts && started.elapsed() < self.timeout {
             let Some(pick) = pool.router.pick("", &tried, Instant::now()) else { break };
             tried.push(pick.index);

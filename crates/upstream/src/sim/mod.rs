@@ -276,6 +276,18 @@ impl SimHandle {
         state::lock(self.state.assets()).fetched()
     }
 
+    /// Makes every generation request (chat, images, speech, messages, responses) answer `status`
+    /// with `Retry-After: <secs>` when given, as an outage or a rate-limited key would; `None`
+    /// serves normally again. The requests still count in [`SimHandle::requests`].
+    pub fn set_outage(&self, outage: Option<(u16, Option<u64>)>) {
+        self.state.set_outage(outage);
+    }
+
+    /// Answers generation requests whose bearer key is `key` with 401 from now on (a revoked key).
+    pub fn refuse_key(&self, key: &str) {
+        self.state.refuse_key(key);
+    }
+
     /// Video callbacks acknowledged with a 2xx so far.
     pub fn callbacks_delivered(&self) -> u64 {
         self.state.callbacks()
@@ -328,6 +340,9 @@ async fn handle(state: &SimState, req: Request<Incoming>) -> Result<Response<Sim
     let generation =
         post && [CHAT_PATH, IMAGES_PATH, SPEECH_PATH, MESSAGES_PATH, RESPONSES_PATH].contains(&path.as_str());
     let _in_flight = generation.then(|| state.enter());
+    if generation && let Some(refused) = test_refusal(state, &req, &rid) {
+        return Ok(refused);
+    }
     match path.as_str() {
         CHAT_PATH if post => chat::handle(state, req, rid).await,
         IMAGES_PATH if post => images::handle(state, req, rid).await,
@@ -351,6 +366,26 @@ async fn handle(state: &SimState, req: Request<Incoming>) -> Result<Response<Sim
             Ok(error_response(404, "NotFound", &message, "", &rid))
         }
     }
+}
+
+/// The answer a test asked for instead of the real one: 401 for a refused key, else the outage's
+/// status (with `Retry-After`).
+fn test_refusal(state: &SimState, req: &Request<Incoming>, rid: &str) -> Option<Response<SimBody>> {
+    let bearer = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !bearer.is_empty() && state.is_refused(bearer) {
+        return Some(fault::error_response(401, "AuthenticationError", "The API key is not valid.", "", rid));
+    }
+    let (status, retry_after) = state.outage()?;
+    let mut refused = fault::error_response(status, "ServiceUnavailable", "The service is not available now.", "", rid);
+    if let Some(secs) = retry_after {
+        refused.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
+    Some(refused)
 }
 
 /// The `{id}` of `/api/v3/contents/generations/tasks/{id}`.

@@ -39,6 +39,10 @@ pub(crate) struct SimState {
     /// Generation requests being answered now, and the most at once so far.
     in_flight: AtomicU64,
     in_flight_max: AtomicU64,
+    /// Set by a test: every generation request answers this status (and `Retry-After`, seconds).
+    outage: Mutex<Option<(u16, Option<u64>)>>,
+    /// Set by a test: generation requests with one of these bearer keys answer 401.
+    refused_keys: Mutex<Vec<String>>,
 }
 
 /// Every task of one simulator, oldest first.
@@ -140,7 +144,30 @@ impl SimState {
             callbacks: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             in_flight_max: AtomicU64::new(0),
+            outage: Mutex::default(),
+            refused_keys: Mutex::default(),
         }
+    }
+
+    /// Makes every generation request answer `status` (with `Retry-After: <secs>` when given), or
+    /// serve normally again (`None`).
+    pub(crate) fn set_outage(&self, outage: Option<(u16, Option<u64>)>) {
+        *lock(&self.outage) = outage;
+    }
+
+    /// The outage a test set, if any.
+    pub(crate) fn outage(&self) -> Option<(u16, Option<u64>)> {
+        *lock(&self.outage)
+    }
+
+    /// Refuses generation requests carrying `key` as their bearer token with 401 from now on.
+    pub(crate) fn refuse_key(&self, key: &str) {
+        lock(&self.refused_keys).push(key.to_owned());
+    }
+
+    /// Whether `key` is refused.
+    pub(crate) fn is_refused(&self, key: &str) -> bool {
+        lock(&self.refused_keys).iter().any(|k| k == key)
     }
 
     /// The options the simulator was started with.
