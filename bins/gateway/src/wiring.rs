@@ -59,7 +59,10 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         links: Arc::new(media::LinkSigner::new(secret, &public)),
         wire: Arc::new(api::wire::WireTasks),
     };
-    let ports = Ports::from_store(store, Arc::new(SystemClock)).with_upstream(upstream).with_video(video);
+    let ports = Ports::from_store(store, Arc::new(SystemClock))
+        .with_upstream(upstream.clone())
+        .with_upstream_health(upstream)
+        .with_video(video);
     let settings = VideoSettings {
         poll_interval: Duration::from_millis(config.task_poll_interval_ms),
         deadline: config.task_deadline.0,

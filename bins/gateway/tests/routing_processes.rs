@@ -25,6 +25,16 @@ fn serve(sandbox: &Sandbox, a: SocketAddr, b: SocketAddr) -> (Running, String) {
     common::serve_against(sandbox, a, "serve", &env)
 }
 
+/// The text of `GET /metrics`.
+fn metrics_text(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read /metrics");
+    text
+}
+
 /// `calls` chat calls from `threads` clients at once; each answer's status (0: none came).
 fn chat_calls(addr: &str, key: &str, calls: usize, threads: usize, done: &Arc<AtomicUsize>) -> Vec<u16> {
     let per = calls / threads;
@@ -96,6 +106,24 @@ fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
         b_at_stop - on_b,
         after_a - on_a
     );
+
+    // The stopped endpoint's circuit is open, and /metrics says so per endpoint (no key in a label).
+    let metrics = metrics_text(&addr);
+    assert!(
+        metrics.contains(r#"gateway_upstream_endpoint_state{pool="platform",endpoint="platform-2"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"gateway_upstream_endpoint_state{pool="platform",endpoint="platform-1"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"gateway_upstream_endpoint_attempts_total{pool="platform",endpoint="platform-1"}"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(upstream::config::SIM_PLATFORM_KEY));
+    let (ready, _) = common::http_get(&addr, "/readyz", None);
+    assert_eq!(ready, 200, "{label}: ready while platform-1 takes calls");
 
     // Every call is one task, settled once; balance = Σ ledger.
     let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
@@ -176,6 +204,8 @@ fn a_refusing_upstream_loses_its_share_until_it_recovers_and_all_down_is_502_ref
     let (ok, failed) = answered(&addr, &key, 20);
     assert_eq!(ok, 0, "{label}: nothing answers");
     assert!(failed.iter().all(|s| *s == 502), "{label}: {failed:?}");
+    let (ready, answer) = common::http_get(&addr, "/readyz", None);
+    assert_eq!(ready, 503, "{label}: not ready with every platform endpoint's circuit open: {answer}");
     let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
     let count = |kind| entries.iter().filter(|e| e.kind == kind).count();
     assert_eq!(count(domain::LedgerKind::Reserve), 320, "{label}: one hold per call");

@@ -81,6 +81,8 @@ pub struct Ports {
     pub ids: Arc<dyn IdSource>,
     /// The upstream platform's synchronous endpoints; `None` answers 503 `provider_not_configured`.
     pub upstream: Option<Arc<dyn Upstream>>,
+    /// How the upstream endpoints fare; `None`: not reported.
+    pub upstream_health: Option<Arc<dyn domain::ports::UpstreamHealth>>,
     /// What video tasks need besides the store; `None` answers 503 `provider_not_configured`.
     pub video: Option<video::VideoPorts>,
 }
@@ -118,8 +120,16 @@ impl Ports {
             clock,
             ids: Arc::new(UuidIds),
             upstream: None,
+            upstream_health: None,
             video: None,
         }
+    }
+
+    /// The same ports with `health` telling how the upstream endpoints fare (`/metrics`,
+    /// `/readyz`).
+    pub fn with_upstream_health(mut self, health: Arc<dyn domain::ports::UpstreamHealth>) -> Ports {
+        self.upstream_health = Some(health);
+        self
     }
 
     /// The same ports with video tasks served by `video`.
@@ -240,6 +250,12 @@ impl Gateway {
     /// Whether this process can serve: the database answers and has every migration this build
     /// knows (`/readyz`). The error says what is missing.
     pub async fn ready(&self) -> Result<(), ServiceError> {
+        if self.ports.upstream_health.as_ref().is_some_and(|h| !h.can_take_calls()) {
+            return Err(ServiceError::Busy {
+                message: "not ready: every upstream endpoint of a kind of call is failing or cooling down".into(),
+                retry_after_secs: 5,
+            });
+        }
         match self.ports.readiness.pending_migrations().await {
             Ok(0) => Ok(()),
             Ok(n) => Err(ServiceError::Busy {

@@ -44,6 +44,12 @@ struct UpstreamErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    pool: String,
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
 }
@@ -107,6 +113,13 @@ pub(crate) struct Metrics {
     webhook_deliveries: Family<OutcomeLabel, Counter>,
     store_up: Gauge,
     key_refusals: Family<ReasonLabel, Counter>,
+    endpoint_attempts: Family<EndpointLabels, Counter>,
+    endpoint_failures: Family<EndpointLabels, Counter>,
+    endpoint_retries: Family<EndpointLabels, Counter>,
+    endpoint_cool_downs: Family<EndpointLabels, Counter>,
+    endpoint_circuit_opened: Family<EndpointLabels, Counter>,
+    endpoint_state: Family<EndpointLabels, Gauge>,
+    endpoint_in_flight: Family<EndpointLabels, Gauge>,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: tokio::sync::Mutex<()>,
 }
@@ -132,6 +145,13 @@ impl Default for Metrics {
             webhook_deliveries: Family::default(),
             store_up: Gauge::default(),
             key_refusals: Family::default(),
+            endpoint_attempts: Family::default(),
+            endpoint_failures: Family::default(),
+            endpoint_retries: Family::default(),
+            endpoint_cool_downs: Family::default(),
+            endpoint_circuit_opened: Family::default(),
+            endpoint_state: Family::default(),
+            endpoint_in_flight: Family::default(),
             scrape: tokio::sync::Mutex::new(()),
         };
         metrics.register();
@@ -142,6 +162,42 @@ impl Default for Metrics {
 impl Metrics {
     fn register(&mut self) {
         let r = &mut self.registry;
+        let endpoint_counters = [
+            ("upstream_endpoint_attempts", "Attempts on each upstream endpoint", &self.endpoint_attempts),
+            (
+                "upstream_endpoint_failures",
+                "Failed attempts (no answer, 429, 5xx, a refused key) on each upstream endpoint",
+                &self.endpoint_failures,
+            ),
+            (
+                "upstream_endpoint_retries",
+                "Attempts on each upstream endpoint that retried a call another endpoint failed",
+                &self.endpoint_retries,
+            ),
+            (
+                "upstream_endpoint_cool_downs",
+                "Retry-After cool-downs of each upstream endpoint",
+                &self.endpoint_cool_downs,
+            ),
+            (
+                "upstream_endpoint_circuit_opened",
+                "Times each upstream endpoint's circuit opened (failures, or a refused key)",
+                &self.endpoint_circuit_opened,
+            ),
+        ];
+        for (name, help, family) in endpoint_counters {
+            r.register(name, help, family.clone());
+        }
+        r.register(
+            "upstream_endpoint_state",
+            "Each upstream endpoint now: 0 healthy, 1 cooling down, 2 half-open (a probe may go), 3 circuit open",
+            self.endpoint_state.clone(),
+        );
+        r.register(
+            "upstream_endpoint_in_flight",
+            "Attempts in flight on each upstream endpoint in this replica",
+            self.endpoint_in_flight.clone(),
+        );
         r.register("http_requests", "HTTP requests answered, by route and status", self.requests.clone());
         r.register_with_unit(
             "http_request_duration",
@@ -301,6 +357,34 @@ impl std::fmt::Debug for InFlight {
     }
 }
 
+impl Metrics {
+    /// Sets the per-endpoint families from the router's own counts (counters moved up to them).
+    fn endpoints(&self, endpoints: &[domain::ports::EndpointHealth]) {
+        for e in endpoints {
+            let label = EndpointLabels { pool: e.pool.clone(), endpoint: e.name.clone() };
+            let counters = [
+                (&self.endpoint_attempts, e.attempts),
+                (&self.endpoint_failures, e.failures),
+                (&self.endpoint_retries, e.retries),
+                (&self.endpoint_cool_downs, e.cool_downs),
+                (&self.endpoint_circuit_opened, e.circuit_opened),
+            ];
+            for (family, total) in counters {
+                let counter = family.get_or_create(&label);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+            let state = match e.state.as_str() {
+                "healthy" => 0,
+                "cooling_down" => 1,
+                "half_open" => 2,
+                _ => 3,
+            };
+            self.endpoint_state.get_or_create(&label).set(state);
+            self.endpoint_in_flight.get_or_create(&label).set(i64::try_from(e.in_flight).unwrap_or(i64::MAX));
+        }
+    }
+}
+
 impl Gateway {
     /// Counts one answered request on `route` (a fixed route name, never the raw path).
     pub fn record_request(&self, route: &'static str, status: u16, took: Duration) {
@@ -340,6 +424,9 @@ impl Gateway {
             }
         }
         metrics.user_slots_leased.set(user_slots);
+        if let Some(health) = &self.ports.upstream_health {
+            metrics.endpoints(&health.endpoints());
+        }
         let mut text = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &metrics.registry) {
             tracing::error!(error = %e, "metrics: encoding failed");

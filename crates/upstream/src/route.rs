@@ -107,6 +107,50 @@ pub struct EndpointState {
     pub cooling_until: Option<Instant>,
     /// Attempts in flight on it now.
     pub in_flight: u64,
+    /// What it did since the start.
+    pub counts: Counts,
+    /// Attempts and failures in the last minute (six ten-second buckets).
+    pub last_minute: (u64, u64),
+}
+
+/// What an endpoint did since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Attempts reported.
+    pub attempts: u64,
+    /// Attempts that failed (`Failed` or `KeyRefused`) or asked for a cool-down.
+    pub failures: u64,
+    /// Attempts that retried a call another endpoint failed.
+    pub retries: u64,
+    /// Cool-downs asked for.
+    pub cool_downs: u64,
+    /// Times its circuit opened.
+    pub circuit_opened: u64,
+}
+
+/// Attempts and failures in ten-second buckets over the last minute.
+#[derive(Debug, Clone, Copy, Default)]
+struct Recent {
+    /// (bucket number since the router started, attempts, failures), at `bucket % 6`.
+    buckets: [(u64, u64, u64); 6],
+}
+
+impl Recent {
+    fn record(&mut self, bucket: u64, failed: bool) {
+        let slot = &mut self.buckets[usize::try_from(bucket % 6).unwrap_or(0)];
+        if slot.0 != bucket {
+            *slot = (bucket, 0, 0);
+        }
+        slot.1 += 1;
+        slot.2 += u64::from(failed);
+    }
+
+    fn last_minute(&self, bucket: u64) -> (u64, u64) {
+        self.buckets
+            .iter()
+            .filter(|(b, _, _)| *b + 6 > bucket && *b <= bucket)
+            .fold((0, 0), |(a, f), (_, attempts, failures)| (a + attempts, f + failures))
+    }
 }
 
 #[derive(Debug)]
@@ -119,6 +163,8 @@ struct Slot {
     current: i64,
     /// Whether its key was refused (and not accepted since): reported once.
     refused: bool,
+    counts: Counts,
+    recent: Recent,
 }
 
 impl Slot {
@@ -148,6 +194,7 @@ impl Slot {
 pub struct Router {
     slots: Mutex<Vec<Slot>>,
     breaker: BreakerSettings,
+    started: Instant,
 }
 
 /// One attempt's endpoint: its index (for [`Router::report`]) and name.
@@ -171,9 +218,11 @@ impl Router {
                 in_flight: 0,
                 current: 0,
                 refused: false,
+                counts: Counts::default(),
+                recent: Recent::default(),
             })
             .collect();
-        Router { slots: Mutex::new(slots), breaker }
+        Router { slots: Mutex::new(slots), breaker, started: Instant::now() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
@@ -209,12 +258,38 @@ impl Router {
         Some(Pick { index: chosen, name: slot.spec.name.clone() })
     }
 
+    /// The ten-second bucket `now` falls in.
+    fn bucket(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.started).as_secs() / 10
+    }
+
+    /// Counts the attempt on `index` as a retry of a call another endpoint failed.
+    pub fn retried(&self, index: usize) {
+        if let Some(slot) = self.lock().get_mut(index) {
+            slot.counts.retries += 1;
+        }
+    }
+
     /// Records how the attempt on `index` ended; what it changed.
     pub fn report(&self, index: usize, outcome: Outcome, now: Instant) -> Change {
         let breaker = self.breaker;
+        let bucket = self.bucket(now);
         let mut slots = self.lock();
         let Some(slot) = slots.get_mut(index) else { return Change::None };
         slot.in_flight = slot.in_flight.saturating_sub(1);
+        let failed = outcome != Outcome::Answered;
+        slot.counts.attempts += 1;
+        slot.counts.failures += u64::from(failed);
+        slot.counts.cool_downs += u64::from(matches!(outcome, Outcome::CoolDown(_)));
+        slot.recent.record(bucket, failed);
+        let change = Self::apply(slot, outcome, now, breaker);
+        if matches!(change, Change::Opened | Change::KeyRefused) {
+            slot.counts.circuit_opened += 1;
+        }
+        change
+    }
+
+    fn apply(slot: &mut Slot, outcome: Outcome, now: Instant, breaker: BreakerSettings) -> Change {
         let was_open = !matches!(slot.circuit, Circuit::Closed(_));
         match outcome {
             Outcome::Answered => {
@@ -251,6 +326,7 @@ impl Router {
 
     /// Every endpoint's state, in configured order.
     pub fn state(&self) -> Vec<EndpointState> {
+        let bucket = self.bucket(Instant::now());
         self.lock()
             .iter()
             .map(|s| EndpointState {
@@ -258,6 +334,8 @@ impl Router {
                 circuit: s.circuit,
                 cooling_until: s.cooling_until,
                 in_flight: s.in_flight,
+                counts: s.counts,
+                last_minute: s.recent.last_minute(bucket),
             })
             .collect()
     }
@@ -403,6 +481,35 @@ mod tests {
         );
         let capped = router.state().into_iter().filter_map(|s| s.cooling_until).max().expect("cooling");
         assert_eq!(capped, now + BreakerSettings::default().max_cool_down);
+    }
+
+    #[test]
+    fn counts_and_the_last_minute() {
+        let start = Instant::now();
+        let router =
+            Router::new(vec![spec("a", 1, 0)], BreakerSettings { failures_to_open: 100, ..BreakerSettings::default() });
+        let attempt = |outcome, at: u64| {
+            let now = start + Duration::from_secs(at);
+            let pick = router.pick("m", &[], now).expect("pick");
+            router.report(pick.index, outcome, now);
+        };
+        attempt(Outcome::Answered, 0);
+        attempt(Outcome::Failed, 5);
+        attempt(Outcome::Answered, 30);
+        attempt(Outcome::CoolDown(Duration::ZERO), 55);
+        router.retried(0);
+        let state = &router.state()[0];
+        let counts = Counts { attempts: 4, failures: 2, retries: 1, cool_downs: 1, circuit_opened: 0 };
+        assert_eq!(state.counts, counts);
+        let mut recent = Recent::default();
+        for (at, failed) in [(0, false), (0, true), (3, false), (5, true)] {
+            recent.record(at, failed);
+        }
+        assert_eq!(recent.last_minute(5), (4, 2), "buckets 0..=5");
+        assert_eq!(recent.last_minute(6), (2, 1), "bucket 0 has left the minute");
+        recent.record(9, false);
+        assert_eq!(recent.last_minute(9), (2, 1), "buckets 4..=9: 5 and 9 (9 took 3's place)");
+        assert_eq!(recent.last_minute(20), (0, 0));
     }
 
     #[test]

@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use domain::ports::{Endpoint, EventStream, TaskUpstream, Upstream, UpstreamError};
+use domain::ports::{Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamError, UpstreamHealth};
 
 use crate::config::UpstreamConfig;
 use crate::http::{Failed, HttpUpstream};
-use crate::route::{BreakerSettings, Change, EndpointSpec, EndpointState, Outcome, Router};
+use crate::route::{BreakerSettings, Change, Circuit, EndpointSpec, EndpointState, Outcome, Router};
 
 /// Attempts one call makes at most, by default.
 pub const DEFAULT_MAX_ATTEMPTS: usize = 3;
@@ -213,6 +213,9 @@ impl RoutedUpstream {
         while tried.len() < self.max_attempts && started.elapsed() < self.timeout {
             let Some(pick) = pool.router.pick("", &tried, Instant::now()) else { break };
             tried.push(pick.index);
+            if tried.len() > 1 {
+                pool.router.retried(pick.index);
+            }
             let client = Arc::clone(&pool.members[pick.index].1);
             let failed = match attempt(client, body.clone()).await {
                 Ok(answer) => {
@@ -254,6 +257,43 @@ impl RoutedUpstream {
 
     fn first_platform(&self) -> Result<&HttpUpstream, UpstreamError> {
         self.platform.members.first().map(|(_, c)| &**c).ok_or_else(|| UpstreamError::NotConfigured("tasks".into()))
+    }
+}
+
+impl UpstreamHealth for RoutedUpstream {
+    fn endpoints(&self) -> Vec<EndpointHealth> {
+        let now = Instant::now();
+        let left = |until: Instant| u64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX);
+        self.state()
+            .into_iter()
+            .map(|(pool, s)| {
+                let cooling = s.cooling_until.filter(|until| *until > now);
+                let (state, until_ms) = match (s.circuit, cooling) {
+                    (Circuit::Open(until), _) if until > now => ("circuit_open", left(until)),
+                    (Circuit::Open(_) | Circuit::HalfOpen(_), _) => ("half_open", 0),
+                    (Circuit::Closed(_), Some(until)) => ("cooling_down", left(until)),
+                    (Circuit::Closed(_), None) => ("healthy", 0),
+                };
+                EndpointHealth {
+                    pool: pool.to_owned(),
+                    name: s.name,
+                    state: state.to_owned(),
+                    until_ms,
+                    in_flight: s.in_flight,
+                    attempts: s.counts.attempts,
+                    failures: s.counts.failures,
+                    retries: s.counts.retries,
+                    cool_downs: s.counts.cool_downs,
+                    circuit_opened: s.counts.circuit_opened,
+                    attempts_last_minute: s.last_minute.0,
+                    failures_last_minute: s.last_minute.1,
+                }
+            })
+            .collect()
+    }
+
+    fn can_take_calls(&self) -> bool {
+        RoutedUpstream::can_take_calls(self)
     }
 }
 

@@ -23,4 +23,6 @@ pub use media::{MediaError, MediaSink, MediaSource, MediaStore};
 pub use models::ModelStore;
 pub use responses::ResponseOwners;
 pub use tasks::{OpenWork, PageRequest, TaskOutcome, TaskStore};
-pub use upstream::{Endpoint, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamError};
+pub use upstream::{
+    Endpoint, EndpointHealth, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamError, UpstreamHealth,
+};

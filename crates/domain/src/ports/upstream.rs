@@ -137,3 +137,42 @@ pub trait TaskUpstream: Send + Sync {
     /// `DELETE <platform base>/contents/generations/tasks/{id}`: cancels a queued task.
     async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError>;
 }
+
+/// What one upstream endpoint is doing, as operators see it (`/metrics`, `/readyz`,
+/// `gateway admin upstream list`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EndpointHealth {
+    /// Its pool: `platform`, `speech` or `messages`.
+    pub pool: String,
+    /// Its name in the pool (`platform-1`, …); never its key.
+    pub name: String,
+    /// `healthy`, `cooling_down`, `circuit_open` or `half_open`.
+    pub state: String,
+    /// Milliseconds until a cool-down or an open circuit ends (0 when neither).
+    pub until_ms: u64,
+    /// Attempts in flight now.
+    pub in_flight: u64,
+    /// Attempts made since the start, and how many of them failed (no answer, 429, 5xx, a
+    /// refused key).
+    pub attempts: u64,
+    /// See [`EndpointHealth::attempts`].
+    pub failures: u64,
+    /// Attempts that were a retry of a call another endpoint failed.
+    pub retries: u64,
+    /// Cool-downs asked for (`Retry-After`).
+    pub cool_downs: u64,
+    /// Times its circuit opened.
+    pub circuit_opened: u64,
+    /// Attempts and failures in the last minute.
+    pub attempts_last_minute: u64,
+    /// See [`EndpointHealth::attempts_last_minute`].
+    pub failures_last_minute: u64,
+}
+
+/// The health of the upstream endpoints a process routes over.
+pub trait UpstreamHealth: Send + Sync {
+    /// Every endpoint, by pool, in configured order.
+    fn endpoints(&self) -> Vec<EndpointHealth>;
+    /// Whether each pool that has endpoints has one that can take a call now.
+    fn can_take_calls(&self) -> bool;
+}
