@@ -9,7 +9,7 @@ use domain::{
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
-use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, UserCmd};
+use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, UpstreamCmd, UserCmd};
 use crate::config::Config;
 use crate::serve::open;
 
@@ -132,6 +132,16 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let on = state == "on";
             gateway.set_maintenance(on).await.map_err(|e| e.to_string())?;
             json!({"maintenance": on})
+        }
+        Admin::Upstream(UpstreamCmd::List) => {
+            let reports = gateway.upstream_reports().await.map_err(|e| e.to_string())?;
+            let replicas: Vec<serde_json::Value> = reports
+                .into_iter()
+                .map(|(replica, live_until, endpoints)| {
+                    json!({"replica": replica, "live_until": live_until.to_string(), "endpoints": endpoints})
+                })
+                .collect();
+            json!({"replicas": replicas})
         }
     };
     println!("{out}");

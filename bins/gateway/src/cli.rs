@@ -73,6 +73,17 @@ pub enum Admin {
         #[arg(value_parser = ["on", "off"])]
         state: String,
     },
+    /// Upstream endpoints.
+    #[command(subcommand)]
+    Upstream(UpstreamCmd),
+}
+
+/// `gateway admin upstream …`.
+#[derive(Debug, Subcommand)]
+pub enum UpstreamCmd {
+    /// Each live replica's upstream endpoints as it last reported them (every third of its
+    /// liveness lease): state, cool-down or open circuit's end, attempts and failures.
+    List,
 }
 
 /// `gateway admin user …`.

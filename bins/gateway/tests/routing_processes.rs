@@ -21,7 +21,11 @@ fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHan
 
 /// `serve` with the platform at both simulators (one key for both), everything else at `a`.
 fn serve(sandbox: &Sandbox, a: SocketAddr, b: SocketAddr) -> (Running, String) {
-    let env = [("GATEWAY_UPSTREAM_URL", format!("http://{a}/api/v3,http://{b}/api/v3"))];
+    // A short liveness lease: the replica reports its endpoints every second.
+    let env = [
+        ("GATEWAY_UPSTREAM_URL", format!("http://{a}/api/v3,http://{b}/api/v3")),
+        ("GATEWAY_REPLICA_LEASE_MS", "3000".to_owned()),
+    ];
     common::serve_against(sandbox, a, "serve", &env)
 }
 
@@ -124,6 +128,24 @@ fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
     assert!(!metrics.contains(upstream::config::SIM_PLATFORM_KEY));
     let (ready, _) = common::http_get(&addr, "/readyz", None);
     assert_eq!(ready, 200, "{label}: ready while platform-1 takes calls");
+    // And `admin upstream list` shows it, from the replica's last report in the database.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let listed = loop {
+        let listed = sandbox.run(&["admin", "upstream", "list"]).json();
+        let endpoints = listed["replicas"][0]["endpoints"].as_array().cloned().unwrap_or_default();
+        let state_of = |name: &str| endpoints.iter().find(|e| e["name"] == name).map(|e| e["state"].clone());
+        if state_of("platform-2") == Some(json!("circuit_open")) && state_of("platform-1") == Some(json!("healthy")) {
+            break listed;
+        }
+        assert!(std::time::Instant::now() < deadline, "{label}: not reported: {listed}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let b = listed["replicas"][0]["endpoints"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["name"] == "platform-2").cloned());
+    let b = b.expect("platform-2 listed");
+    assert!(b["failures"].as_u64().is_some_and(|f| f >= 5) && b["until_ms"].as_u64().is_some_and(|u| u > 0), "{b}");
+    assert!(!listed.to_string().contains(upstream::config::SIM_PLATFORM_KEY), "no key listed");
 
     // Every call is one task, settled once; balance = Σ ledger.
     let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));

@@ -106,6 +106,14 @@ pub trait CapLeases: Send + Sync {
     /// Ends `replica`'s liveness lease (a clean stop, after its last call ended).
     async fn retire(&self, replica: &str) -> Result<(), StoreError>;
 
+    /// Records what `replica` last saw of its upstream endpoints (a JSON array of
+    /// `EndpointHealth`), on its liveness row, so `gateway admin upstream list` can show it.
+    async fn report_upstream_health(&self, replica: &str, endpoints_json: &str) -> Result<(), StoreError>;
+
+    /// The live replicas at `now` (lease ahead), each with its lease's end and its last upstream
+    /// report (`None` before its first).
+    async fn replica_reports(&self, now: Timestamp) -> Result<Vec<(String, Timestamp, Option<String>)>, StoreError>;
+
     /// Up to `limit` running synchronous calls whose runner has no liveness lease at `now` (it
     /// died) and that have not changed since `before`, oldest first.
     async fn orphaned_calls(

@@ -512,7 +512,31 @@ impl Gateway {
         let now = self.ports.clock.now();
         let until = domain::Timestamp(now.millis().saturating_add(domain::duration_millis(ttl)));
         self.ports.caps.heartbeat(self.replica_id(), now, until).await?;
+        if let Some(health) = &self.ports.upstream_health {
+            let endpoints = serde_json::to_string(&health.endpoints())
+                .map_err(|e| ServiceError::Internal(format!("upstream health: {e}")))?;
+            self.ports.caps.report_upstream_health(self.replica_id(), &endpoints).await?;
+        }
         Ok(())
+    }
+
+    /// What every live replica last reported of its upstream endpoints, for operators
+    /// (`gateway admin upstream list`): (replica, lease end, endpoints).
+    pub async fn upstream_reports(
+        &self,
+    ) -> Result<Vec<(String, domain::Timestamp, Vec<domain::ports::EndpointHealth>)>, ServiceError> {
+        let now = self.ports.clock.now();
+        let rows = self.ports.caps.replica_reports(now).await?;
+        rows.into_iter()
+            .map(|(replica, until, json)| {
+                let endpoints = match json {
+                    Some(json) => serde_json::from_str(&json)
+                        .map_err(|e| ServiceError::Internal(format!("the upstream report of {replica}: {e}")))?,
+                    None => Vec::new(),
+                };
+                Ok((replica, until, endpoints))
+            })
+            .collect()
     }
 
     /// Ends this replica's liveness lease (a clean stop, after its last call ended).

@@ -199,6 +199,37 @@ impl CapLeases for Store {
         Ok(())
     }
 
+    async fn report_upstream_health(&self, replica: &str, endpoints_json: &str) -> Result<(), StoreError> {
+        let sql = "UPDATE replicas SET upstream_health = $1 WHERE id = $2";
+        self.db
+            .writes()
+            .execute_raw(self.statement(sql, vec![endpoints_json.into(), replica.into()]))
+            .await
+            .map_err(backend_err)?;
+        Ok(())
+    }
+
+    async fn replica_reports(&self, now: Timestamp) -> Result<Vec<(String, Timestamp, Option<String>)>, StoreError> {
+        let sql = format!(
+            "SELECT id, expires_at, upstream_health FROM replicas WHERE {} ORDER BY id",
+            lease::REPLICA.live("", "$1")
+        );
+        let rows = self
+            .db
+            .reads()
+            .query_all_raw(self.statement(&sql, vec![now.millis().into()]))
+            .await
+            .map_err(backend_err)?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("", "id").map_err(backend_err)?;
+                let until: i64 = row.try_get("", "expires_at").map_err(backend_err)?;
+                let health: Option<String> = row.try_get("", "upstream_health").map_err(backend_err)?;
+                Ok((id, Timestamp(until), health))
+            })
+            .collect()
+    }
+
     async fn orphaned_calls(&self, now: Timestamp, before: Timestamp, limit: u64) -> Result<Vec<TaskId>, StoreError> {
         let sql = format!(
             // Placeholders in order of appearance: SQLite numbers `$n` names as it meets them.

@@ -83,6 +83,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0015_sweep_leases.sql"),
         include_str!("../../../migrations/postgres/0015_sweep_leases.sql"),
     ),
+    (
+        16,
+        include_str!("../../../migrations/sqlite/0016_replica_upstream_health.sql"),
+        include_str!("../../../migrations/postgres/0016_replica_upstream_health.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:
