@@ -17,7 +17,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserialize;
 use tracing_subscriber::filter::Targets;
 
-pub use self::values::{LogFormat, MediaLinks, Secret};
+pub use self::values::{LogFormat, MediaLinks, Secret, UpstreamEndpoint, UpstreamPool};
 use self::values::{
     Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, usd, within,
 };
@@ -64,6 +64,10 @@ settings! {
         /// The message-compatible base of the platform (or several, comma-separated; they take
         /// the platform's keys: one, or one per base).
         messages_url: String = "sim".into(),
+        /// Upstream endpoints in full, in the configuration file only (`[[upstream_endpoints]]`
+        /// with `name`, `pool`, `url`, `keys`, and optionally `weight`, `priority`,
+        /// `max_in_flight`): a pool given here replaces that pool's URL and key settings.
+        upstream_endpoints: Vec<UpstreamEndpoint> = Vec::new(),
         /// Whole-call read timeout for synchronous upstream calls.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         upstream_timeout_ms: u64 = 600_000,

@@ -10,7 +10,7 @@ use service::{AdmissionSettings, Gateway, Ports, VideoPorts, VideoSettings};
 use store::Store;
 
 use crate::Exit;
-use crate::config::{Config, MediaLinks};
+use crate::config::{Config, MediaLinks, Secret, UpstreamEndpoint, UpstreamPool};
 
 /// The use cases, and the simulator they may talk to (keep it alive as long as the server).
 pub(crate) struct Wired {
@@ -166,16 +166,55 @@ fn upstream_client(
         }
         all
     };
+    let full =
+        |pool: UpstreamPool, quick: Vec<upstream::Member>| full_form(&config.upstream_endpoints, pool).unwrap_or(quick);
     upstream::RoutedUpstream::new(upstream::RoutedConfig {
-        platform,
-        speech,
-        messages,
+        platform: full(UpstreamPool::Platform, platform),
+        speech: full(UpstreamPool::Speech, speech),
+        messages: full(UpstreamPool::Messages, messages),
         connect_timeout,
         timeout,
         breaker: upstream::route::BreakerSettings::default(),
         max_attempts: upstream::routed::DEFAULT_MAX_ATTEMPTS,
     })
     .map_err(|e| Exit::config(format!("upstream: {e}")))
+}
+
+/// The endpoints of `pool` in the full form (`[[upstream_endpoints]]`), or `None` when it names
+/// none. An endpoint with several keys is a key pool: one member per key, sharing the endpoint's
+/// weight (every weight is scaled by the least common multiple of the key counts, so the shares
+/// stay exact).
+fn full_form(endpoints: &[UpstreamEndpoint], pool: UpstreamPool) -> Option<Vec<upstream::Member>> {
+    let of_pool: Vec<&UpstreamEndpoint> = endpoints.iter().filter(|e| e.pool == pool).collect();
+    if of_pool.is_empty() {
+        return None;
+    }
+    let gcd = |mut a: u32, mut b: u32| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let counts = of_pool.iter().map(|e| u32::try_from(e.keys.len().max(1)).unwrap_or(1));
+    let scale = counts.fold(1, |l, n| l / gcd(l, n) * n);
+    let mut members = Vec::new();
+    for e in of_pool {
+        // No keys: one member that sends no credential.
+        let list: Vec<&str> = if e.keys.is_empty() { vec![""] } else { e.keys.iter().map(Secret::expose).collect() };
+        let keys = u32::try_from(list.len()).unwrap_or(1);
+        for (i, key) in list.into_iter().enumerate() {
+            let name = if keys == 1 { e.name.clone() } else { format!("{}#{}", e.name, i + 1) };
+            members.push(upstream::Member {
+                name,
+                url: e.url.clone(),
+                key: key.to_owned(),
+                weight: e.weight.max(1).saturating_mul(scale) / keys,
+                priority: e.priority,
+                max_in_flight: e.max_in_flight,
+            });
+        }
+    }
+    Some(members)
 }
 
 /// The comma-separated entries of a list setting, blanks left out.
@@ -209,7 +248,7 @@ fn members(
                 ("sim", None) => return Err(Exit::config(format!("{url_setting}: sim without the simulator"))),
                 (url, _) => (url.to_owned(), key.to_owned()),
             };
-            Ok(upstream::Member { name: format!("{name}-{}", i + 1), url, key })
+            Ok(upstream::Member::plain(format!("{name}-{}", i + 1), url, key))
         })
         .collect()
 }

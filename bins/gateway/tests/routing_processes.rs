@@ -261,3 +261,40 @@ fn a_refused_key_leaves_the_pool_and_is_reported_once() {
     assert!(!log.contains(revoked), "{label}: never the key itself");
     common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
 }
+
+#[test]
+fn the_full_form_sets_weights_key_pools_and_a_fallback_tier() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sandbox, label) = sandbox(&rt);
+    let (a, sim_a) = simulator(&rt);
+    let (b, sim_b) = simulator(&rt);
+    let (c, sim_c) = simulator(&rt);
+    let key = upstream::config::SIM_PLATFORM_KEY;
+    // `gateway.toml` in the server's working directory: a weighs 3, b 1 with a pool of two keys,
+    // c is the fallback tier.
+    sandbox.file(
+        "gateway.toml",
+        &format!(
+            "[[upstream_endpoints]]\nname = \"heavy\"\npool = \"platform\"\nurl = \"http://{a}/api/v3\"\nkeys = [\"{key}\"]\nweight = 3\n\n\
+             [[upstream_endpoints]]\nname = \"light\"\npool = \"platform\"\nurl = \"http://{b}/api/v3\"\nkeys = [\"{key}\", \"{key}-2\"]\n\n\
+             [[upstream_endpoints]]\nname = \"fallback\"\npool = \"platform\"\nurl = \"http://{c}/api/v3\"\nkeys = [\"{key}\"]\npriority = 1\n"
+        ),
+    );
+    let (user, api_key) = common::account(&sandbox, "1000", "language:create,task:read");
+    let (_serve, addr) = common::serve_against(&sandbox, a, "serve", &[]);
+    let chat = upstream::sim::CHAT_PATH;
+    assert_eq!(answered(&addr, &api_key, 400), (400, vec![]), "{label}");
+    let shares = (sim_a.requests(chat), sim_b.requests(chat), sim_c.requests(chat));
+    eprintln!("{label}: 400 calls: heavy {}, light {}, fallback {}", shares.0, shares.1, shares.2);
+    assert_eq!(shares, (300, 100, 0), "{label}: weights 3:1 exactly, the fallback unused");
+    let metrics = metrics_text(&addr);
+    for name in ["heavy", "light#1", "light#2", "fallback"] {
+        assert!(metrics.contains(&format!("endpoint=\"{name}\"")), "{name} in {metrics}");
+    }
+    // The first tier down: the fallback takes every call.
+    sim_a.set_outage(Some((503, None)));
+    sim_b.set_outage(Some((503, None)));
+    assert_eq!(answered(&addr, &api_key, 100), (100, vec![]), "{label}: every call answered by the fallback");
+    assert_eq!(sim_c.requests(chat), 100, "{label}");
+    common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+}

@@ -33,6 +33,8 @@ pub struct EndpointSpec {
     pub priority: u32,
     /// The models it serves; `None`: every model of its kind.
     pub models: Option<Vec<String>>,
+    /// Most attempts in flight on it at once; `None`: no limit.
+    pub max_in_flight: Option<u64>,
 }
 
 /// When a circuit opens and for how long.
@@ -174,7 +176,9 @@ impl Slot {
 
     /// Whether a call may go to it at `now` (moving an open circuit whose time is up to half-open).
     fn available(&mut self, now: Instant) -> bool {
-        if self.cooling_until.is_some_and(|until| until > now) {
+        if self.cooling_until.is_some_and(|until| until > now)
+            || self.spec.max_in_flight.is_some_and(|m| self.in_flight >= m)
+        {
             return false;
         }
         match self.circuit {
@@ -359,7 +363,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, weight: u32, priority: u32) -> EndpointSpec {
-        EndpointSpec { name: name.into(), weight, priority, models: None }
+        EndpointSpec { name: name.into(), weight, priority, models: None, max_in_flight: None }
     }
 
     fn shares(router: &Router, calls: usize, now: Instant) -> Vec<usize> {
@@ -481,6 +485,19 @@ mod tests {
         );
         let capped = router.state().into_iter().filter_map(|s| s.cooling_until).max().expect("cooling");
         assert_eq!(capped, now + BreakerSettings::default().max_cool_down);
+    }
+
+    #[test]
+    fn an_endpoint_at_its_in_flight_limit_is_passed_over() {
+        let now = Instant::now();
+        let small = EndpointSpec { max_in_flight: Some(1), ..spec("small", 10, 0) };
+        let router = Router::new(vec![small, spec("big", 1, 0)], BreakerSettings::default());
+        let first = router.pick("m", &[], now).expect("pick");
+        assert_eq!(first.name, "small", "the heavier weight first");
+        let second = router.pick("m", &[], now).expect("pick");
+        assert_eq!(second.name, "big", "small is at its limit");
+        router.report(first.index, Outcome::Answered, now);
+        assert_eq!(router.pick("m", &[], now).map(|p| p.name).as_deref(), Some("small"), "room again");
     }
 
     #[test]

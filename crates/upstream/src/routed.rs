@@ -15,7 +15,8 @@
 //! its endpoint down that long; a refused key takes its endpoint out for an hour and is logged
 //! once. Any other answer (2xx, or a 4xx that is the caller's own fault) ends the call, and a
 //! stream is never retried once its head arrived, so no byte of an answer ever reaches a client
-//! twice. At most [`RoutedUpstream::max_attempts`] attempts are made, and none starts after the
+//! twice. Each endpoint is tried at most once per call, at most [`RoutedUpstream::max_attempts`]
+//! attempts are made, and none starts after the
 //! call's timeout has passed. One hold and one settlement per call, whatever the attempts: the
 //! caller sees one answer.
 //!
@@ -32,8 +33,10 @@ use crate::config::UpstreamConfig;
 use crate::http::{Failed, HttpUpstream};
 use crate::route::{BreakerSettings, Change, Circuit, EndpointSpec, EndpointState, Outcome, Router};
 
-/// Attempts one call makes at most, by default.
-pub const DEFAULT_MAX_ATTEMPTS: usize = 3;
+/// Attempts one call makes at most, by default. Each endpoint is tried at most once per call, so a
+/// pool of fewer endpoints makes fewer; a failing first tier never hides the fallback tier from a
+/// call unless the pool has more than this many endpoints.
+pub const DEFAULT_MAX_ATTEMPTS: usize = 8;
 
 /// One endpoint of a pool: its name (for logs and `admin upstream list`), base URL and key.
 #[derive(Clone, PartialEq, Eq)]
@@ -44,6 +47,19 @@ pub struct Member {
     pub url: String,
     /// Its key.
     pub key: String,
+    /// Its share within its priority tier.
+    pub weight: u32,
+    /// Its tier: lower first, higher the fallback.
+    pub priority: u32,
+    /// Most attempts in flight on it at once in this process.
+    pub max_in_flight: Option<u64>,
+}
+
+impl Member {
+    /// An endpoint of weight 1 in tier 0 without an in-flight limit (the quick form).
+    pub fn plain(name: String, url: String, key: String) -> Member {
+        Member { name, url, key, weight: 1, priority: 0, max_in_flight: None }
+    }
 }
 
 impl std::fmt::Debug for Member {
@@ -80,10 +96,21 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(what: &'static str, members: Vec<(String, Arc<HttpUpstream>)>, breaker: BreakerSettings) -> Pool {
-        let specs = members
+    fn new(
+        what: &'static str,
+        specs: &[Member],
+        members: Vec<(String, Arc<HttpUpstream>)>,
+        breaker: BreakerSettings,
+    ) -> Pool {
+        let specs = specs
             .iter()
-            .map(|(name, _)| EndpointSpec { name: name.clone(), weight: 1, priority: 0, models: None })
+            .map(|m| EndpointSpec {
+                name: m.name.clone(),
+                weight: m.weight,
+                priority: m.priority,
+                models: None,
+                max_in_flight: m.max_in_flight,
+            })
             .collect();
         Pool { what, members, router: Router::new(specs, breaker) }
     }
@@ -154,9 +181,9 @@ impl RoutedUpstream {
             ..blank.clone()
         })?;
         Ok(RoutedUpstream {
-            platform: Arc::new(Pool::new("platform", platform, config.breaker)),
-            speech: Arc::new(Pool::new("speech", speech, config.breaker)),
-            messages: Arc::new(Pool::new("messages", messages, config.breaker)),
+            platform: Arc::new(Pool::new("platform", &config.platform, platform, config.breaker)),
+            speech: Arc::new(Pool::new("speech", &config.speech, speech, config.breaker)),
+            messages: Arc::new(Pool::new("messages", &config.messages, messages, config.breaker)),
             max_attempts: config.max_attempts.max(1),
             timeout: config.timeout,
         })
@@ -364,8 +391,7 @@ mod tests {
 
     #[test]
     fn debug_hides_keys() {
-        let member =
-            Member { name: "platform-1".into(), url: "http://127.0.0.1:1/api/v3".into(), key: "sk-secret".into() };
+        let member = Member::plain("platform-1".into(), "http://127.0.0.1:1/api/v3".into(), "sk-secret".into());
         assert!(!format!("{member:?}").contains("sk-secret"));
     }
 }

@@ -263,3 +263,31 @@ fn media_store_settings() {
         assert!(error.contains(k), "{k}={bad}: {error}");
     }
 }
+
+#[test]
+fn upstream_endpoints_in_full_from_the_file() {
+    let file = file(
+        "[[upstream_endpoints]]\nname = \"main\"\npool = \"platform\"\nurl = \"https://a.example/api/v3\"\nkeys = [\"k1\", \"k2\"]\nweight = 3\nmax_in_flight = 50\n\n\
+         [[upstream_endpoints]]\nname = \"backup\"\npool = \"platform\"\nurl = \"https://b.example/api/v3\"\nkeys = [\"k3\"]\npriority = 1\n",
+    );
+    let c = Config::load(Some(&file), &env(&[])).expect("full form");
+    assert_eq!(c.upstream_endpoints.len(), 2);
+    let main = &c.upstream_endpoints[0];
+    assert_eq!(
+        (main.pool, main.weight, main.priority, main.max_in_flight, main.keys.len()),
+        (UpstreamPool::Platform, 3, 0, Some(50), 2)
+    );
+    let backup = &c.upstream_endpoints[1];
+    assert_eq!((backup.weight, backup.priority, backup.max_in_flight), (1, 1, None), "defaults");
+    assert!(!format!("{c:?}").contains("k1"), "keys never print");
+    for (bad, named) in [
+        ("[[upstream_endpoints]]\nname = \"x\"\npool = \"video\"\nurl = \"u\"\nkeys = []\n", "video"),
+        ("[[upstream_endpoints]]\nname = \"x\"\npool = \"platform\"\nurl = \"u\"\nkeys = []\nweihgt = 2\n", "weihgt"),
+        ("[[upstream_endpoints]]\npool = \"platform\"\nurl = \"u\"\nkeys = []\n", "name"),
+    ] {
+        let error = refused(Some(&self::file(bad)), &env(&[]));
+        assert!(error.contains(named), "{bad}: {error}");
+    }
+    let error = refused(None, &env(&[("GATEWAY_UPSTREAM_ENDPOINTS", "a")]));
+    assert!(error.contains("GATEWAY_UPSTREAM_ENDPOINTS"), "{error}");
+}

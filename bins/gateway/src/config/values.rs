@@ -29,6 +29,45 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Which pool an upstream endpoint of the full form belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamPool {
+    /// Chat, images, responses (and video tasks on the first one): a platform base URL.
+    Platform,
+    /// The speech service: an origin.
+    Speech,
+    /// Message-style chat: a message-compatible base.
+    Messages,
+}
+
+/// One upstream endpoint in full (`[[upstream_endpoints]]` in the configuration file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamEndpoint {
+    /// Its name (logs, metrics, `admin upstream list`).
+    pub name: String,
+    /// Its pool.
+    pub pool: UpstreamPool,
+    /// Its base URL.
+    pub url: String,
+    /// Its keys: one, or several (a key pool sharing the endpoint's weight).
+    pub keys: Vec<Secret>,
+    /// Its share within its priority tier (at least 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Its tier: lower is tried first, higher is the fallback.
+    #[serde(default)]
+    pub priority: u32,
+    /// Most attempts in flight on it at once in one replica; none: no limit.
+    #[serde(default)]
+    pub max_in_flight: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
