@@ -73,6 +73,10 @@ struct Cli {
     /// spends), so that every call's hold also checks and moves the key's budget.
     #[arg(long)]
     key_budget_usd: Option<String>,
+    /// Give the gateways a second platform endpoint at this base URL besides the simulator (for
+    /// example one nothing listens on, to measure what a dead endpoint costs the routing).
+    #[arg(long)]
+    extra_upstream: Option<String>,
 }
 
 /// Who a scenario talks to.
@@ -303,6 +307,7 @@ async fn run(cli: Cli) -> Result<String, String> {
     let mut rig = Rig::start(&gateway_bin)?;
     rig.caps = cli.caps;
     rig.key_budget_usd = cli.key_budget_usd.clone();
+    rig.extra_upstream = cli.extra_upstream.clone();
     let (sim_addr, sim_path) = sim_target(&rig.sim_url)?;
     let direct = Endpoint::new(&sim_addr, &sim_path, "bench")?;
 

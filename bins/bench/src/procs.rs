@@ -113,6 +113,8 @@ pub struct Rig {
     pub caps: bool,
     /// A spend budget (USD, total) for every benchmark key, when set.
     pub key_budget_usd: Option<String>,
+    /// A second platform base URL for the gateways, after the simulator's.
+    pub extra_upstream: Option<String>,
     /// The simulator's base URL (`http://ADDR/api/v3`).
     pub sim_url: String,
     /// The addresses (`127.0.0.1:PORT`) of the running gateways.
@@ -142,6 +144,7 @@ impl Rig {
             env: Vec::new(),
             caps: true,
             key_budget_usd: None,
+            extra_upstream: None,
             sim_url: String::new(),
             gateway_addrs: Vec::new(),
         };
@@ -172,7 +175,13 @@ impl Rig {
         let env = [
             ("GATEWAY_LISTEN", "127.0.0.1:0".to_owned()),
             ("GATEWAY_DATABASE_URL", url),
-            ("GATEWAY_UPSTREAM_URL", self.sim_url.clone()),
+            (
+                "GATEWAY_UPSTREAM_URL",
+                match &self.extra_upstream {
+                    Some(extra) => format!("{},{extra}", self.sim_url),
+                    None => self.sim_url.clone(),
+                },
+            ),
             ("GATEWAY_UPSTREAM_API_KEY", "bench".to_owned()),
             ("GATEWAY_CAPS", self.caps.to_string()),
         ];
