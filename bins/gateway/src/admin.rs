@@ -9,7 +9,7 @@ use domain::{
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
-use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, UpstreamCmd, UserCmd};
+use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, TaskCmd, UpstreamCmd, UserCmd};
 use crate::config::Config;
 use crate::serve::open;
 
@@ -142,6 +142,17 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 })
                 .collect();
             json!({"replicas": replicas})
+        }
+        Admin::Task(TaskCmd::Show { id }) => {
+            let (task, record) = gateway.task_for_operator(&id).await.map_err(|e| e.to_string())?;
+            let mut out = api::wire::to_json(&api::wire::task(&task));
+            let via = record.via.as_ref();
+            out["upstream"] = json!({
+                "id": record.upstream_id,
+                "endpoint": via.map(|v| v.endpoint.as_str()),
+                "attempts": via.map(|v| v.attempts),
+            });
+            out
         }
     };
     println!("{out}");

@@ -76,6 +76,21 @@ pub enum Admin {
     /// Upstream endpoints.
     #[command(subcommand)]
     Upstream(UpstreamCmd),
+    /// Tasks, whoever owns them.
+    #[command(subcommand)]
+    Task(TaskCmd),
+}
+
+/// `gateway admin task …`.
+#[derive(Debug, Subcommand)]
+pub enum TaskCmd {
+    /// A task as its owner sees it, with "upstream": its upstream id, the configured endpoint that
+    /// served it (or was tried last) and the attempts its call made.
+    Show {
+        /// Task id.
+        #[arg(long)]
+        id: String,
+    },
 }
 
 /// `gateway admin upstream …`.

@@ -66,7 +66,8 @@ settings! {
         messages_url: String = "sim".into(),
         /// Upstream endpoints in full, in the configuration file only (`[[upstream_endpoints]]`
         /// with `name`, `pool`, `url`, `keys`, and optionally `weight`, `priority`,
-        /// `max_in_flight`): a pool given here replaces that pool's URL and key settings.
+        /// `max_in_flight`, `rpm`, `models`): a pool given here replaces that pool's URL and key
+        /// settings.
         upstream_endpoints: Vec<UpstreamEndpoint> = Vec::new(),
         /// Whole-call read timeout for synchronous upstream calls.
         #[serde(deserialize_with = "at_least::<1, _, _>")]

@@ -166,12 +166,13 @@ fn upstream_client(
         }
         all
     };
-    let full =
-        |pool: UpstreamPool, quick: Vec<upstream::Member>| full_form(&config.upstream_endpoints, pool).unwrap_or(quick);
+    let full = |pool: UpstreamPool, quick: Vec<upstream::Member>| {
+        full_form(&config.upstream_endpoints, pool).map(|members| members.unwrap_or(quick))
+    };
     upstream::RoutedUpstream::new(upstream::RoutedConfig {
-        platform: full(UpstreamPool::Platform, platform),
-        speech: full(UpstreamPool::Speech, speech),
-        messages: full(UpstreamPool::Messages, messages),
+        platform: full(UpstreamPool::Platform, platform)?,
+        speech: full(UpstreamPool::Speech, speech)?,
+        messages: full(UpstreamPool::Messages, messages)?,
         connect_timeout,
         timeout,
         breaker: upstream::route::BreakerSettings::default(),
@@ -183,11 +184,23 @@ fn upstream_client(
 /// The endpoints of `pool` in the full form (`[[upstream_endpoints]]`), or `None` when it names
 /// none. An endpoint with several keys is a key pool: one member per key, sharing the endpoint's
 /// weight (every weight is scaled by the least common multiple of the key counts, so the shares
-/// stay exact).
-fn full_form(endpoints: &[UpstreamEndpoint], pool: UpstreamPool) -> Option<Vec<upstream::Member>> {
+/// stay exact). Limits (`max_in_flight`, `rpm`) hold for each key. An endpoint whose `models`
+/// list is empty would never be picked: a start-up error, as is a name used twice.
+fn full_form(endpoints: &[UpstreamEndpoint], pool: UpstreamPool) -> Result<Option<Vec<upstream::Member>>, Exit> {
     let of_pool: Vec<&UpstreamEndpoint> = endpoints.iter().filter(|e| e.pool == pool).collect();
     if of_pool.is_empty() {
-        return None;
+        return Ok(None);
+    }
+    for (i, e) in of_pool.iter().enumerate() {
+        if e.models.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Exit::config(format!(
+                "upstream_endpoints: {} lists no models (leave models out for all)",
+                e.name
+            )));
+        }
+        if of_pool[..i].iter().any(|earlier| earlier.name == e.name) {
+            return Err(Exit::config(format!("upstream_endpoints: the name {} is used twice in one pool", e.name)));
+        }
     }
     let gcd = |mut a: u32, mut b: u32| {
         while b != 0 {
@@ -211,10 +224,12 @@ fn full_form(endpoints: &[UpstreamEndpoint], pool: UpstreamPool) -> Option<Vec<u
                 weight: e.weight.max(1).saturating_mul(scale) / keys,
                 priority: e.priority,
                 max_in_flight: e.max_in_flight,
+                rpm: e.rpm,
+                models: e.models.clone(),
             });
         }
     }
-    Some(members)
+    Ok(Some(members))
 }
 
 /// The comma-separated entries of a list setting, blanks left out.
@@ -296,4 +311,65 @@ fn egress(config: &Config) -> Result<media::Egress, String> {
         min_rate,
     })
     .map_err(|e| format!("egress: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoints(text: &str) -> Vec<UpstreamEndpoint> {
+        #[derive(serde::Deserialize)]
+        struct File {
+            upstream_endpoints: Vec<UpstreamEndpoint>,
+        }
+        toml::from_str::<File>(text).map(|f| f.upstream_endpoints).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_full_form_makes_one_member_per_key_with_the_endpoints_limits_and_models() {
+        let file = endpoints(
+            "[[upstream_endpoints]]\nname = \"a\"\npool = \"platform\"\nurl = \"http://a\"\nkeys = [\"k1\", \"k2\"]\n\
+             weight = 3\nrpm = 60\nmax_in_flight = 5\nmodels = [\"m\"]\n\n\
+             [[upstream_endpoints]]\nname = \"b\"\npool = \"platform\"\nurl = \"http://b\"\nkeys = [\"k3\"]\npriority = 1\n\n\
+             [[upstream_endpoints]]\nname = \"s\"\npool = \"speech\"\nurl = \"http://s\"\nkeys = [\"k4\"]\n",
+        );
+        let members = full_form(&file, UpstreamPool::Platform).ok().flatten().unwrap_or_default();
+        let shape: Vec<_> = members
+            .iter()
+            .map(|m| (m.name.as_str(), m.weight, m.priority, m.rpm, m.max_in_flight, m.models.clone()))
+            .collect();
+        let m = Some(vec!["m".to_owned()]);
+        assert_eq!(
+            shape,
+            [
+                ("a#1", 3, 0, Some(60), Some(5), m.clone()),
+                ("a#2", 3, 0, Some(60), Some(5), m),
+                ("b", 2, 1, None, None, None),
+            ],
+            "a's two keys share its weight 3 (of 6 after scaling by 2), each key with a's limits"
+        );
+        assert!(matches!(full_form(&file, UpstreamPool::Messages), Ok(None)), "no messages endpoint: the quick form");
+    }
+
+    #[test]
+    fn an_empty_model_list_and_a_name_used_twice_are_start_up_errors() {
+        for (text, named) in [
+            (
+                "[[upstream_endpoints]]\nname = \"a\"\npool = \"platform\"\nurl = \"http://a\"\nkeys = [\"k\"]\nmodels = []\n",
+                "lists no models",
+            ),
+            (
+                "[[upstream_endpoints]]\nname = \"a\"\npool = \"platform\"\nurl = \"http://a\"\nkeys = [\"k\"]\n\n\
+                 [[upstream_endpoints]]\nname = \"a\"\npool = \"platform\"\nurl = \"http://b\"\nkeys = [\"k\"]\n",
+                "used twice",
+            ),
+        ] {
+            match full_form(&endpoints(text), UpstreamPool::Platform) {
+                Err(exit) => {
+                    assert!(exit.code == crate::EXIT_CONFIG && exit.message.contains(named), "{}", exit.message)
+                }
+                Ok(members) => panic!("{text}: accepted as {members:?}"),
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Upstream routing across real processes (issue 22): one `gateway serve` with two upstream
 //! simulators behind `GATEWAY_UPSTREAM_URL=a,b` (running in the test, so one can be stopped while
 //! traffic runs): calls are shared evenly, a simulator stopped mid-run costs no client call, every
-//! call is billed exactly once and the balance equals the ledger.
+//! call is billed exactly once and the balance equals the ledger; video tasks are created on any
+//! endpoint (retried elsewhere only when the request never left) and polled where they live.
 
 mod common;
 
@@ -297,4 +298,79 @@ fn the_full_form_sets_weights_key_pools_and_a_fallback_tier() {
     assert_eq!(answered(&addr, &api_key, 100), (100, vec![]), "{label}: every call answered by the fallback");
     assert_eq!(sim_c.requests(chat), 100, "{label}");
     common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+}
+
+/// A platform base on 127.0.0.1 where nothing listens (connections refused at once).
+fn nothing_listening() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    drop(listener);
+    format!("http://{addr}/api/v3")
+}
+
+#[test]
+fn video_tasks_live_where_they_were_created_and_every_task_records_its_endpoint() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sandbox, label) = sandbox(&rt);
+    let (a, sim_a) = simulator(&rt);
+    let (b, sim_b) = simulator(&rt);
+    let (user, key) = common::account(&sandbox, "100", "language:create,video:create,task:read,task:write");
+    // platform-1 refuses connections, platform-2 is a, platform-3 is b.
+    let mut env = common::video_env(a);
+    env.push(("GATEWAY_UPSTREAM_URL", format!("{},http://{a}/api/v3,http://{b}/api/v3", nothing_listening())));
+    let (_serve, addr) = common::serve_against(&sandbox, a, "serve", &env);
+
+    let ids: Vec<String> = (0..12)
+        .map(|i| {
+            let body = json!({"model": "videogen-2-0-mini", "prompt": format!("otter {i}"), "resolution": "480p"});
+            let (status, task) = common::http_request(&addr, "POST", "/api/v1/tasks", Some(&key), Some(&body));
+            assert_eq!(status, 202, "{label}: {task}");
+            task["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(120));
+    assert!(tasks.iter().all(|t| t.status == domain::TaskStatus::Succeeded), "{label}: {tasks:?}");
+    let created = sim_a.requests(upstream::sim::VIDEO_TASKS_PATH) + sim_b.requests(upstream::sim::VIDEO_TASKS_PATH);
+    assert_eq!(created, 12, "{label}: one upstream task per task, none created twice");
+    let mut retried = 0;
+    let mut on = std::collections::HashMap::new();
+    for id in &ids {
+        let shown = sandbox.run(&["admin", "task", "show", "--id", id]).json();
+        let upstream = &shown["upstream"];
+        let endpoint = upstream["endpoint"].as_str().unwrap_or_default().to_owned();
+        let upstream_id = upstream["id"].as_str().expect("an upstream id");
+        let attempts = upstream["attempts"].as_u64().unwrap_or_default();
+        assert!((1..=2).contains(&attempts), "{label}: {shown}");
+        retried += usize::from(attempts == 2);
+        // Polled where it was created: the simulators number their tasks alike, so the result's
+        // address (the simulator that answered the polls) tells which one did.
+        let here = match endpoint.as_str() {
+            "platform-2" => a,
+            "platform-3" => b,
+            other => panic!("{label}: created on {other:?}: {shown}"),
+        };
+        let output = shown["output_url"].as_str().unwrap_or_default();
+        assert!(output.starts_with(&format!("http://{here}/")) && output.contains(upstream_id), "{label}: {shown}");
+        assert_eq!(shown["id"], id.as_str(), "{label}: the task as its owner sees it");
+        assert_eq!(upstream.as_object().map(serde_json::Map::len), Some(3), "{label}: names, never URLs: {shown}");
+        *on.entry(endpoint).or_insert(0) += 1;
+    }
+    eprintln!("{label}: 12 tasks: {on:?}, {retried} created after a refused connection");
+    assert!(retried >= 1, "{label}: the dead endpoint was picked first at least once");
+    assert_eq!(on.len(), 2, "{label}: both live endpoints created tasks: {on:?}");
+    let count = |kind| entries.iter().filter(|e| e.kind == kind).count();
+    assert_eq!((count(domain::LedgerKind::Reserve), count(domain::LedgerKind::Settle)), (12, 12), "{label}");
+
+    // A chat call records its endpoint too, and the public task object does not show it.
+    let body = json!({"model": CHAT_MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = common::http_request(&addr, "POST", "/api/v1/chat/completions", Some(&key), Some(&body));
+    assert_eq!(status, 200, "{label}: {answer}");
+    let (tasks, _) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(60));
+    let chat_task = tasks.iter().find(|t| t.kind == domain::ModelKind::Language).expect("the chat task");
+    let shown = sandbox.run(&["admin", "task", "show", "--id", chat_task.id.as_str()]).json();
+    let endpoint = shown["upstream"]["endpoint"].as_str().unwrap_or_default();
+    assert!(["platform-2", "platform-3"].contains(&endpoint), "{label}: {shown}");
+    let (status, public) = common::http_get(&addr, &format!("/api/v1/tasks/{}", chat_task.id.as_str()), Some(&key));
+    assert_eq!(status, 200, "{label}: {public}");
+    assert!(public.get("upstream").is_none() && !public.to_string().contains("platform-"), "{label}: {public}");
 }

@@ -343,7 +343,13 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
 }
 
 fn outcome(status: TaskStatus) -> TaskOutcome {
-    TaskOutcome { status, usage_json: Some("{\"total_tokens\":3}".into()), error_code: None, error_message: None }
+    TaskOutcome {
+        status,
+        usage_json: Some("{\"total_tokens\":3}".into()),
+        error_code: None,
+        error_message: None,
+        via: None,
+    }
 }
 
 /// Calls: a hold opens with its task; refused closes (non-terminal outcome, wrong user or amount,

@@ -137,6 +137,9 @@ pub struct TaskUpdate {
     pub error_code: Option<String>,
     /// Failure text.
     pub error_message: Option<String>,
+    /// The upstream endpoint that served the task (or was tried last) and the attempts made;
+    /// for operators, not in the public task object.
+    pub via: Option<crate::ports::Via>,
 }
 
 /// A compare-and-set state change: the task moves by `event` (through [`TaskStatus::apply`]) only

@@ -16,6 +16,8 @@ pub struct VideoJob {
     pub task: Task,
     /// The upstream's id, once the upstream accepted the task.
     pub upstream_id: Option<String>,
+    /// The configured upstream endpoint the task was created on (`None` before routing recorded it).
+    pub upstream_endpoint: Option<String>,
     /// Polls (or submissions) that failed in a row, for the back-off.
     pub poll_failures: u32,
 }
@@ -144,9 +146,6 @@ pub trait VideoStore: Send + Sync {
     /// Extends `owner`'s claim on `task` to `lease_until` (a long step keeps its claim); false when
     /// `owner` no longer holds it.
     async fn renew_video_lease(&self, task: &TaskId, owner: &str, lease_until: Timestamp) -> Result<bool, StoreError>;
-
-    /// The upstream's id of `task`, once the upstream accepted it.
-    async fn video_upstream_id(&self, task: &TaskId) -> Result<Option<String>, StoreError>;
 
     /// How many video tasks of `user`, and of `model` (all users), are not terminal.
     async fn active_video_tasks(&self, user: &UserId, model: &str) -> Result<(u64, u64), StoreError>;

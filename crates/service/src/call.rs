@@ -85,8 +85,10 @@ struct CallState {
     user_id: UserId,
     /// The key whose budget the hold counts against, if any.
     budget_key: Option<ApiKeyId>,
-    /// The public model name (metrics).
-    model: String,
+    /// The model (its public name for metrics, its upstream id for routing).
+    def: std::sync::Arc<ModelDef>,
+    /// The upstream endpoint that served the call and the attempts it made, once it was sent.
+    via: Option<domain::ports::Via>,
     estimate: UsdAmount,
     pricing_version_id: domain::PricingVersionId,
     /// Counts the call in `gateway_calls_in_flight` until it ends.
@@ -279,7 +281,8 @@ impl Gateway {
             user_id: spec.user,
             budget_key: spec.budget_key,
             _in_flight: self.metrics.call_opened(&spec.def.name),
-            model: spec.def.name.clone(),
+            def: spec.def,
+            via: None,
             estimate: spec.estimate,
             pricing_version_id,
             _permit: permit,
@@ -297,7 +300,19 @@ impl OpenCall {
 
     /// The public name of the call's model (empty once closed).
     pub(crate) fn model(&self) -> &str {
-        self.state.as_ref().map_or("", |s| s.model.as_str())
+        self.state.as_ref().map_or("", |s| s.def.name.as_str())
+    }
+
+    /// The model id the upstream expects (empty once closed).
+    fn upstream_model(&self) -> &str {
+        self.state.as_ref().map_or("", |s| s.def.upstream.model_id.as_str())
+    }
+
+    /// Records where the call went upstream, for its task's record when it closes.
+    fn routed(&mut self, via: Option<domain::ports::Via>) {
+        if let Some(state) = self.state.as_mut() {
+            state.via = via;
+        }
     }
 
     /// Leaves the reservation open on purpose: an asynchronous task's hold outlives the request that
@@ -365,15 +380,16 @@ impl CallState {
         usage_json: Option<String>,
     ) -> Result<CallBilling, ServiceError> {
         let (error_code, error_message) = error.unzip();
-        let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message };
+        let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message, via: self.via };
         let calls = &self.gateway.ports.calls;
         let held =
             billing::Expect { user: self.user_id.clone(), amount: self.estimate, budget: self.budget_key.clone() };
         let ended = calls.close_call(&self.task_id, &held, charge, outcome).await?;
-        self.gateway.metrics.call_ended(&self.task_id, &self.model, ended.status, ended.actual, self.estimate);
+        let model = self.def.name.clone();
+        self.gateway.metrics.call_ended(&self.task_id, &model, ended.status, ended.actual, self.estimate);
         Ok(CallBilling {
             task_id: self.task_id,
-            model: self.model,
+            model,
             billing: TaskBilling {
                 status: ended.status,
                 pricing_version_id: Some(self.pricing_version_id),
@@ -455,12 +471,15 @@ impl Gateway {
     pub(crate) async fn open_stream(
         &self,
         upstream: &dyn domain::ports::Upstream,
-        call: OpenCall,
+        mut call: OpenCall,
         endpoint: domain::ports::Endpoint,
         body: Vec<u8>,
     ) -> Result<(OpenCall, Box<dyn domain::ports::EventStream>), ServiceError> {
         let started = std::time::Instant::now();
-        let events = upstream.stream(endpoint, body).await;
+        let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
+        let attempted = upstream.stream(to, body).await;
+        let events = attempted.result;
+        call.routed(attempted.via);
         self.metrics.upstream(call.model(), started.elapsed(), events.as_ref().err());
         match events {
             Ok(events) => Ok((call, events)),
@@ -473,13 +492,16 @@ impl Gateway {
     pub(crate) async fn run_sync(
         &self,
         upstream: &dyn domain::ports::Upstream,
-        call: OpenCall,
+        mut call: OpenCall,
         endpoint: domain::ports::Endpoint,
         body: Vec<u8>,
         finish: impl FnOnce(Vec<u8>) -> Result<Finished, UpstreamError>,
     ) -> Result<CallReply, ServiceError> {
         let started = std::time::Instant::now();
-        let answer = upstream.complete(endpoint, body).await;
+        let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
+        let attempted = upstream.complete(to, body).await;
+        let answer = attempted.result;
+        call.routed(attempted.via);
         self.metrics.upstream(call.model(), started.elapsed(), answer.as_ref().err());
         let finished = match answer.and_then(finish) {
             Ok(finished) => finished,
@@ -586,6 +608,7 @@ impl Gateway {
                 error_message: Some(
                     "the gateway stopped before the call finished; the reservation was refunded".into(),
                 ),
+                via: None,
             };
             if self.ports.tasks.finish_task(&id, outcome).await.is_ok() {
                 ended += 1;

@@ -155,4 +155,14 @@ impl Gateway {
         let id = TaskId(id.to_owned());
         self.ports.tasks.task(&who.user_id, &id).await?.ok_or_else(|| ServiceError::NotFound(format!("task {id}")))
     }
+
+    /// Any user's task `id` with what it recorded of its upstream side (the endpoint that served
+    /// it and the attempts made), for operators (`gateway admin task show`).
+    pub async fn task_for_operator(&self, id: &str) -> Result<(Task, domain::ports::UpstreamRecord), ServiceError> {
+        let id = TaskId(id.to_owned());
+        let missing = || ServiceError::NotFound(format!("task {id}"));
+        let record = self.ports.tasks.upstream_record(&id).await?.ok_or_else(missing)?;
+        let task = self.ports.tasks.task(&record.owner, &id).await?.ok_or_else(missing)?;
+        Ok((task, record))
+    }
 }

@@ -148,6 +148,10 @@ pub mod tasks {
         pub runner: Option<String>,
         /// The API key that made it (migration 0012).
         pub key_id: Option<String>,
+        /// The configured upstream endpoint that served it (migration 0017).
+        pub upstream_endpoint: Option<String>,
+        /// The attempts its upstream call made (migration 0017).
+        pub upstream_attempts: Option<i32>,
     }
     no_relations!();
 }

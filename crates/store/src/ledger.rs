@@ -61,12 +61,6 @@ impl Store {
             .transpose()
     }
 
-    /// The upstream's id recorded for `task` (by a change carrying `TaskUpdate::upstream_id`).
-    pub async fn task_upstream_id(&self, task: &TaskId) -> Result<Option<String>, LedgerError> {
-        let row = tasks::Entity::find_by_id(task.as_str()).one(self.db.reads()).await.map_err(db_err)?;
-        Ok(row.and_then(|t| t.upstream_id))
-    }
-
     /// The state of `task`, whoever owns it, if it exists.
     pub async fn task_status(&self, task: &TaskId) -> Result<Option<TaskStatus>, LedgerError> {
         let row = tasks::Entity::find_by_id(task.as_str()).one(self.db.reads()).await.map_err(db_err)?;

@@ -88,6 +88,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0016_replica_upstream_health.sql"),
         include_str!("../../../migrations/postgres/0016_replica_upstream_health.sql"),
     ),
+    (
+        17,
+        include_str!("../../../migrations/sqlite/0017_task_upstream_route.sql"),
+        include_str!("../../../migrations/postgres/0017_task_upstream_route.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -3,7 +3,8 @@
 //! (`$63`), the bounds within which each balance may be found (`$64`–`$65`), and the user and
 //! amount each ending reservation must have (`$66`–`$67`), the owner of each task that moves
 //! (`$68`), the budget key of new and ending reservations (`$69`–`$70`), the key of new tasks
-//! (`$71`), and the keys' budget counters (`$72`–`$80`, as read and as written) and their count (`$81`).
+//! (`$71`), the keys' budget counters (`$72`–`$80`, as read and as written) and their count (`$81`),
+//! and the upstream endpoint and attempts of new tasks (`$82`–`$83`) and of moving ones (`$84`–`$85`).
 
 use billing::book::{Plan, Relies};
 use domain::{ApiKeyId, TaskId, UsdAmount};
@@ -31,7 +32,14 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(plan.new_holds.iter().map(|h| h.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
         .bind(plan.new_tasks.iter().map(|n| n.task.key_id.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>());
-    bind_budgets(query, plan)
+    let query = bind_budgets(query, plan);
+    let attempts = |via: Option<&domain::ports::Via>| via.map(|v| i32::try_from(v.attempts).unwrap_or(i32::MAX));
+    let (n, w) = (&plan.new_tasks, &plan.task_writes);
+    query
+        .bind(n.iter().map(|n| n.via.as_ref().map(|v| v.endpoint.as_str())).collect::<Vec<_>>())
+        .bind(n.iter().map(|n| attempts(n.via.as_ref())).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.update.via.as_ref().map(|v| v.endpoint.as_str())).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| attempts(m.update.via.as_ref())).collect::<Vec<_>>())
 }
 
 /// `$72`–`$81`: every key budget the batch changes: its key, the limit and period and counters

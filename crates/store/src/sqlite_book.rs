@@ -381,7 +381,7 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
     write_budgets(txn, plan)?;
     let ids = write_entries(txn, plan)?;
     for t in &plan.new_tasks {
-        insert_task(txn, &t.task, t.upstream_id.as_deref()).map_err(fail_sql)?;
+        insert_task(txn, &t.task, t.upstream_id.as_deref(), t.via.as_ref()).map_err(fail_sql)?;
     }
     write_moves(txn, plan)?;
     Ok(ids)
@@ -446,7 +446,8 @@ fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
             "UPDATE tasks SET status = ?1, updated_at = ?2, completed_at = CASE WHEN ?3 THEN ?2 ELSE completed_at END, \
              upstream_id = COALESCE(?4, upstream_id), output_url = COALESCE(?5, output_url), \
              last_frame_url = COALESCE(?6, last_frame_url), usage = COALESCE(?7, usage), \
-             error_code = COALESCE(?8, error_code), error_message = COALESCE(?9, error_message) \
+             error_code = COALESCE(?8, error_code), error_message = COALESCE(?9, error_message), \
+             upstream_endpoint = COALESCE(?12, upstream_endpoint), upstream_attempts = COALESCE(?13, upstream_attempts) \
              WHERE id = ?10 AND status = ?11",
         )
         .map_err(fail_sql)?;
@@ -464,7 +465,9 @@ fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
                 u.error_code,
                 u.error_message,
                 w.task.as_str(),
-                w.from.as_str()
+                w.from.as_str(),
+                u.via.as_ref().map(|v| v.endpoint.as_str()),
+                u.via.as_ref().map(|v| v.attempts)
             ])
             .map_err(fail_sql)?;
         one_row(changed, "task state")?;
@@ -472,13 +475,19 @@ fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
     Ok(())
 }
 
-fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> rusqlite::Result<usize> {
+fn insert_task(
+    txn: &Transaction<'_>,
+    t: &Task,
+    upstream_id: Option<&str>,
+    via: Option<&domain::ports::Via>,
+) -> rusqlite::Result<usize> {
     txn.prepare_cached(
         "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
          duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
-         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id) \
+         error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id, \
+         upstream_endpoint, upstream_attempts) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-         ?23, ?24, ?25, ?26, ?27)",
+         ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
     )?
     .execute(params![
         t.id.as_str(),
@@ -508,6 +517,8 @@ fn insert_task(txn: &Transaction<'_>, t: &Task, upstream_id: Option<&str>) -> ru
         upstream_id,
         t.runner,
         t.key_id.as_ref().map(ApiKeyId::as_str),
+        via.map(|v| v.endpoint.as_str()),
+        via.map(|v| v.attempts),
     ])
 }
 

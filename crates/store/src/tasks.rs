@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
-use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore};
+use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore, UpstreamRecord};
 use domain::{
     ApiKeyId, BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
     Timestamp, UsdAmount, UserId,
@@ -139,6 +139,8 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         runner: Set(task.runner),
         key_id: Set(task.key_id.map(|k| k.0)),
         upstream_id: sea_orm::ActiveValue::NotSet,
+        upstream_endpoint: sea_orm::ActiveValue::NotSet,
+        upstream_attempts: sea_orm::ActiveValue::NotSet,
     }
 }
 
@@ -368,4 +370,18 @@ impl TaskStore for Store {
         let oldest: Option<i64> = row.try_get("", "oldest").map_err(backend_err)?;
         Ok(OpenWork { open_reservations, oldest_active_video: oldest.map(Timestamp) })
     }
+
+    async fn upstream_record(&self, id: &TaskId) -> Result<Option<UpstreamRecord>, StoreError> {
+        let row = tasks::Entity::find_by_id(id.as_str()).one(self.db.reads()).await.map_err(backend_err)?;
+        Ok(row.map(|t| upstream_record(&t)))
+    }
+}
+
+/// What `row` recorded of its upstream side.
+pub(crate) fn upstream_record(row: &tasks::Model) -> UpstreamRecord {
+    let via = row.upstream_endpoint.as_ref().map(|endpoint| domain::ports::Via {
+        endpoint: endpoint.clone(),
+        attempts: row.upstream_attempts.and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
+    });
+    UpstreamRecord { owner: UserId(row.user_id.clone()), upstream_id: row.upstream_id.clone(), via }
 }

@@ -164,12 +164,13 @@ impl Store {
             (a.0.is_some(), a.0, a.2.created_at, &a.2.id).cmp(&(b.0.is_some(), b.0, b.2.created_at, &b.2.id))
         });
         let failures: Vec<u32> = claimed.iter().map(|c| c.1).collect();
-        let upstream_ids: Vec<Option<String>> = claimed.iter().map(|c| c.2.upstream_id.clone()).collect();
+        let upstream: Vec<(Option<String>, Option<String>)> =
+            claimed.iter().map(|c| (c.2.upstream_id.clone(), c.2.upstream_endpoint.clone())).collect();
         let tasks = self.each_with_billing(self.db.reads(), claimed.into_iter().map(|c| c.2).collect()).await?;
         let mut jobs = Vec::with_capacity(tasks.len());
-        for ((task, upstream_id), poll_failures) in tasks.into_iter().zip(upstream_ids).zip(failures) {
+        for ((task, (upstream_id, upstream_endpoint)), poll_failures) in tasks.into_iter().zip(upstream).zip(failures) {
             match task {
-                Ok(task) => jobs.push(VideoJob { task, upstream_id, poll_failures }),
+                Ok(task) => jobs.push(VideoJob { task, upstream_id, upstream_endpoint, poll_failures }),
                 // A row that does not read back is not run on a guess (a corrupt media record must
                 // not price the task as text-only): it keeps its hold and its state, is logged at
                 // every claim, and is claimed again when this lease runs out. The others run.
@@ -246,10 +247,6 @@ impl VideoStore for Store {
         let done =
             self.db.writes().execute_raw(self.statement(&lease::TASK.renew(""), values)).await.map_err(backend_err)?;
         Ok(done.rows_affected() == 1)
-    }
-
-    async fn video_upstream_id(&self, task: &TaskId) -> Result<Option<String>, StoreError> {
-        self.task_upstream_id(task).await.map_err(|e| StoreError::Backend(e.to_string()))
     }
 
     async fn active_video_tasks(&self, user: &UserId, model: &str) -> Result<(u64, u64), StoreError> {

@@ -238,6 +238,7 @@ async fn sigkill_mid_stream_leaves_no_half_batch() {
                     usage_json: None,
                     error_code: Some("interrupted".into()),
                     error_message: None,
+                    via: None,
                 };
                 reopened.finish_task(&task, failed).await.expect("sweep finish");
             }
@@ -325,7 +326,12 @@ async fn one_call(store: &Store, user: &UserId, n: usize) {
     }
     let record = common::call_task(user, &task);
     store.open_call(record, hold).await.expect("open");
-    let outcome =
-        TaskOutcome { status: TaskStatus::Succeeded, usage_json: None, error_code: None, error_message: None };
+    let outcome = TaskOutcome {
+        status: TaskStatus::Succeeded,
+        usage_json: None,
+        error_code: None,
+        error_message: None,
+        via: None,
+    };
     store.close_call(&task, &billing::Expect::of(user, hold), Some(usd(900)), outcome).await.expect("close");
 }

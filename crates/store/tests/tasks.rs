@@ -9,7 +9,7 @@ mod common;
 
 use billing::{CallBook, LedgerError};
 use common::{TestDb, new_task, usd, user_with};
-use domain::ports::{StoreError, TaskOutcome, TaskStore};
+use domain::ports::{StoreError, TaskOutcome, TaskStore, Via};
 use domain::{
     BillingStatus, ModelKind, Task, TaskBilling, TaskEvent, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp,
     UsdAmount, UserId,
@@ -40,6 +40,33 @@ fn change(from: TaskStatus, event: TaskEvent) -> TaskTransition {
     TaskTransition::new(from, event)
 }
 
+async fn upstream_id(store: &store::Store, task: &TaskId) -> Option<String> {
+    store.upstream_record(task).await.expect("read").and_then(|r| r.upstream_id)
+}
+
+#[tokio::test]
+async fn a_finished_call_records_the_endpoint_and_attempts_that_served_it() {
+    for db in TestDb::all("via").await {
+        let store = db.open().await;
+        let alice = user_with(&store, usd(10_000)).await;
+        let t = new_task();
+        let running = billing::conformance::running_task(&alice, &t, usd(1_000), TaskStatus::Processing);
+        store.open_call(running, usd(1_000)).await.expect("open");
+        assert_eq!(store.upstream_record(&t).await.map(|r| r.and_then(|r| r.via)), Ok(None), "nothing sent yet");
+        let via = Via { endpoint: "platform-b".into(), attempts: 3 };
+        let outcome = TaskOutcome {
+            status: TaskStatus::Succeeded,
+            usage_json: None,
+            error_code: None,
+            error_message: None,
+            via: Some(via.clone()),
+        };
+        store.close_call(&t, &billing::Expect::of(&alice, usd(1_000)), Some(usd(400)), outcome).await.expect("close");
+        let record = store.upstream_record(&t).await.expect("read").expect("task");
+        assert_eq!((record.upstream_id, record.via), (None, Some(via)), "{}", common::name(&store));
+    }
+}
+
 #[tokio::test]
 async fn video_lifecycle_through_compare_and_set() {
     for db in TestDb::all("video").await {
@@ -50,8 +77,11 @@ async fn video_lifecycle_through_compare_and_set() {
         // submitting → queued, recording the upstream id.
         let mut accepted = change(TaskStatus::Submitting, TaskEvent::Accepted);
         accepted.update.upstream_id = Some("cgt-123".into());
+        let via = Via { endpoint: "platform-2".into(), attempts: 2 };
+        accepted.update.via = Some(via.clone());
         assert_eq!(store.transition_task(&t, accepted.clone()).await, Ok(TaskStatus::Queued));
-        assert_eq!(store.task_upstream_id(&t).await, Ok(Some("cgt-123".into())));
+        assert_eq!(upstream_id(&store, &t).await, Some("cgt-123".into()));
+        assert_eq!(store.upstream_record(&t).await.map(|r| r.and_then(|r| r.via)), Ok(Some(via.clone())));
         // The same change again: the task is no longer submitting.
         assert!(matches!(store.transition_task(&t, accepted).await, Err(StoreError::Conflict(_))));
         // queued → processing; then the table refuses cancel from processing, with or without money.
@@ -93,7 +123,10 @@ async fn video_lifecycle_through_compare_and_set() {
         assert_eq!(row.billing.usage_json.as_deref(), Some("{\"completion_tokens\":108900}"));
         assert_eq!(row.billing.status, BillingStatus::Settled);
         assert!(row.completed_at.is_some() && row.updated_at == row.completed_at.unwrap_or(Timestamp(0)));
-        assert_eq!(store.task_upstream_id(&t).await, Ok(Some("cgt-123".into())), "later changes keep it");
+        assert_eq!(upstream_id(&store, &t).await, Some("cgt-123".into()), "later changes keep it");
+        let record = store.upstream_record(&t).await.expect("read").expect("task");
+        assert_eq!(record.via, Some(via), "and the endpoint it lives on");
+        assert_eq!(store.upstream_record(&new_task()).await, Ok(None), "no such task");
         // Terminal states take no event at all.
         for event in [TaskEvent::Accepted, TaskEvent::Started, TaskEvent::Failed, TaskEvent::Expire] {
             let late = TaskTransition { from: None, event, update: TaskUpdate::default() };
@@ -142,6 +175,7 @@ async fn unbilled_tasks_and_finish_task() {
             usage_json: None,
             error_code: Some("interrupted".into()),
             error_message: Some("gone".into()),
+            via: None,
         };
         assert!(matches!(store.finish_task(&ghost, failed.clone()).await, Err(StoreError::NotFound(_))));
         let running = TaskOutcome { status: TaskStatus::Processing, ..failed.clone() };
@@ -154,8 +188,13 @@ async fn unbilled_tasks_and_finish_task() {
         // An open hold keeps its task from a money-less end; the recovery order is refund, then finish.
         let held = new_task();
         store.open_call(video_task(&alice, &held, TaskStatus::Processing), usd(10)).await.expect("open");
-        let outcome =
-            TaskOutcome { status: TaskStatus::Failed, usage_json: None, error_code: None, error_message: None };
+        let outcome = TaskOutcome {
+            status: TaskStatus::Failed,
+            usage_json: None,
+            error_code: None,
+            error_message: None,
+            via: None,
+        };
         assert!(matches!(store.finish_task(&held, outcome.clone()).await, Err(StoreError::Conflict(_))));
         billing::Ledger::refund(&store, &held).await.expect("refund");
         assert_eq!(store.finish_task(&held, outcome).await, Ok(()));

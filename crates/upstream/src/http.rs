@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use domain::ports::{Endpoint, EventStream, Upstream, UpstreamError};
+use domain::ports::{Attempted, Endpoint, EventStream, Upstream, UpstreamCall, UpstreamError};
 use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
 
@@ -155,7 +155,7 @@ impl HttpUpstream {
             .body(body)
             .send()
             .await
-            .map_err(|e| Failed::from(map_reqwest(&e)))?;
+            .map_err(|e| Failed::request(&e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -168,7 +168,7 @@ impl HttpUpstream {
             .map(Duration::from_secs);
         let body = read_prefix(response, MAX_ERROR_BODY).await;
         tracing::debug!(status = status.as_u16(), url = %route.url, "upstream answered with an error status");
-        Err(Failed { error: UpstreamError::Status { status: status.as_u16(), body }, retry_after })
+        Err(Failed { error: UpstreamError::Status { status: status.as_u16(), body }, retry_after, unsent: false })
     }
 
     async fn complete_inner(&self, route: &Route, body: Bytes) -> Result<Vec<u8>, Failed> {
@@ -195,11 +195,21 @@ pub(crate) struct Failed {
     pub(crate) error: UpstreamError,
     /// The `Retry-After` of a non-2xx answer, in whole seconds.
     pub(crate) retry_after: Option<Duration>,
+    /// Whether the request certainly never reached the upstream (no connection could be made):
+    /// only then may a call that must not run twice (a video task's creation) go elsewhere.
+    pub(crate) unsent: bool,
+}
+
+impl Failed {
+    /// A request that got no answer: `unsent` when the connection itself failed.
+    pub(crate) fn request(error: &reqwest::Error) -> Failed {
+        Failed { error: map_reqwest(error), retry_after: None, unsent: error.is_connect() }
+    }
 }
 
 impl From<UpstreamError> for Failed {
     fn from(error: UpstreamError) -> Failed {
-        Failed { error, retry_after: None }
+        Failed { error, retry_after: None, unsent: false }
     }
 }
 
@@ -230,12 +240,12 @@ impl HttpUpstream {
 
 #[async_trait]
 impl Upstream for HttpUpstream {
-    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        self.try_complete(endpoint, Bytes::from(body)).await.map_err(|f| f.error)
+    async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
+        Attempted::direct(self.try_complete(call.endpoint, Bytes::from(body)).await.map_err(|f| f.error))
     }
 
-    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
-        self.try_stream(endpoint, Bytes::from(body)).await.map_err(|f| f.error)
+    async fn stream(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Box<dyn EventStream>> {
+        Attempted::direct(self.try_stream(call.endpoint, Bytes::from(body)).await.map_err(|f| f.error))
     }
 }
 
@@ -328,7 +338,7 @@ mod tests {
         let up =
             HttpUpstream::new(config("http://127.0.0.1:1/private-base/api/v3")).unwrap_or_else(|e| unreachable!("{e}"));
         for endpoint in [Endpoint::ChatCompletions, Endpoint::Responses, Endpoint::Messages] {
-            let failed = up.complete(endpoint, b"{}".to_vec()).await;
+            let failed = up.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result;
             let Err(UpstreamError::Connect(message)) = &failed else { unreachable!("{failed:?}") };
             let shown = failed.as_ref().err().map(ToString::to_string).unwrap_or_default();
             for secret in ["127.0.0.1", ":1/", "private-base", "api/compatible", "http://"] {

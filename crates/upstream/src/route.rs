@@ -1,9 +1,10 @@
-//! Upstream routing policy (issue 22, first slice): which of several endpoints of one kind takes
-//! the next attempt of a call, and what an attempt's outcome does to its endpoint.
+//! Upstream routing policy: which of several endpoints of one kind takes the next attempt of a
+//! call, and what an attempt's outcome does to its endpoint.
 //!
 //! - **Pick** ([`Router::pick`]): among the endpoints that serve the model and are not excluded
 //!   (tried already by this call), those that can take a call now (not cooling down, circuit not
-//!   open; a half-open circuit lets one probe through); of them the best priority tier (lowest
+//!   open, below their in-flight limit and their requests per minute; a half-open circuit lets
+//!   one probe through); of them the best priority tier (lowest
 //!   number; a higher tier is the fallback); within it by weight, with smooth weighted round
 //!   robin (every endpoint's current weight grows by its weight, the largest is picked and loses
 //!   the tier's total), so over any run of calls each endpoint's share is its weight's share to
@@ -35,6 +36,8 @@ pub struct EndpointSpec {
     pub models: Option<Vec<String>>,
     /// Most attempts in flight on it at once; `None`: no limit.
     pub max_in_flight: Option<u64>,
+    /// Most attempts started on it per minute (fixed minutes of this process); `None`: no limit.
+    pub rpm: Option<u64>,
 }
 
 /// When a circuit opens and for how long.
@@ -167,6 +170,8 @@ struct Slot {
     refused: bool,
     counts: Counts,
     recent: Recent,
+    /// (minute number since the router started, attempts started in it), for `rpm`.
+    this_minute: (u64, u64),
 }
 
 impl Slot {
@@ -174,10 +179,17 @@ impl Slot {
         self.spec.models.as_ref().is_none_or(|models| models.iter().any(|m| m == model))
     }
 
-    /// Whether a call may go to it at `now` (moving an open circuit whose time is up to half-open).
-    fn available(&mut self, now: Instant) -> bool {
+    /// Attempts started on it in `minute` so far.
+    fn started_in(&self, minute: u64) -> u64 {
+        if self.this_minute.0 == minute { self.this_minute.1 } else { 0 }
+    }
+
+    /// Whether a call may go to it at `now`, in `minute` (moving an open circuit whose time is up
+    /// to half-open).
+    fn available(&mut self, now: Instant, minute: u64) -> bool {
         if self.cooling_until.is_some_and(|until| until > now)
             || self.spec.max_in_flight.is_some_and(|m| self.in_flight >= m)
+            || self.spec.rpm.is_some_and(|m| self.started_in(minute) >= m)
         {
             return false;
         }
@@ -224,6 +236,7 @@ impl Router {
                 refused: false,
                 counts: Counts::default(),
                 recent: Recent::default(),
+                this_minute: (0, 0),
             })
             .collect();
         Router { slots: Mutex::new(slots), breaker, started: Instant::now() }
@@ -237,10 +250,11 @@ impl Router {
     /// no endpoint that serves the model can take a call now. The pick counts as in flight until
     /// it is reported.
     pub fn pick(&self, model: &str, tried: &[usize], now: Instant) -> Option<Pick> {
+        let minute = now.saturating_duration_since(self.started).as_secs() / 60;
         let mut slots = self.lock();
         let mut open: Vec<usize> = Vec::new();
         for (i, slot) in slots.iter_mut().enumerate() {
-            if !tried.contains(&i) && slot.serves(model) && slot.available(now) {
+            if !tried.contains(&i) && slot.serves(model) && slot.available(now, minute) {
                 open.push(i);
             }
         }
@@ -256,10 +270,16 @@ impl Router {
         let slot = &mut slots[chosen];
         slot.current -= total;
         slot.in_flight += 1;
+        slot.this_minute = (minute, slot.started_in(minute) + 1);
         if slot.circuit == Circuit::HalfOpen(false) {
             slot.circuit = Circuit::HalfOpen(true);
         }
         Some(Pick { index: chosen, name: slot.spec.name.clone() })
+    }
+
+    /// Whether any endpoint serves `model` (whatever its health).
+    pub fn serves(&self, model: &str) -> bool {
+        self.lock().iter().any(|s| s.serves(model))
     }
 
     /// The ten-second bucket `now` falls in.
@@ -363,7 +383,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, weight: u32, priority: u32) -> EndpointSpec {
-        EndpointSpec { name: name.into(), weight, priority, models: None, max_in_flight: None }
+        EndpointSpec { name: name.into(), weight, priority, models: None, max_in_flight: None, rpm: None }
     }
 
     fn shares(router: &Router, calls: usize, now: Instant) -> Vec<usize> {
@@ -498,6 +518,24 @@ mod tests {
         assert_eq!(second.name, "big", "small is at its limit");
         router.report(first.index, Outcome::Answered, now);
         assert_eq!(router.pick("m", &[], now).map(|p| p.name).as_deref(), Some("small"), "room again");
+    }
+
+    #[test]
+    fn an_endpoint_at_its_requests_per_minute_is_passed_over_until_the_next_minute() {
+        let limited = EndpointSpec { rpm: Some(3), ..spec("limited", 10, 0) };
+        let router = Router::new(vec![limited, spec("other", 1, 1)], BreakerSettings::default());
+        // Minutes count from the router's start, which is just before this.
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        // Three attempts start on it in the first minute (answered or not), the fourth goes to the
+        // fallback tier; in the next minute it takes calls again.
+        assert_eq!(shares(&router, 5, at(1)), [3, 2]);
+        assert_eq!(shares(&router, 2, at(59)), [0, 2]);
+        assert_eq!(shares(&router, 4, at(60)), [3, 1]);
+        // Failed attempts count too: the limit is the upstream's, on requests sent.
+        let pick = router.pick("m", &[], at(120)).expect("pick");
+        router.report(pick.index, Outcome::Failed, at(120));
+        assert_eq!(shares(&router, 3, at(121)), [2, 1]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | `ChatCompletions`, `ImageGenerations`, `Responses` | the platform's (`GATEWAY_UPSTREAM_URL` with `GATEWAY_UPSTREAM_API_KEY`) |
 //! | `Messages` | the message-compatible bases (`GATEWAY_MESSAGES_URL`), with the platform's keys |
 //! | `Speech` | the speech service's (`GATEWAY_SPEECH_URL` with `GATEWAY_SPEECH_API_KEY`) |
-//! | video tasks ([`TaskUpstream`]) | the platform pool's first endpoint (a task is polled where it was created) |
+//! | video tasks ([`TaskUpstream`]) | the platform's: created on any endpoint that serves the model, then polled and cancelled on that one (by the name recorded with the task) |
 //!
 //! An attempt is retried on another endpoint of the pool (never the same one twice in a call) when
 //! it failed before any byte of an answer reached the gateway: no connection, a timeout before
@@ -18,16 +18,26 @@
 //! twice. Each endpoint is tried at most once per call, at most [`RoutedUpstream::max_attempts`]
 //! attempts are made, and none starts after the
 //! call's timeout has passed. One hold and one settlement per call, whatever the attempts: the
-//! caller sees one answer.
+//! caller sees one answer, and [`Via`] (the endpoint that answered, or was tried last, and the
+//! attempts made) for its task's record.
 //!
-//! A pool of one endpoint calls it directly, so a gateway with one upstream pays nothing for this.
+//! A video task's creation is retried elsewhere only when its request never left (no connection
+//! could be made): any other failure may have created a task upstream, so a second creation could
+//! run (and bill) it twice; the caller keeps its hold and tries again later, as with one endpoint.
+//!
+//! Only endpoints that serve the call's upstream model (their `models`, default all) are picked.
+//! A pool of one endpoint without limits or a model list calls it directly, so a gateway with one
+//! upstream pays nothing for this.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use domain::ports::{Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamError, UpstreamHealth};
+use domain::ports::{
+    Attempted, Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
+    UpstreamHealth, Via,
+};
 
 use crate::config::UpstreamConfig;
 use crate::http::{Failed, HttpUpstream};
@@ -53,12 +63,21 @@ pub struct Member {
     pub priority: u32,
     /// Most attempts in flight on it at once in this process.
     pub max_in_flight: Option<u64>,
+    /// Most attempts started on it per minute in this process.
+    pub rpm: Option<u64>,
+    /// The upstream model ids it serves; `None`: every model of its kind.
+    pub models: Option<Vec<String>>,
 }
 
 impl Member {
-    /// An endpoint of weight 1 in tier 0 without an in-flight limit (the quick form).
+    /// An endpoint of weight 1 in tier 0 serving every model, without limits (the quick form).
     pub fn plain(name: String, url: String, key: String) -> Member {
-        Member { name, url, key, weight: 1, priority: 0, max_in_flight: None }
+        Member { name, url, key, weight: 1, priority: 0, max_in_flight: None, rpm: None, models: None }
+    }
+
+    /// Whether calls to it need no routing decision (no limit, no model list).
+    fn unconditional(&self) -> bool {
+        self.max_in_flight.is_none() && self.rpm.is_none() && self.models.is_none()
     }
 }
 
@@ -93,26 +112,33 @@ struct Pool {
     what: &'static str,
     members: Vec<(String, Arc<HttpUpstream>)>,
     router: Router,
+    /// The pool's only endpoint when it has one without limits or a model list: called directly.
+    direct: Option<usize>,
 }
 
 impl Pool {
     fn new(
         what: &'static str,
-        specs: &[Member],
+        configured: &[Member],
         members: Vec<(String, Arc<HttpUpstream>)>,
         breaker: BreakerSettings,
     ) -> Pool {
-        let specs = specs
+        let specs = configured
             .iter()
             .map(|m| EndpointSpec {
                 name: m.name.clone(),
                 weight: m.weight,
                 priority: m.priority,
-                models: None,
+                models: m.models.clone(),
                 max_in_flight: m.max_in_flight,
+                rpm: m.rpm,
             })
             .collect();
-        Pool { what, members, router: Router::new(specs, breaker) }
+        let direct = match configured {
+            [only] if only.unconditional() => Some(0),
+            _ => None,
+        };
+        Pool { what, members, router: Router::new(specs, breaker), direct }
     }
 }
 
@@ -140,6 +166,17 @@ fn judge(failed: &Failed) -> (Outcome, bool) {
         // The caller's own fault, or an answer that came: the endpoint works.
         _ => (Outcome::Answered, false),
     }
+}
+
+/// Whether a failed attempt of a synchronous call may go to another endpoint.
+fn sync_retry(failed: &Failed) -> bool {
+    judge(failed).1
+}
+
+/// Whether a failed attempt to create a video task may go to another endpoint: only when the
+/// request never left, so no task can exist upstream.
+fn create_retry(failed: &Failed) -> bool {
+    failed.unsent
 }
 
 impl RoutedUpstream {
@@ -218,48 +255,77 @@ impl RoutedUpstream {
             .all(|pool| pool.members.is_empty() || pool.router.can_take_calls(now))
     }
 
-    /// Runs `attempt` on the pool's endpoints until one answers, a failure may not be retried,
-    /// the attempts or the time run out, or no endpoint can take the call.
-    async fn run<T, F, Fut>(&self, endpoint: Endpoint, body: Vec<u8>, attempt: F) -> Result<T, UpstreamError>
+    /// Runs `attempt` on the endpoints of `pool` that serve `model` until one answers, a failure
+    /// may not be retried (`may_retry`), the attempts or the time run out, or no endpoint can take
+    /// the call.
+    async fn run<T, F, Fut>(
+        &self,
+        pool: &Pool,
+        model: &str,
+        body: Bytes,
+        may_retry: fn(&Failed) -> bool,
+        attempt: F,
+    ) -> Attempted<T>
     where
         F: Fn(Arc<HttpUpstream>, Bytes) -> Fut,
         Fut: std::future::Future<Output = Result<T, Failed>>,
     {
-        let pool = self.pool(endpoint);
-        let body = Bytes::from(body);
-        if let [(_, only)] = pool.members.as_slice() {
-            return attempt(Arc::clone(only), body).await.map_err(|f| f.error);
+        if let Some(only) = pool.direct {
+            let (name, client) = &pool.members[only];
+            let result = attempt(Arc::clone(client), body).await.map_err(|f| f.error);
+            return Attempted { result, via: Some(Via { endpoint: name.clone(), attempts: 1 }) };
         }
         let started = Instant::now();
         let mut tried = Vec::new();
         let mut last = if pool.members.is_empty() {
-            UpstreamError::NotConfigured(endpoint.as_str().to_owned())
+            UpstreamError::NotConfigured(pool.what.to_owned())
         } else {
             UpstreamError::Connect("no upstream endpoint can take calls now (each is failing or cooling down)".into())
         };
+        let mut via = None;
         while tried.len() < self.max_attempts && started.elapsed() < self.timeout {
-            let Some(pick) = pool.router.pick("", &tried, Instant::now()) else { break };
+            let Some(pick) = pool.router.pick(model, &tried, Instant::now()) else {
+                if tried.is_empty() && !pool.members.is_empty() && !pool.router.serves(model) {
+                    last = UpstreamError::NotConfigured("this model (no endpoint of its kind serves it)".into());
+                }
+                break;
+            };
             tried.push(pick.index);
             if tried.len() > 1 {
                 pool.router.retried(pick.index);
             }
             let client = Arc::clone(&pool.members[pick.index].1);
-            let failed = match attempt(client, body.clone()).await {
+            let outcome = attempt(client, body.clone()).await;
+            via = Some(Via { endpoint: pick.name.clone(), attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX) });
+            let failed = match outcome {
                 Ok(answer) => {
                     self.note(pool, pick.index, &pick.name, Outcome::Answered);
-                    return Ok(answer);
+                    return Attempted { result: Ok(answer), via };
                 }
                 Err(failed) => failed,
             };
-            let (outcome, retry) = judge(&failed);
+            let (outcome, _) = judge(&failed);
             self.note(pool, pick.index, &pick.name, outcome);
-            if !retry {
-                return Err(failed.error);
+            if !may_retry(&failed) {
+                return Attempted { result: Err(failed.error), via };
             }
             tracing::warn!(endpoint = pick.name, error = %failed.error, attempt = tried.len(), "upstream attempt failed; trying another endpoint");
             last = failed.error;
         }
-        Err(last)
+        Attempted { result: Err(last), via }
+    }
+
+    /// The platform endpoint named `at` (`None`: the first), where a task lives.
+    fn task_endpoint(&self, at: Option<&str>) -> Result<&HttpUpstream, UpstreamError> {
+        let members = &self.platform.members;
+        let found = match at {
+            None => members.first(),
+            Some(name) => members.iter().find(|(n, _)| n == name),
+        };
+        found.map(|(_, c)| &**c).ok_or_else(|| match at {
+            None => UpstreamError::NotConfigured("video_tasks".into()),
+            Some(name) => UpstreamError::NotConfigured(format!("the task's upstream endpoint {name}")),
+        })
     }
 
     /// Reports an attempt's outcome, logging what it changed once.
@@ -280,10 +346,6 @@ impl RoutedUpstream {
                 );
             }
         }
-    }
-
-    fn first_platform(&self) -> Result<&HttpUpstream, UpstreamError> {
-        self.platform.members.first().map(|(_, c)| &**c).ok_or_else(|| UpstreamError::NotConfigured("tasks".into()))
     }
 }
 
@@ -326,27 +388,41 @@ impl UpstreamHealth for RoutedUpstream {
 
 #[async_trait]
 impl Upstream for RoutedUpstream {
-    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        self.run(endpoint, body, |client, body| async move { client.try_complete(endpoint, body).await }).await
+    async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
+        let endpoint = call.endpoint;
+        let pool = self.pool(endpoint);
+        self.run(pool, call.model, Bytes::from(body), sync_retry, |client, body| async move {
+            client.try_complete(endpoint, body).await
+        })
+        .await
     }
 
-    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError> {
-        self.run(endpoint, body, |client, body| async move { client.try_stream(endpoint, body).await }).await
+    async fn stream(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Box<dyn EventStream>> {
+        let endpoint = call.endpoint;
+        let pool = self.pool(endpoint);
+        self.run(pool, call.model, Bytes::from(body), sync_retry, |client, body| async move {
+            client.try_stream(endpoint, body).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl TaskUpstream for RoutedUpstream {
-    async fn create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        self.first_platform()?.create_task(body).await
+    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>> {
+        // The body travels as shared bytes; an attempt needs its own vector (rarely more than one).
+        self.run(&self.platform, model, Bytes::from(body), create_retry, |client, body| async move {
+            client.try_create_task(body.to_vec()).await
+        })
+        .await
     }
 
-    async fn get_task(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
-        self.first_platform()?.get_task(upstream_id).await
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+        self.task_endpoint(at)?.get_task(None, upstream_id).await
     }
 
-    async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError> {
-        self.first_platform()?.cancel_task(upstream_id).await
+    async fn cancel_task(&self, at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError> {
+        self.task_endpoint(at)?.cancel_task(None, upstream_id).await
     }
 }
 
@@ -355,7 +431,7 @@ mod tests {
     use super::*;
 
     fn failed(error: UpstreamError, retry_after: Option<u64>) -> Failed {
-        Failed { error, retry_after: retry_after.map(Duration::from_secs) }
+        Failed { error, retry_after: retry_after.map(Duration::from_secs), unsent: false }
     }
 
     fn status(code: u16) -> UpstreamError {

@@ -18,12 +18,12 @@
 //! refused as `Malformed` without sending anything.
 
 use async_trait::async_trait;
-use domain::ports::{TaskUpstream, UpstreamError};
+use domain::ports::{Attempted, TaskUpstream, UpstreamError};
 use http::Method;
 use http::header::{ACCEPT, CONTENT_TYPE};
 
-use crate::http::{HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
-use crate::transport::{MAX_ERROR_BODY, map_reqwest, read_limited, read_prefix};
+use crate::http::{Failed, HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
+use crate::transport::{MAX_ERROR_BODY, read_limited, read_prefix};
 
 /// Longest accepted upstream task id.
 pub const MAX_TASK_ID_LEN: usize = 128;
@@ -34,12 +34,7 @@ impl HttpUpstream {
     }
 
     /// Sends one task request; the 2xx answer's body, at most [`MAX_TASK_ANSWER_BYTES`].
-    async fn task_call(
-        &self,
-        method: Method,
-        id: Option<&str>,
-        body: Option<Vec<u8>>,
-    ) -> Result<Vec<u8>, UpstreamError> {
+    async fn task_call(&self, method: Method, id: Option<&str>, body: Option<Vec<u8>>) -> Result<Vec<u8>, Failed> {
         let route = self.tasks_route()?;
         let mut url = route.url.clone();
         if let Some(id) = id {
@@ -47,7 +42,7 @@ impl HttpUpstream {
                 && id.len() <= MAX_TASK_ID_LEN
                 && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
             if !valid {
-                return Err(UpstreamError::Malformed(format!("invalid upstream task id {id:?}")));
+                return Err(UpstreamError::Malformed(format!("invalid upstream task id {id:?}")).into());
             }
             url.set_path(&format!("{}/{id}", url.path()));
         }
@@ -60,14 +55,20 @@ impl HttpUpstream {
         if let Some(body) = body {
             request = request.header(CONTENT_TYPE, "application/json").body(body);
         }
-        let response = request.send().await.map_err(|e| map_reqwest(&e))?;
+        let response = request.send().await.map_err(|e| Failed::request(&e))?;
         let status = response.status();
         if !status.is_success() {
             let body = read_prefix(response, MAX_ERROR_BODY).await;
             tracing::debug!(status = status.as_u16(), "video task call answered with an error status");
-            return Err(UpstreamError::Status { status: status.as_u16(), body });
+            return Err(UpstreamError::Status { status: status.as_u16(), body }.into());
         }
-        read_limited(response, MAX_TASK_ANSWER_BYTES).await
+        Ok(read_limited(response, MAX_TASK_ANSWER_BYTES).await?)
+    }
+
+    /// Creates a task: the answer, or the failure with whether the request never left (the
+    /// only failure a router may retry elsewhere without risking a second task).
+    pub(crate) async fn try_create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, Failed> {
+        Ok(json_object(self.task_call(Method::POST, None, Some(body)).await?)?)
     }
 }
 
@@ -82,15 +83,15 @@ fn json_object(answer: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
 
 #[async_trait]
 impl TaskUpstream for HttpUpstream {
-    async fn create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
-        json_object(self.task_call(Method::POST, None, Some(body)).await?)
+    async fn create_task(&self, _model: &str, body: Vec<u8>) -> Attempted<Vec<u8>> {
+        Attempted::direct(self.try_create_task(body).await.map_err(|f| f.error))
     }
 
-    async fn get_task(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
-        json_object(self.task_call(Method::GET, Some(upstream_id), None).await?)
+    async fn get_task(&self, _at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+        json_object(self.task_call(Method::GET, Some(upstream_id), None).await.map_err(|f| f.error)?)
     }
 
-    async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError> {
-        self.task_call(Method::DELETE, Some(upstream_id), None).await.map(drop)
+    async fn cancel_task(&self, _at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError> {
+        self.task_call(Method::DELETE, Some(upstream_id), None).await.map(drop).map_err(|f| f.error)
     }
 }

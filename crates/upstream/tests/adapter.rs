@@ -7,7 +7,7 @@ mod common;
 use std::net::SocketAddr;
 
 use common::{LONG, adapter, capture_server, drain, header_of, names, scripted_server};
-use domain::ports::{Endpoint, Upstream, UpstreamError};
+use domain::ports::{Endpoint, Upstream, UpstreamCall, UpstreamError};
 use upstream::http::{MAX_ANSWER_BYTES, MESSAGES_VERSION};
 use upstream::sim;
 use upstream::{HttpUpstream, UpstreamConfig};
@@ -54,7 +54,8 @@ async fn each_endpoint_gets_its_path_and_credentials() {
         (Endpoint::Messages, "/api/compatible/v1/messages", Some(bearer.as_str()), None, Some(MESSAGES_VERSION)),
         (Endpoint::Speech, "/api/v3/tts/create", None, Some(SPEECH_KEY), None),
     ] {
-        let answer = up.complete(endpoint, b"{\"model\":\"m\"}".to_vec()).await.unwrap();
+        let answer =
+            up.complete(UpstreamCall { endpoint, model: "m" }, b"{\"model\":\"m\"}".to_vec()).await.result.unwrap();
         assert_eq!(answer, b"{}");
         let head = heads.recv().await.unwrap();
         assert!(head.starts_with(&format!("POST {path} HTTP/1.1\r\n")), "{endpoint:?}: {head}");
@@ -76,10 +77,10 @@ async fn empty_keys_send_no_credentials() {
         speech_key: String::new(),
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
-    up.complete(Endpoint::ChatCompletions, b"{}".to_vec()).await.unwrap();
+    up.complete(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec()).await.result.unwrap();
     assert!(header_of(&heads.recv().await.unwrap(), "authorization").is_some());
     for endpoint in [Endpoint::ChatCompletions, Endpoint::Speech, Endpoint::Messages] {
-        up_no_keys.complete(endpoint, b"{}".to_vec()).await.unwrap();
+        up_no_keys.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.unwrap();
         let head = heads.recv().await.unwrap();
         assert!(header_of(&head, "authorization").is_none() && header_of(&head, "x-api-key").is_none(), "{head}");
     }
@@ -101,12 +102,12 @@ async fn unconfigured_endpoints_send_nothing() {
         let up = adapter(only(configured, addr));
         for endpoint in Endpoint::ALL {
             let before = sim.requests_total();
-            let result = up.complete(endpoint, b"{}".to_vec()).await;
+            let result = up.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result;
             if base_of(endpoint) == base_of(configured) {
                 assert!(!matches!(result, Err(UpstreamError::NotConfigured(_))), "{endpoint:?}: {result:?}");
                 continue;
             }
-            let streamed = up.stream(endpoint, b"{}".to_vec()).await.err();
+            let streamed = up.stream(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.err();
             assert_eq!(result, Err(UpstreamError::NotConfigured(endpoint.as_str().to_owned())), "{configured:?}");
             assert_eq!(streamed, Some(UpstreamError::NotConfigured(endpoint.as_str().to_owned())));
             assert_eq!(sim.requests_total(), before, "{endpoint:?} sent a request");
@@ -119,7 +120,10 @@ async fn unconfigured_endpoints_send_nothing() {
         ..config(addr)
     });
     for endpoint in Endpoint::ALL {
-        assert!(matches!(none.complete(endpoint, b"{}".to_vec()).await, Err(UpstreamError::NotConfigured(_))));
+        assert!(matches!(
+            none.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result,
+            Err(UpstreamError::NotConfigured(_))
+        ));
     }
     // One request per endpoint served above: 3 × the platform's three, speech, messages.
     assert_eq!(sim.requests_total(), 3 * 3 + 1 + 1);
@@ -141,7 +145,7 @@ async fn keys_never_appear_in_debug_or_errors() {
     };
     for up in [adapter(c.clone()), adapter(config(dead))] {
         for endpoint in Endpoint::ALL {
-            let error = up.complete(endpoint, b"[]".to_vec()).await.err();
+            let error = up.complete(UpstreamCall { endpoint, model: "m" }, b"[]".to_vec()).await.result.err();
             let text = format!("{error:?} {}", error.as_ref().map(ToString::to_string).unwrap_or_default());
             assert!(!text.contains(PLATFORM_KEY) && !text.contains(SPEECH_KEY), "{text}");
         }
@@ -159,13 +163,20 @@ async fn named_framing_keeps_names_skips_done_and_ends_at_eof() {
     let (addr, _) = scripted_server(sse_answer(body)).await;
     let up = adapter(config(addr));
     for endpoint in [Endpoint::Responses, Endpoint::Messages, Endpoint::ImageGenerations] {
-        let (events, error) = drain(up.stream(endpoint, b"{}".to_vec()).await.unwrap()).await;
+        let (events, error) =
+            drain(up.stream(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.unwrap()).await;
         assert!(error.is_none(), "{endpoint:?}: {error:?}");
         assert_eq!(names(&events), ["response.created", "response.completed"], "{endpoint:?}");
         assert_eq!(events[1].data, b"{\"type\":\"response.completed\"}");
     }
     // The same body on the chat framing ends at its `[DONE]`.
-    let (events, error) = drain(up.stream(Endpoint::ChatCompletions, b"{}".to_vec()).await.unwrap()).await;
+    let (events, error) = drain(
+        up.stream(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec())
+            .await
+            .result
+            .unwrap(),
+    )
+    .await;
     assert!(error.is_none());
     assert_eq!(names(&events), ["response.created"], "chat ends at [DONE]");
 }
@@ -175,7 +186,10 @@ async fn named_error_event_is_a_stream_error() {
     let body = "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"code\":\"ServerOverloaded\",\"message\":\"busy\",\"param\":\"\",\"type\":\"TooManyRequests\"}}\n\nevent: message_stop\ndata: {}\n\n";
     let (addr, _) = scripted_server(sse_answer(body)).await;
     let up = adapter(config(addr));
-    let (events, error) = drain(up.stream(Endpoint::Messages, b"{}".to_vec()).await.unwrap()).await;
+    let (events, error) = drain(
+        up.stream(UpstreamCall { endpoint: Endpoint::Messages, model: "m" }, b"{}".to_vec()).await.result.unwrap(),
+    )
+    .await;
     assert_eq!(names(&events), ["message_start"]);
     assert_eq!(error, Some(UpstreamError::Stream("ServerOverloaded: busy".to_owned())));
 }
@@ -184,11 +198,20 @@ async fn named_error_event_is_a_stream_error() {
 async fn data_only_framing_needs_done() {
     let (addr, _) = scripted_server(sse_answer("data: {\"a\":1}\n\ndata: {\"b\":2}\n\n")).await;
     let up = adapter(config(addr));
-    let (events, error) = drain(up.stream(Endpoint::ChatCompletions, b"{}".to_vec()).await.unwrap()).await;
+    let (events, error) = drain(
+        up.stream(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec())
+            .await
+            .result
+            .unwrap(),
+    )
+    .await;
     assert_eq!(events.len(), 2);
     assert!(matches!(error, Some(UpstreamError::Stream(ref m)) if m.contains("[DONE]")), "{error:?}");
     // The same body on a named framing simply ends.
-    let (events, error) = drain(up.stream(Endpoint::Responses, b"{}".to_vec()).await.unwrap()).await;
+    let (events, error) = drain(
+        up.stream(UpstreamCall { endpoint: Endpoint::Responses, model: "m" }, b"{}".to_vec()).await.result.unwrap(),
+    )
+    .await;
     assert_eq!((events.len(), error), (2, None));
 }
 
@@ -211,7 +234,8 @@ async fn answer_size_bound_just_inside_and_outside() {
     ] {
         let (addr, _) = scripted_server(json_answer(len, announce)).await;
         let up = adapter(config(addr));
-        let result = up.complete(Endpoint::ChatCompletions, b"{}".to_vec()).await;
+        let result =
+            up.complete(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec()).await.result;
         match (ok, result) {
             (true, Ok(answer)) => assert_eq!(answer.len(), len),
             (false, Err(UpstreamError::Malformed(m))) => assert!(m.contains("larger than"), "{m}"),
@@ -226,7 +250,8 @@ async fn non_object_answers_are_malformed() {
         let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
         let (addr, _) = scripted_server(answer.into_bytes()).await;
         let up = adapter(config(addr));
-        let result = up.complete(Endpoint::Responses, b"{}".to_vec()).await;
+        let result =
+            up.complete(UpstreamCall { endpoint: Endpoint::Responses, model: "m" }, b"{}".to_vec()).await.result;
         assert!(matches!(result, Err(UpstreamError::Malformed(_))), "{body:?}: {result:?}");
     }
 }

@@ -85,7 +85,7 @@ async fn asset_becomes_active_after_the_fetch_and_serves_a_task() {
         {"type": "image_url", "image_url": {"url": format!("asset://{id}")}, "role": "reference_image"},
     ]});
     let created: Value =
-        serde_json::from_slice(&tasks.create_task(body.to_string().into_bytes()).await.unwrap()).unwrap();
+        serde_json::from_slice(&tasks.create_task("m", body.to_string().into_bytes()).await.result.unwrap()).unwrap();
     assert!(created["id"].as_str().unwrap().starts_with("cgt-"));
     drop(sim);
 }
@@ -109,7 +109,7 @@ async fn failed_fetches_and_unreachable_urls() {
         let tasks = common::adapter(UpstreamConfig::for_simulator(addr, LONG, LONG));
         let body =
             json!({"model": "m", "content": [{"type": "video_url", "video_url": {"url": format!("asset://{id}")}}]});
-        match tasks.create_task(body.to_string().into_bytes()).await {
+        match tasks.create_task("m", body.to_string().into_bytes()).await.result {
             Err(UpstreamError::Status { status: 400, body }) => assert!(body.contains("not active"), "{body}"),
             other => panic!("{other:?}"),
         }

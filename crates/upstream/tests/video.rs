@@ -22,12 +22,13 @@ fn request(prompt: &str, extra: Value) -> Value {
 }
 
 async fn create(up: &HttpUpstream, body: &Value) -> Result<String, UpstreamError> {
-    let answer: Value = serde_json::from_slice(&up.create_task(body.to_string().into_bytes()).await?).unwrap();
+    let answer: Value =
+        serde_json::from_slice(&up.create_task("m", body.to_string().into_bytes()).await.result?).unwrap();
     Ok(answer["id"].as_str().unwrap().to_owned())
 }
 
 async fn task(up: &HttpUpstream, id: &str) -> Value {
-    serde_json::from_slice(&up.get_task(id).await.unwrap()).unwrap()
+    serde_json::from_slice(&up.get_task(None, id).await.unwrap()).unwrap()
 }
 
 fn status_of<T: std::fmt::Debug>(result: Result<T, UpstreamError>) -> (u16, Value) {
@@ -124,21 +125,21 @@ async fn cancel_only_while_queued() {
     sim.advance(Duration::from_secs(1));
     assert_eq!(task(&up, &slow).await["status"], "queued");
     assert_eq!(task(&up, &normal).await["status"], "running");
-    let (status, body) = status_of(up.cancel_task(&normal).await);
+    let (status, body) = status_of(up.cancel_task(None, &normal).await);
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("InvalidTaskStatus")));
-    up.cancel_task(&slow).await.unwrap();
+    up.cancel_task(None, &slow).await.unwrap();
     let t = task(&up, &slow).await;
     assert_eq!(t["status"], "cancelled");
     sim.advance(Duration::from_secs(7200));
     assert_eq!(task(&up, &slow).await["status"], "cancelled");
-    assert_eq!(status_of(up.cancel_task(&slow).await).0, 409);
-    assert_eq!(status_of(up.cancel_task(&normal).await).0, 409, "succeeded tasks are not deleted");
+    assert_eq!(status_of(up.cancel_task(None, &slow).await).0, 409);
+    assert_eq!(status_of(up.cancel_task(None, &normal).await).0, 409, "succeeded tasks are not deleted");
     assert_eq!(task(&up, &normal).await["status"], "succeeded");
-    let (status, body) = status_of(up.get_task("cgt-unknown").await);
+    let (status, body) = status_of(up.get_task(None, "cgt-unknown").await);
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("NotFound")));
-    assert_eq!(status_of(up.cancel_task("cgt-unknown").await).0, 404);
-    assert!(matches!(up.get_task("../etc").await, Err(UpstreamError::Malformed(_))));
-    assert!(matches!(up.get_task("").await, Err(UpstreamError::Malformed(_))));
+    assert_eq!(status_of(up.cancel_task(None, "cgt-unknown").await).0, 404);
+    assert!(matches!(up.get_task(None, "../etc").await, Err(UpstreamError::Malformed(_))));
+    assert!(matches!(up.get_task(None, "").await, Err(UpstreamError::Malformed(_))));
 }
 
 #[tokio::test]
@@ -159,7 +160,7 @@ async fn poll_errors_then_answers() {
     let (up, _sim, _) = start(SimOptions::manual()).await;
     let id = create(&up, &request("[sim:video=poll_error:2]", json!({}))).await.unwrap();
     for _ in 0..2 {
-        let (status, body) = status_of(up.get_task(&id).await);
+        let (status, body) = status_of(up.get_task(None, &id).await);
         assert_eq!((status, body["error"]["code"].as_str()), (500, Some("InternalServiceError")));
     }
     assert_eq!(task(&up, &id).await["status"], "queued");
@@ -199,7 +200,7 @@ async fn create_validation_edges() {
     }
     let callback = request("[sim:video=callback]", json!({"callback_url": "https://example.com/hook"}));
     assert_eq!(status_of(create(&up, &callback).await).0, 400);
-    let (status, _) = status_of(up.create_task(b"[1]".to_vec()).await);
+    let (status, _) = status_of(up.create_task("m", b"[1]".to_vec()).await.result);
     assert_eq!(status, 400);
     let nine = Value::Array(vec![json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}); 9]);
     assert!(create(&up, &json!({"model": "m", "content": nine})).await.is_ok());
@@ -210,7 +211,7 @@ async fn create_validation_edges() {
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
     assert_eq!(status_of(create(&keyless, &request("x", json!({}))).await).0, 401);
-    assert_eq!(status_of(keyless.get_task("cgt-1").await).0, 401);
+    assert_eq!(status_of(keyless.get_task(None, "cgt-1").await).0, 401);
     assert!(sim.requests(VIDEO_TASKS_PATH) >= 20);
 }
 
@@ -290,7 +291,10 @@ async fn unconfigured_platform_sends_nothing() {
         platform_base: String::new(),
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
-    assert_eq!(up.create_task(b"{}".to_vec()).await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
-    assert_eq!(up.get_task("cgt-1").await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
+    assert_eq!(
+        up.create_task("m", b"{}".to_vec()).await.result,
+        Err(UpstreamError::NotConfigured("video_tasks".to_owned()))
+    );
+    assert_eq!(up.get_task(None, "cgt-1").await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
     assert_eq!(sim.requests_total(), 0);
 }

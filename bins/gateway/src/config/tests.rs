@@ -268,7 +268,7 @@ fn media_store_settings() {
 fn upstream_endpoints_in_full_from_the_file() {
     let file = file(
         "[[upstream_endpoints]]\nname = \"main\"\npool = \"platform\"\nurl = \"https://a.example/api/v3\"\nkeys = [\"k1\", \"k2\"]\nweight = 3\nmax_in_flight = 50\n\n\
-         [[upstream_endpoints]]\nname = \"backup\"\npool = \"platform\"\nurl = \"https://b.example/api/v3\"\nkeys = [\"k3\"]\npriority = 1\n",
+         [[upstream_endpoints]]\nname = \"backup\"\npool = \"platform\"\nurl = \"https://b.example/api/v3\"\nkeys = [\"k3\"]\npriority = 1\nrpm = 600\nmodels = [\"m-1\", \"m-2\"]\n",
     );
     let c = Config::load(Some(&file), &env(&[])).expect("full form");
     assert_eq!(c.upstream_endpoints.len(), 2);
@@ -279,11 +279,19 @@ fn upstream_endpoints_in_full_from_the_file() {
     );
     let backup = &c.upstream_endpoints[1];
     assert_eq!((backup.weight, backup.priority, backup.max_in_flight), (1, 1, None), "defaults");
+    assert_eq!((main.rpm, main.models.as_ref()), (None, None), "no limit, every model");
+    assert_eq!(backup.rpm, Some(600));
+    assert_eq!(backup.models.as_deref(), Some(&["m-1".to_owned(), "m-2".to_owned()][..]));
     assert!(!format!("{c:?}").contains("k1"), "keys never print");
     for (bad, named) in [
         ("[[upstream_endpoints]]\nname = \"x\"\npool = \"video\"\nurl = \"u\"\nkeys = []\n", "video"),
         ("[[upstream_endpoints]]\nname = \"x\"\npool = \"platform\"\nurl = \"u\"\nkeys = []\nweihgt = 2\n", "weihgt"),
         ("[[upstream_endpoints]]\npool = \"platform\"\nurl = \"u\"\nkeys = []\n", "name"),
+        ("[[upstream_endpoints]]\nname = \"x\"\npool = \"platform\"\nurl = \"u\"\nkeys = []\nrpm = -1\n", "rpm"),
+        (
+            "[[upstream_endpoints]]\nname = \"x\"\npool = \"platform\"\nurl = \"u\"\nkeys = []\nmodels = \"m\"\n",
+            "models",
+        ),
     ] {
         let error = refused(Some(&self::file(bad)), &env(&[]));
         assert!(error.contains(named), "{bad}: {error}");

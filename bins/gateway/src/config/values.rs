@@ -59,9 +59,16 @@ pub struct UpstreamEndpoint {
     /// Its tier: lower is tried first, higher is the fallback.
     #[serde(default)]
     pub priority: u32,
-    /// Most attempts in flight on it at once in one replica; none: no limit.
+    /// Most attempts in flight on each of its keys at once in one replica; none: no limit.
     #[serde(default)]
     pub max_in_flight: Option<u64>,
+    /// Most attempts started on each of its keys per minute in one replica; none: no limit.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// The upstream model ids it serves (the catalog's `upstream.model_id`); none: every model
+    /// of its pool.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
 }
 
 fn one() -> u32 {

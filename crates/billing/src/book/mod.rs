@@ -310,6 +310,8 @@ pub struct NewTask {
     pub task: Task,
     /// The upstream's id, if a change of the same batch recorded one.
     pub upstream_id: Option<String>,
+    /// The upstream endpoint and attempts, if a change of the same batch recorded them.
+    pub via: Option<domain::ports::Via>,
 }
 
 /// A stored task's change (guard: it is still in `from`).

@@ -396,8 +396,10 @@ impl Book {
             .new_tasks
             .into_iter()
             .map(|(id, task)| {
-                let upstream_id = tasks.get(&id).and_then(|seen| seen.update.upstream_id.clone());
-                NewTask { task, upstream_id }
+                let seen = tasks.get(&id).map(|seen| &seen.update);
+                let upstream_id = seen.and_then(|u| u.upstream_id.clone());
+                let via = seen.and_then(|u| u.via.clone());
+                NewTask { task, upstream_id, via }
             })
             .collect::<Vec<_>>();
         let mut task_writes: Vec<TaskWrite> = self
@@ -450,4 +452,7 @@ fn merge(into: &mut TaskUpdate, later: &TaskUpdate) {
     pick(&mut into.usage_json, &later.usage_json);
     pick(&mut into.error_code, &later.error_code);
     pick(&mut into.error_message, &later.error_message);
+    if later.via.is_some() {
+        into.via.clone_from(&later.via);
+    }
 }

@@ -22,7 +22,8 @@ pub use ids::IdSource;
 pub use media::{MediaError, MediaSink, MediaSource, MediaStore};
 pub use models::ModelStore;
 pub use responses::ResponseOwners;
-pub use tasks::{OpenWork, PageRequest, TaskOutcome, TaskStore};
+pub use tasks::{OpenWork, PageRequest, TaskOutcome, TaskStore, UpstreamRecord};
 pub use upstream::{
-    Endpoint, EndpointHealth, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamError, UpstreamHealth,
+    Attempted, Endpoint, EndpointHealth, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
+    UpstreamHealth, Via,
 };

@@ -72,6 +72,9 @@ pub trait TaskStore: Send + Sync {
     /// What is open across the whole store right now (for metrics): reservations not yet ended,
     /// and when the oldest video task that is not terminal was created.
     async fn open_work(&self) -> Result<OpenWork, StoreError>;
+
+    /// What task `id` recorded of its upstream side (whoever owns it), if it exists.
+    async fn upstream_record(&self, id: &TaskId) -> Result<Option<UpstreamRecord>, StoreError>;
 }
 
 /// Work not yet finished, over every user and replica.
@@ -81,6 +84,19 @@ pub struct OpenWork {
     pub open_reservations: u64,
     /// Creation time of the oldest video task that is not terminal (`None` when there is none).
     pub oldest_active_video: Option<crate::time::Timestamp>,
+}
+
+/// What a task recorded of its upstream side: for operators, and for polling a video task where
+/// it was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamRecord {
+    /// The task's owner.
+    pub owner: UserId,
+    /// The upstream's id for the task (video tasks, once accepted).
+    pub upstream_id: Option<String>,
+    /// The configured endpoint that served it (or was tried last) and the attempts made; `None`
+    /// when no call was made or it was recorded before routing.
+    pub via: Option<crate::ports::Via>,
 }
 
 /// How a task ended.
@@ -94,6 +110,8 @@ pub struct TaskOutcome {
     pub error_code: Option<String>,
     /// Failure text.
     pub error_message: Option<String>,
+    /// The upstream endpoint the call went to and its attempts (`None`: no router, or nothing sent).
+    pub via: Option<crate::ports::Via>,
 }
 
 impl TaskOutcome {
@@ -108,6 +126,7 @@ impl TaskOutcome {
                 usage_json: self.usage_json.clone(),
                 error_code: self.error_code.clone(),
                 error_message: self.error_message.clone(),
+                via: self.via.clone(),
                 ..crate::TaskUpdate::default()
             },
         })

@@ -116,26 +116,68 @@ impl Endpoint {
     }
 }
 
+/// What a call to the upstream is for: the endpoint and the upstream model id it names (a router
+/// sends it only to endpoints that serve that model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamCall<'a> {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// The model id the upstream expects (the catalog's `upstream.model_id`).
+    pub model: &'a str,
+}
+
+/// Which configured upstream endpoint a call went to, and after how many attempts: recorded on the
+/// call's task for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    /// The endpoint's configured name: the one that answered, or the last one tried when none did.
+    pub endpoint: String,
+    /// Attempts the call made (1 when the first endpoint answered).
+    pub attempts: u32,
+}
+
+/// An upstream call's result and the endpoint it went to (`None`: the adapter does not route, or
+/// no endpoint was tried).
+#[derive(Debug)]
+pub struct Attempted<T> {
+    /// The answer or why there is none.
+    pub result: Result<T, UpstreamError>,
+    /// Where it went.
+    pub via: Option<Via>,
+}
+
+impl<T> Attempted<T> {
+    /// A result that went through no router.
+    pub fn direct(result: Result<T, UpstreamError>) -> Attempted<T> {
+        Attempted { result, via: None }
+    }
+}
+
 /// The upstream platform's synchronous endpoints. Bodies are JSON bytes whose `model` is already
 /// the upstream id; the adapter moves bytes and never interprets usage or prices.
 #[async_trait]
 pub trait Upstream: Send + Sync {
-    /// Sends a non-streaming request body to `endpoint`; returns the 2xx body.
-    async fn complete(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError>;
-    /// Sends a streaming request body to `endpoint`; returns the event stream once the upstream answered 2xx.
-    async fn stream(&self, endpoint: Endpoint, body: Vec<u8>) -> Result<Box<dyn EventStream>, UpstreamError>;
+    /// Sends a non-streaming request body for `call`; returns the 2xx body.
+    async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>>;
+    /// Sends a streaming request body for `call`; returns the event stream once the upstream answered 2xx.
+    async fn stream(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Box<dyn EventStream>>;
 }
 
 /// The platform's content-generation tasks (video). Bodies are JSON bytes; the adapter moves them
 /// and does not interpret them.
+///
+/// A task lives on the endpoint that created it: `create_task` says which ([`Attempted::via`]),
+/// the caller records it with the task's upstream id, and later calls name it again (`at`;
+/// `None`: the first platform endpoint, for tasks recorded before routing).
 #[async_trait]
 pub trait TaskUpstream: Send + Sync {
-    /// `POST <platform base>/contents/generations/tasks`; the 2xx body (`{"id":…}`).
-    async fn create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError>;
-    /// `GET <platform base>/contents/generations/tasks/{id}`; the 2xx body (the task object).
-    async fn get_task(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError>;
-    /// `DELETE <platform base>/contents/generations/tasks/{id}`: cancels a queued task.
-    async fn cancel_task(&self, upstream_id: &str) -> Result<(), UpstreamError>;
+    /// `POST <platform base>/contents/generations/tasks` for upstream model `model`; the 2xx body
+    /// (`{"id":…}`).
+    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>>;
+    /// `GET <platform base>/contents/generations/tasks/{id}` on endpoint `at`; the 2xx body (the task object).
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError>;
+    /// `DELETE <platform base>/contents/generations/tasks/{id}` on endpoint `at`: cancels a queued task.
+    async fn cancel_task(&self, at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError>;
 }
 
 /// What one upstream endpoint is doing, as operators see it (`/metrics`, `/readyz`,

@@ -23,13 +23,12 @@ impl Gateway {
             return Err(not_cancellable(&task));
         }
         let video = self.video()?;
-        let upstream_id = self
-            .ports
-            .videos
-            .video_upstream_id(&task.id)
-            .await?
-            .ok_or_else(|| ServiceError::Internal(format!("queued task {} has no upstream id", task.id)))?;
-        match video.upstream.cancel_task(&upstream_id).await {
+        let record = self.ports.tasks.upstream_record(&task.id).await?;
+        let (upstream_id, via) = record.map(|r| (r.upstream_id, r.via)).unwrap_or_default();
+        let upstream_id =
+            upstream_id.ok_or_else(|| ServiceError::Internal(format!("queued task {} has no upstream id", task.id)))?;
+        let at = via.map(|v| v.endpoint);
+        match video.upstream.cancel_task(at.as_deref(), &upstream_id).await {
             Ok(()) => {}
             // The upstream refuses: the task is no longer queued there (it started or ended).
             Err(UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {

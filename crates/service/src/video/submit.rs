@@ -17,8 +17,13 @@ use crate::{Gateway, ServiceError};
 /// How an attempt to submit ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Submission {
-    /// The upstream accepted the task under this id.
-    Accepted(String),
+    /// The upstream accepted the task under `id`, on the endpoint `via` names.
+    Accepted {
+        /// The upstream's id.
+        id: String,
+        /// The endpoint that created it and the attempts made.
+        via: Option<domain::ports::Via>,
+    },
     /// Assets are still being processed: check again soon.
     Waiting,
     /// It cannot succeed (a refused link, a rejected asset or request): end the task.
@@ -63,10 +68,11 @@ impl Gateway {
         let body = upstream_body(def, task, &assets, self.video_settings.deadline.as_secs());
         let video = self.video()?;
         let started = std::time::Instant::now();
-        let created = video.upstream.create_task(body.to_string().into_bytes()).await;
+        let attempted = video.upstream.create_task(&def.upstream.model_id, body.to_string().into_bytes()).await;
+        let created = attempted.result;
         self.metrics.upstream(&def.name, started.elapsed(), created.as_ref().err());
         Ok(match created.and_then(|b| parse_created(&b)) {
-            Ok(id) => Submission::Accepted(id),
+            Ok(id) => Submission::Accepted { id, via: attempted.via },
             Err(e @ UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
                 failed("upstream_request_failed", format!("the upstream refused the task: {e}"))
             }

@@ -387,8 +387,9 @@ impl Gateway {
     async fn submit_step(&self, def: &ModelDef, job: &VideoJob) -> Result<Next, ServiceError> {
         let task = &job.task;
         match self.submit_video(def, job).await? {
-            Submission::Accepted(upstream_id) => {
-                let update = TaskUpdate { upstream_id: Some(upstream_id), ..TaskUpdate::default() };
+            Submission::Accepted { id, via } => {
+                // The endpoint that created it is where it is polled and cancelled from now on.
+                let update = TaskUpdate { upstream_id: Some(id), via, ..TaskUpdate::default() };
                 let change = TaskTransition { from: Some(TaskStatus::Submitting), event: TaskEvent::Accepted, update };
                 self.ports.tasks.transition_task(&task.id, change).await?;
                 self.announce(&task.user_id, &task.id).await;
@@ -411,7 +412,7 @@ impl Gateway {
             return Err(ServiceError::Internal(format!("task {} is {} without an upstream id", task.id, task.status)));
         };
         let started = std::time::Instant::now();
-        let answer = self.video()?.upstream.get_task(upstream_id).await;
+        let answer = self.video()?.upstream.get_task(job.upstream_endpoint.as_deref(), upstream_id).await;
         self.metrics.upstream(&task.model, started.elapsed(), answer.as_ref().err());
         let state = match answer.and_then(|b| parse_task(&b)) {
             Ok(state) => state,
@@ -470,7 +471,7 @@ impl Gateway {
     /// The deadline passed: cancel upstream when still queued (best effort), then expire and refund.
     async fn expire(&self, job: &VideoJob) -> Result<Next, ServiceError> {
         if let (TaskStatus::Queued, Some(id)) = (job.task.status, &job.upstream_id)
-            && let Err(e) = self.video()?.upstream.cancel_task(id).await
+            && let Err(e) = self.video()?.upstream.cancel_task(job.upstream_endpoint.as_deref(), id).await
         {
             tracing::warn!(task = %job.task.id, error = %e, "cancelling an expired task upstream failed");
         }

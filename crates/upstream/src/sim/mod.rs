@@ -276,9 +276,9 @@ impl SimHandle {
         state::lock(self.state.assets()).fetched()
     }
 
-    /// Makes every generation request (chat, images, speech, messages, responses) answer `status`
-    /// with `Retry-After: <secs>` when given, as an outage or a rate-limited key would; `None`
-    /// serves normally again. The requests still count in [`SimHandle::requests`].
+    /// Makes every generation request (chat, images, speech, messages, responses, a video task's
+    /// creation) answer `status` with `Retry-After: <secs>` when given, as an outage or a
+    /// rate-limited key would; `None` serves normally again. The requests still count in [`SimHandle::requests`].
     pub fn set_outage(&self, outage: Option<(u16, Option<u64>)>) {
         self.state.set_outage(outage);
     }
@@ -340,7 +340,9 @@ async fn handle(state: &SimState, req: Request<Incoming>) -> Result<Response<Sim
     let generation =
         post && [CHAT_PATH, IMAGES_PATH, SPEECH_PATH, MESSAGES_PATH, RESPONSES_PATH].contains(&path.as_str());
     let _in_flight = generation.then(|| state.enter());
-    if generation && let Some(refused) = test_refusal(state, &req, &rid) {
+    // A task's creation is refused too (polls are not: a task lives where it was created).
+    let refusable = generation || (post && path == VIDEO_TASKS_PATH);
+    if refusable && let Some(refused) = test_refusal(state, &req, &rid) {
         return Ok(refused);
     }
     match path.as_str() {

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use domain::ports::{Endpoint, EventStream, SseEvent, Upstream, UpstreamError};
+use domain::ports::{Endpoint, EventStream, SseEvent, Upstream, UpstreamCall, UpstreamError};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -36,13 +36,13 @@ pub fn with(mut base: Value, extra: Value) -> Value {
 
 /// A non-stream call with a JSON body; the answer parsed.
 pub async fn call(up: &HttpUpstream, endpoint: Endpoint, body: &Value) -> Result<Value, UpstreamError> {
-    let bytes = up.complete(endpoint, body.to_string().into_bytes()).await?;
+    let bytes = up.complete(UpstreamCall { endpoint, model: "m" }, body.to_string().into_bytes()).await.result?;
     Ok(serde_json::from_slice(&bytes).unwrap())
 }
 
 /// A stream call with a JSON body.
 pub async fn open(up: &HttpUpstream, endpoint: Endpoint, body: &Value) -> Result<Box<dyn EventStream>, UpstreamError> {
-    up.stream(endpoint, body.to_string().into_bytes()).await
+    up.stream(UpstreamCall { endpoint, model: "m" }, body.to_string().into_bytes()).await.result
 }
 
 /// All events of a stream (bounded), and the error that ended it, if any; checks that the
