@@ -85,15 +85,14 @@ impl Gateway {
 
     /// The enabled models and the maintenance flag, from the cache when fresh (hot path).
     pub(crate) async fn catalog_snapshot(&self) -> Result<CatalogSnapshot, ServiceError> {
-        if let Some(snapshot) = self.caches.catalog() {
-            return Ok(snapshot);
-        }
-        let snapshot = CatalogSnapshot {
-            models: std::sync::Arc::new(self.list_models().await?),
-            maintenance: self.ports.models.maintenance().await?,
-        };
-        self.caches.remember_catalog(snapshot.clone());
-        Ok(snapshot)
+        self.caches
+            .catalog_or_load(async {
+                Ok(CatalogSnapshot {
+                    models: std::sync::Arc::new(self.list_models().await?),
+                    maintenance: self.ports.models.maintenance().await?,
+                })
+            })
+            .await
     }
 
     /// The caller's account overview.
