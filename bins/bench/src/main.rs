@@ -5,6 +5,7 @@
 mod load;
 mod procs;
 mod stats;
+mod wrk;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -77,6 +78,23 @@ struct Cli {
     /// example one nothing listens on, to measure what a dead endpoint costs the routing).
     #[arg(long)]
     extra_upstream: Option<String>,
+    /// Also drive each closed-loop scenario of one account and one gateway (and the simulator's)
+    /// with this `wrk` binary (Debian's `wrk`, e.g. /usr/bin/wrk), right after bench's own run and
+    /// for as long, and report its figures beside bench's.
+    #[arg(long)]
+    wrk: Option<PathBuf>,
+}
+
+/// What `wrk` measured for one scenario, beside bench's figure for it.
+#[derive(Debug)]
+struct WrkRow {
+    name: &'static str,
+    database: String,
+    connections: usize,
+    figures: wrk::WrkFigures,
+    gateway_cpu_us: Option<u64>,
+    /// Bench's own req/s for the same scenario, for the side-by-side table.
+    bench_rps_text: String,
 }
 
 /// Who a scenario talks to.
@@ -312,6 +330,7 @@ async fn run(cli: Cli) -> Result<String, String> {
     let direct = Endpoint::new(&sim_addr, &sim_path, "bench")?;
 
     let mut rows = Vec::new();
+    let mut wrk_rows = Vec::new();
     let mut checks = Vec::new();
     let mut warnings = Vec::new();
     let many = scenarios.iter().any(|s| s.many_users);
@@ -376,16 +395,53 @@ async fn run(cli: Cli) -> Result<String, String> {
             for e in &row.error_examples {
                 eprintln!("  error: {e}");
             }
+            let bench_rps_text = row.rps_text.clone();
             rows.push(row);
             if scenario.via == Via::Gateway {
                 checks.push(billing_check(&used, &succeeded, format!("{} on {label}", scenario.name)).await?);
+            }
+            let single = !scenario.stream && !scenario.many_users && scenario.replicas <= 1;
+            if let (Some(wrk_bin), true) = (&cli.wrk, single) {
+                let (url, key) = match (&accounts, scenario.via) {
+                    (Some(accounts), Via::Gateway) => (
+                        format!("http://{}/api/v1/chat/completions", rig.gateway_addrs.first().ok_or("no gateway")?),
+                        accounts.wrk.clone(),
+                    ),
+                    _ => (format!("http://{sim_addr}{sim_path}"), "bench".to_owned()),
+                };
+                eprintln!("running {} on {label} with wrk ({} s)", scenario.name, cli.duration_secs);
+                let (bin, body, conns) = (wrk_bin.clone(), body_of(scenario), scenario.connections);
+                let duration = Duration::from_secs(cli.duration_secs);
+                let before = Cpu::read(&rig);
+                let measured = tokio::task::spawn_blocking(move || wrk::run(&bin, &url, &key, &body, conns, duration))
+                    .await
+                    .map_err(|e| format!("wrk task: {e}"))?;
+                let after = Cpu::read(&rig);
+                match measured {
+                    Ok(figures) => {
+                        let gateway_cpu_us = (scenario.via == Via::Gateway)
+                            .then(|| cpu_per_request(before.gateway, after.gateway, ticks_per_s, figures.requests))
+                            .flatten();
+                        eprintln!("  wrk: {} req/s, {} non-2xx", figures.rps_text, figures.non_2xx);
+                        wrk_rows.push(WrkRow {
+                            name: scenario.name,
+                            database: if scenario.via == Via::Direct { "–".into() } else { label.clone() },
+                            connections: scenario.connections,
+                            figures,
+                            gateway_cpu_us,
+                            bench_rps_text,
+                        });
+                    }
+                    Err(e) => warnings.push(format!("{label}: {} with wrk: {e}", scenario.name)),
+                }
             }
         }
         rig.check_alive()?;
         warnings.extend(rig.warnings().into_iter().map(|w| format!("{label}: {w}")));
     }
     rig.shutdown()?;
-    Ok(report(&cli, &machine, &labels, &rows, &checks, &warnings, ticks_per_s, ticks_known))
+    let tables = Tables { rows: &rows, wrk_rows: &wrk_rows, checks: &checks, warnings: &warnings };
+    Ok(report(&cli, &machine, &labels, &tables, ticks_per_s, ticks_known))
 }
 
 fn summarize(
@@ -601,16 +657,23 @@ fn targets(rows: &[Row], label: &str, checks: &[BillingCheck], sqlite_c64: Optio
 }
 
 #[allow(clippy::too_many_arguments)]
+/// What a run measured, for [`report`].
+struct Tables<'a> {
+    rows: &'a [Row],
+    wrk_rows: &'a [WrkRow],
+    checks: &'a [BillingCheck],
+    warnings: &'a [String],
+}
+
 fn report(
     cli: &Cli,
     machine: &str,
     labels: &[String],
-    rows: &[Row],
-    checks: &[BillingCheck],
-    warnings: &[String],
+    tables: &Tables<'_>,
     ticks_per_s: u64,
     ticks_known: bool,
 ) -> String {
+    let Tables { rows, wrk_rows, checks, warnings } = *tables;
     let mut out = String::new();
     let mut line = |s: String| {
         out.push_str(&s);
@@ -641,6 +704,29 @@ fn report(
         ));
     }
     line(String::new());
+    if !wrk_rows.is_empty() {
+        line("The same scenarios driven by wrk (its own account, same duration), beside bench's req/s:".into());
+        line(String::new());
+        line("| scenario | database | conns | wrk req/s | bench req/s | wrk p50 ms | wrk p99 ms | non-2xx | socket errors | gateway CPU µs/req |".into());
+        line("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|".into());
+        for w in wrk_rows {
+            let f = &w.figures;
+            line(format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                w.name,
+                w.database,
+                w.connections,
+                f.rps_text,
+                w.bench_rps_text,
+                opt(f.p50_us, ms),
+                opt(f.p99_us, ms),
+                f.non_2xx,
+                f.socket_errors,
+                opt(w.gateway_cpu_us, |v| v.to_string()),
+            ));
+        }
+        line(String::new());
+    }
     for c in checks {
         line(format!(
             "Billing after {}: {} account(s), {} successful answers; overview succeeded={} total={} active={}; tasks?status=completed total={} → {}",

@@ -97,6 +97,9 @@ pub struct Accounts {
     pub hot: String,
     /// The API keys of the many-users scenarios.
     pub many: Vec<String>,
+    /// The API key `--wrk` runs use: an account of their own, so that the calls wrk leaves
+    /// unfinished at its end (it does not count them) never touch the billing checks of bench's.
+    pub wrk: String,
 }
 
 /// The simulator, the gateway processes of the database under test and a scratch directory.
@@ -188,9 +191,10 @@ impl Rig {
         self.admin(&["migrate"], &env)?;
         let hot = self.account("hot", &env)?;
         let many = (0..users).map(|i| self.account(&format!("u{i}"), &env)).collect::<Result<Vec<_>, _>>()?;
+        let wrk = self.account("wrk", &env)?;
         self.env = env.to_vec();
         self.ensure_replicas(replicas)?;
-        Ok(Accounts { hot, many })
+        Ok(Accounts { hot, many, wrk })
     }
 
     /// Starts more `gateway serve` processes on the current database until `replicas` run.

@@ -126,6 +126,23 @@ fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
         metrics.contains(r#"gateway_upstream_endpoint_attempts_total{pool="platform",endpoint="platform-1"}"#),
         "{metrics}"
     );
+    // Stopped, b refuses connections: its errors are of that kind.
+    let connect_errors = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                r#"gateway_upstream_endpoint_errors_total{pool="platform",endpoint="platform-2",kind="connect"}"#,
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(connect_errors.is_some_and(|n| n >= 1), "{label}: {metrics}");
+    assert!(
+        metrics.contains(
+            r#"gateway_upstream_endpoint_errors_total{pool="platform",endpoint="platform-2",kind="server_error"} 0"#
+        ),
+        "{metrics}"
+    );
     assert!(!metrics.contains(upstream::config::SIM_PLATFORM_KEY));
     let (ready, _) = common::http_get(&addr, "/readyz", None);
     assert_eq!(ready, 200, "{label}: ready while platform-1 takes calls");
@@ -146,6 +163,7 @@ fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
         .and_then(|e| e.iter().find(|e| e["name"] == "platform-2").cloned());
     let b = b.expect("platform-2 listed");
     assert!(b["failures"].as_u64().is_some_and(|f| f >= 5) && b["until_ms"].as_u64().is_some_and(|u| u > 0), "{b}");
+    assert!(b["errors"]["connect"].as_u64().is_some_and(|n| n >= 1), "{b}");
     assert!(!listed.to_string().contains(upstream::config::SIM_PLATFORM_KEY), "no key listed");
 
     // Every call is one task, settled once; balance = Σ ledger.

@@ -50,6 +50,13 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointErrorLabels {
+    pool: String,
+    endpoint: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
 }
@@ -115,6 +122,7 @@ pub(crate) struct Metrics {
     key_refusals: Family<ReasonLabel, Counter>,
     endpoint_attempts: Family<EndpointLabels, Counter>,
     endpoint_failures: Family<EndpointLabels, Counter>,
+    endpoint_errors: Family<EndpointErrorLabels, Counter>,
     endpoint_retries: Family<EndpointLabels, Counter>,
     endpoint_cool_downs: Family<EndpointLabels, Counter>,
     endpoint_circuit_opened: Family<EndpointLabels, Counter>,
@@ -147,6 +155,7 @@ impl Default for Metrics {
             key_refusals: Family::default(),
             endpoint_attempts: Family::default(),
             endpoint_failures: Family::default(),
+            endpoint_errors: Family::default(),
             endpoint_retries: Family::default(),
             endpoint_cool_downs: Family::default(),
             endpoint_circuit_opened: Family::default(),
@@ -188,6 +197,11 @@ impl Metrics {
         for (name, help, family) in endpoint_counters {
             r.register(name, help, family.clone());
         }
+        r.register(
+            "upstream_endpoint_errors",
+            "Failed attempts on each upstream endpoint by kind (connect, timeout, rate_limited, server_error, refused_key)",
+            self.endpoint_errors.clone(),
+        );
         r.register(
             "upstream_endpoint_state",
             "Each upstream endpoint now: 0 healthy, 1 cooling down, 2 half-open (a probe may go), 3 circuit open",
@@ -371,6 +385,11 @@ impl Metrics {
             ];
             for (family, total) in counters {
                 let counter = family.get_or_create(&label);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+            for (kind, total) in &e.errors {
+                let labels = EndpointErrorLabels { pool: e.pool.clone(), endpoint: e.name.clone(), kind: kind.clone() };
+                let counter = self.endpoint_errors.get_or_create(&labels);
                 counter.inc_by(total.saturating_sub(counter.get()));
             }
             let state = match e.state.as_str() {

@@ -77,6 +77,49 @@ pub enum Outcome {
     KeyRefused,
 }
 
+/// Why an attempt failed, for each endpoint's error counts by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No connection, or it broke before an answer.
+    Connect,
+    /// No answer's head in time.
+    Timeout,
+    /// 429, or 503 with `Retry-After`: the endpoint asked to be left alone.
+    RateLimited,
+    /// Another 5xx.
+    ServerError,
+    /// 401 or 403: the gateway's key was refused.
+    RefusedKey,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order of [`Counts::errors`].
+    pub const ALL: [ErrorKind; 5] =
+        [ErrorKind::Connect, ErrorKind::Timeout, ErrorKind::RateLimited, ErrorKind::ServerError, ErrorKind::RefusedKey];
+
+    /// Its name in metrics and `admin upstream list`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::ServerError => "server_error",
+            ErrorKind::RefusedKey => "refused_key",
+        }
+    }
+
+    /// Its place in [`Counts::errors`].
+    const fn index(self) -> usize {
+        match self {
+            ErrorKind::Connect => 0,
+            ErrorKind::Timeout => 1,
+            ErrorKind::RateLimited => 2,
+            ErrorKind::ServerError => 3,
+            ErrorKind::RefusedKey => 4,
+        }
+    }
+}
+
 /// What a report changed, for the caller to log once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -131,6 +174,15 @@ pub struct Counts {
     pub cool_downs: u64,
     /// Times its circuit opened.
     pub circuit_opened: u64,
+    /// Failed attempts by kind, in the order of [`ErrorKind::ALL`].
+    pub errors: [u64; 5],
+}
+
+impl Counts {
+    /// Failed attempts of `kind`.
+    pub const fn errors_of(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind.index()]
+    }
 }
 
 /// Attempts and failures in ten-second buckets over the last minute.
@@ -291,6 +343,13 @@ impl Router {
     pub fn retried(&self, index: usize) {
         if let Some(slot) = self.lock().get_mut(index) {
             slot.counts.retries += 1;
+        }
+    }
+
+    /// Counts a failed attempt on `index` as one of `kind` (besides [`Router::report`]).
+    pub fn count_error(&self, index: usize, kind: ErrorKind) {
+        if let Some(slot) = self.lock().get_mut(index) {
+            slot.counts.errors[kind.index()] += 1;
         }
     }
 
@@ -553,9 +612,17 @@ mod tests {
         attempt(Outcome::Answered, 30);
         attempt(Outcome::CoolDown(Duration::ZERO), 55);
         router.retried(0);
+        router.count_error(0, ErrorKind::Timeout);
+        router.count_error(0, ErrorKind::RateLimited);
+        router.count_error(7, ErrorKind::Connect);
         let state = &router.state()[0];
-        let counts = Counts { attempts: 4, failures: 2, retries: 1, cool_downs: 1, circuit_opened: 0 };
+        let counts =
+            Counts { attempts: 4, failures: 2, retries: 1, cool_downs: 1, circuit_opened: 0, errors: [0, 1, 1, 0, 0] };
         assert_eq!(state.counts, counts);
+        assert_eq!((counts.errors_of(ErrorKind::Timeout), counts.errors_of(ErrorKind::Connect)), (1, 0));
+        let names: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["connect", "timeout", "rate_limited", "server_error", "refused_key"]);
+        assert!(ErrorKind::ALL.iter().enumerate().all(|(i, k)| k.index() == i));
         let mut recent = Recent::default();
         for (at, failed) in [(0, false), (0, true), (3, false), (5, true)] {
             recent.record(at, failed);

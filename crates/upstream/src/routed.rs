@@ -41,7 +41,7 @@ use domain::ports::{
 
 use crate::config::UpstreamConfig;
 use crate::http::{Failed, HttpUpstream};
-use crate::route::{BreakerSettings, Change, Circuit, EndpointSpec, EndpointState, Outcome, Router};
+use crate::route::{BreakerSettings, Change, Circuit, EndpointSpec, EndpointState, ErrorKind, Outcome, Router};
 
 /// Attempts one call makes at most, by default. Each endpoint is tried at most once per call, so a
 /// pool of fewer endpoints makes fewer; a failing first tier never hides the fallback tier from a
@@ -165,6 +165,20 @@ fn judge(failed: &Failed) -> (Outcome, bool) {
         UpstreamError::Status { status, .. } if *status >= 500 => (Outcome::Failed, true),
         // The caller's own fault, or an answer that came: the endpoint works.
         _ => (Outcome::Answered, false),
+    }
+}
+
+/// The kind of a failed attempt that counts against its endpoint (`None`: the caller's own fault
+/// or an answer that came).
+fn error_kind(failed: &Failed) -> Option<ErrorKind> {
+    match &failed.error {
+        UpstreamError::Connect(_) => Some(ErrorKind::Connect),
+        UpstreamError::Timeout => Some(ErrorKind::Timeout),
+        UpstreamError::Status { status: 401 | 403, .. } => Some(ErrorKind::RefusedKey),
+        UpstreamError::Status { status: 429, .. } => Some(ErrorKind::RateLimited),
+        UpstreamError::Status { status: 503, .. } if failed.retry_after.is_some() => Some(ErrorKind::RateLimited),
+        UpstreamError::Status { status, .. } if *status >= 500 => Some(ErrorKind::ServerError),
+        _ => None,
     }
 }
 
@@ -305,6 +319,9 @@ impl RoutedUpstream {
                 Err(failed) => failed,
             };
             let (outcome, _) = judge(&failed);
+            if let Some(kind) = error_kind(&failed) {
+                pool.router.count_error(pick.index, kind);
+            }
             self.note(pool, pick.index, &pick.name, outcome);
             if !may_retry(&failed) {
                 return Attempted { result: Err(failed.error), via };
@@ -376,6 +393,10 @@ impl UpstreamHealth for RoutedUpstream {
                     circuit_opened: s.counts.circuit_opened,
                     attempts_last_minute: s.last_minute.0,
                     failures_last_minute: s.last_minute.1,
+                    errors: ErrorKind::ALL
+                        .iter()
+                        .map(|kind| (kind.as_str().to_owned(), s.counts.errors_of(*kind)))
+                        .collect(),
                 }
             })
             .collect()
@@ -462,7 +483,18 @@ mod tests {
         ];
         for (failure, expected) in cases {
             assert_eq!(judge(&failure), expected, "{:?}", failure.error);
+            // Every failure that counts against the endpoint has a kind, and no other has one.
+            assert_eq!(error_kind(&failure).is_some(), expected.0 != Outcome::Answered, "{:?}", failure.error);
         }
+        let kind = |error, retry_after| error_kind(&failed(error, retry_after)).map(ErrorKind::as_str);
+        assert_eq!(kind(UpstreamError::Connect("refused".into()), None), Some("connect"));
+        assert_eq!(kind(UpstreamError::Timeout, None), Some("timeout"));
+        assert_eq!(kind(status(429), None), Some("rate_limited"));
+        assert_eq!(kind(status(503), Some(5)), Some("rate_limited"));
+        assert_eq!(kind(status(503), None), Some("server_error"));
+        assert_eq!(kind(status(500), None), Some("server_error"));
+        assert_eq!(kind(status(401), None), Some("refused_key"));
+        assert_eq!(kind(status(400), None), None);
     }
 
     #[test]

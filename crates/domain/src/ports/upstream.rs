@@ -209,6 +209,11 @@ pub struct EndpointHealth {
     pub attempts_last_minute: u64,
     /// See [`EndpointHealth::attempts_last_minute`].
     pub failures_last_minute: u64,
+    /// Failed attempts since the start by kind: `connect`, `timeout`, `rate_limited` (429, or
+    /// 503 with `Retry-After`), `server_error` (another 5xx), `refused_key` (401, 403). Empty in
+    /// a report written before the kinds were counted.
+    #[serde(default)]
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
 
 /// The health of the upstream endpoints a process routes over.
