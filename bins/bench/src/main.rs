@@ -85,18 +85,6 @@ struct Cli {
     wrk: Option<PathBuf>,
 }
 
-/// What `wrk` measured for one scenario, beside bench's figure for it.
-#[derive(Debug)]
-struct WrkRow {
-    name: &'static str,
-    database: String,
-    connections: usize,
-    figures: wrk::WrkFigures,
-    gateway_cpu_us: Option<u64>,
-    /// Bench's own req/s for the same scenario, for the side-by-side table.
-    bench_rps_text: String,
-}
-
 /// Who a scenario talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
@@ -423,7 +411,7 @@ async fn run(cli: Cli) -> Result<String, String> {
                             .then(|| cpu_per_request(before.gateway, after.gateway, ticks_per_s, figures.requests))
                             .flatten();
                         eprintln!("  wrk: {} req/s, {} non-2xx", figures.rps_text, figures.non_2xx);
-                        wrk_rows.push(WrkRow {
+                        wrk_rows.push(wrk::Row {
                             name: scenario.name,
                             database: if scenario.via == Via::Direct { "–".into() } else { label.clone() },
                             connections: scenario.connections,
@@ -660,7 +648,7 @@ fn targets(rows: &[Row], label: &str, checks: &[BillingCheck], sqlite_c64: Optio
 /// What a run measured, for [`report`].
 struct Tables<'a> {
     rows: &'a [Row],
-    wrk_rows: &'a [WrkRow],
+    wrk_rows: &'a [wrk::Row],
     checks: &'a [BillingCheck],
     warnings: &'a [String],
 }
@@ -704,28 +692,8 @@ fn report(
         ));
     }
     line(String::new());
-    if !wrk_rows.is_empty() {
-        line("The same scenarios driven by wrk (its own account, same duration), beside bench's req/s:".into());
-        line(String::new());
-        line("| scenario | database | conns | wrk req/s | bench req/s | wrk p50 ms | wrk p99 ms | non-2xx | socket errors | gateway CPU µs/req |".into());
-        line("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|".into());
-        for w in wrk_rows {
-            let f = &w.figures;
-            line(format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                w.name,
-                w.database,
-                w.connections,
-                f.rps_text,
-                w.bench_rps_text,
-                opt(f.p50_us, ms),
-                opt(f.p99_us, ms),
-                f.non_2xx,
-                f.socket_errors,
-                opt(w.gateway_cpu_us, |v| v.to_string()),
-            ));
-        }
-        line(String::new());
+    for l in wrk::table(wrk_rows) {
+        line(l);
     }
     for c in checks {
         line(format!(

@@ -29,6 +29,55 @@ pub struct WrkFigures {
     pub p99_us: Option<u64>,
 }
 
+/// What `wrk` measured for one scenario, beside bench's figure for it.
+#[derive(Debug)]
+pub struct Row {
+    /// The scenario.
+    pub name: &'static str,
+    /// Its database (`–` for the simulator's).
+    pub database: String,
+    /// Connections.
+    pub connections: usize,
+    /// What wrk reported.
+    pub figures: WrkFigures,
+    /// The gateway's CPU per request over wrk's run.
+    pub gateway_cpu_us: Option<u64>,
+    /// Bench's own req/s for the same scenario, for the side-by-side table.
+    pub bench_rps_text: String,
+}
+
+/// The report's wrk table (no lines when there are no rows).
+pub fn table(rows: &[Row]) -> Vec<String> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let opt = |v: Option<u64>, f: fn(u64) -> String| v.map_or_else(|| "–".to_owned(), f);
+    let mut lines = vec![
+        "The same scenarios driven by wrk (its own account, same duration), beside bench's req/s:".to_owned(),
+        String::new(),
+        "| scenario | database | conns | wrk req/s | bench req/s | wrk p50 ms | wrk p99 ms | non-2xx | socket errors | gateway CPU µs/req |".to_owned(),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned(),
+    ];
+    for w in rows {
+        let f = &w.figures;
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            w.name,
+            w.database,
+            w.connections,
+            f.rps_text,
+            w.bench_rps_text,
+            opt(f.p50_us, crate::stats::ms),
+            opt(f.p99_us, crate::stats::ms),
+            f.non_2xx,
+            f.socket_errors,
+            opt(w.gateway_cpu_us, |v| v.to_string()),
+        ));
+    }
+    lines.push(String::new());
+    lines
+}
+
 /// The Lua script that makes wrk send `body` as a JSON POST with `key` as bearer token.
 fn script(body: &str, key: &str) -> String {
     let quote = |s: &str| s.replace('\\', "\\\\").replace('\'', "\\'");
@@ -151,6 +200,24 @@ Transfer/sec:      4.80MB
             }
         );
         assert_eq!(parse("wrk: connection refused"), None, "no Requests/sec: no report");
+    }
+
+    #[test]
+    fn the_table_puts_wrks_figures_beside_benchs() {
+        assert!(table(&[]).is_empty(), "no wrk run, no table");
+        let row = Row {
+            name: "gateway-c64",
+            database: "sqlite".into(),
+            connections: 64,
+            figures: parse(REPORT).unwrap_or_default(),
+            gateway_cpu_us: Some(239),
+            bench_rps_text: "8123.4".into(),
+        };
+        let lines = table(&[row]);
+        assert!(
+            lines.iter().any(|l| l == "| gateway-c64 | sqlite | 64 | 7340.33 | 8123.4 | 7.050 | 36.840 | 5 | 3 | 239 |"),
+            "{lines:#?}"
+        );
     }
 
     #[test]
