@@ -215,7 +215,9 @@ Transfer/sec:      4.80MB
         };
         let lines = table(&[row]);
         assert!(
-            lines.iter().any(|l| l == "| gateway-c64 | sqlite | 64 | 7340.33 | 8123.4 | 7.050 | 36.840 | 5 | 3 | 239 |"),
+            lines
+                .iter()
+                .any(|l| l == "| gateway-c64 | sqlite | 64 | 7340.33 | 8123.4 | 7.050 | 36.840 | 5 | 3 | 239 |"),
             "{lines:#?}"
         );
     }
