@@ -24,3 +24,10 @@ lint:
 bench *ARGS:
     cargo build --release -p gateway -p bench
     cargo run --release -p bench -- --duration-secs 10 --warmup-secs 1 --max-requests 2000000 {{ARGS}}
+
+# The benchmark with `wrk` beside bench's own load (Debian's `wrk` package, installed when
+# missing), e.g. `just bench-wrk --scenarios direct-c1,direct-c64,gateway-c1,gateway-c64`.
+bench-wrk *ARGS:
+    command -v wrk >/dev/null || (apt-get install -y wrk || sudo apt-get install -y wrk)
+    cargo build --release -p gateway -p bench
+    cargo run --release -p bench -- --duration-secs 10 --warmup-secs 1 --max-requests 2000000 --wrk "$(command -v wrk)" {{ARGS}}
