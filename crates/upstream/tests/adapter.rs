@@ -6,8 +6,8 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{LONG, adapter, capture_server, drain, header_of, names, scripted_server};
-use domain::ports::{Endpoint, Upstream, UpstreamCall, UpstreamError};
+use common::{LONG, adapter, capture_server, drain, header_of, names, open_raw, scripted_server, send};
+use domain::ports::{Endpoint, UpstreamError};
 use upstream::http::{MAX_ANSWER_BYTES, MESSAGES_VERSION};
 use upstream::sim;
 use upstream::{HttpUpstream, UpstreamConfig};
@@ -54,8 +54,7 @@ async fn each_endpoint_gets_its_path_and_credentials() {
         (Endpoint::Messages, "/api/compatible/v1/messages", Some(bearer.as_str()), None, Some(MESSAGES_VERSION)),
         (Endpoint::Speech, "/api/v3/tts/create", None, Some(SPEECH_KEY), None),
     ] {
-        let answer =
-            up.complete(UpstreamCall { endpoint, model: "m" }, b"{\"model\":\"m\"}".to_vec()).await.result.unwrap();
+        let answer = send(&up, endpoint, b"{\"model\":\"m\"}").await.unwrap();
         assert_eq!(answer, b"{}");
         let head = heads.recv().await.unwrap();
         assert!(head.starts_with(&format!("POST {path} HTTP/1.1\r\n")), "{endpoint:?}: {head}");
@@ -77,10 +76,10 @@ async fn empty_keys_send_no_credentials() {
         speech_key: String::new(),
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
-    up.complete(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec()).await.result.unwrap();
+    send(&up, Endpoint::ChatCompletions, b"{}").await.unwrap();
     assert!(header_of(&heads.recv().await.unwrap(), "authorization").is_some());
     for endpoint in [Endpoint::ChatCompletions, Endpoint::Speech, Endpoint::Messages] {
-        up_no_keys.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.unwrap();
+        send(&up_no_keys, endpoint, b"{}").await.unwrap();
         let head = heads.recv().await.unwrap();
         assert!(header_of(&head, "authorization").is_none() && header_of(&head, "x-api-key").is_none(), "{head}");
     }
@@ -102,12 +101,12 @@ async fn unconfigured_endpoints_send_nothing() {
         let up = adapter(only(configured, addr));
         for endpoint in Endpoint::ALL {
             let before = sim.requests_total();
-            let result = up.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result;
+            let result = send(&up, endpoint, b"{}").await;
             if base_of(endpoint) == base_of(configured) {
                 assert!(!matches!(result, Err(UpstreamError::NotConfigured(_))), "{endpoint:?}: {result:?}");
                 continue;
             }
-            let streamed = up.stream(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.err();
+            let streamed = open_raw(&up, endpoint, b"{}").await.err();
             assert_eq!(result, Err(UpstreamError::NotConfigured(endpoint.as_str().to_owned())), "{configured:?}");
             assert_eq!(streamed, Some(UpstreamError::NotConfigured(endpoint.as_str().to_owned())));
             assert_eq!(sim.requests_total(), before, "{endpoint:?} sent a request");
@@ -120,10 +119,7 @@ async fn unconfigured_endpoints_send_nothing() {
         ..config(addr)
     });
     for endpoint in Endpoint::ALL {
-        assert!(matches!(
-            none.complete(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result,
-            Err(UpstreamError::NotConfigured(_))
-        ));
+        assert!(matches!(send(&none, endpoint, b"{}").await, Err(UpstreamError::NotConfigured(_))));
     }
     // One request per endpoint served above: 3 × the platform's three, speech, messages.
     assert_eq!(sim.requests_total(), 3 * 3 + 1 + 1);
@@ -145,7 +141,7 @@ async fn keys_never_appear_in_debug_or_errors() {
     };
     for up in [adapter(c.clone()), adapter(config(dead))] {
         for endpoint in Endpoint::ALL {
-            let error = up.complete(UpstreamCall { endpoint, model: "m" }, b"[]".to_vec()).await.result.err();
+            let error = send(&up, endpoint, b"[]").await.err();
             let text = format!("{error:?} {}", error.as_ref().map(ToString::to_string).unwrap_or_default());
             assert!(!text.contains(PLATFORM_KEY) && !text.contains(SPEECH_KEY), "{text}");
         }
@@ -163,20 +159,13 @@ async fn named_framing_keeps_names_skips_done_and_ends_at_eof() {
     let (addr, _) = scripted_server(sse_answer(body)).await;
     let up = adapter(config(addr));
     for endpoint in [Endpoint::Responses, Endpoint::Messages, Endpoint::ImageGenerations] {
-        let (events, error) =
-            drain(up.stream(UpstreamCall { endpoint, model: "m" }, b"{}".to_vec()).await.result.unwrap()).await;
+        let (events, error) = drain(open_raw(&up, endpoint, b"{}").await.unwrap()).await;
         assert!(error.is_none(), "{endpoint:?}: {error:?}");
         assert_eq!(names(&events), ["response.created", "response.completed"], "{endpoint:?}");
         assert_eq!(events[1].data, b"{\"type\":\"response.completed\"}");
     }
     // The same body on the chat framing ends at its `[DONE]`.
-    let (events, error) = drain(
-        up.stream(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec())
-            .await
-            .result
-            .unwrap(),
-    )
-    .await;
+    let (events, error) = drain(open_raw(&up, Endpoint::ChatCompletions, b"{}").await.unwrap()).await;
     assert!(error.is_none());
     assert_eq!(names(&events), ["response.created"], "chat ends at [DONE]");
 }
@@ -186,10 +175,7 @@ async fn named_error_event_is_a_stream_error() {
     let body = "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"code\":\"ServerOverloaded\",\"message\":\"busy\",\"param\":\"\",\"type\":\"TooManyRequests\"}}\n\nevent: message_stop\ndata: {}\n\n";
     let (addr, _) = scripted_server(sse_answer(body)).await;
     let up = adapter(config(addr));
-    let (events, error) = drain(
-        up.stream(UpstreamCall { endpoint: Endpoint::Messages, model: "m" }, b"{}".to_vec()).await.result.unwrap(),
-    )
-    .await;
+    let (events, error) = drain(open_raw(&up, Endpoint::Messages, b"{}").await.unwrap()).await;
     assert_eq!(names(&events), ["message_start"]);
     assert_eq!(error, Some(UpstreamError::Stream("ServerOverloaded: busy".to_owned())));
 }
@@ -198,20 +184,11 @@ async fn named_error_event_is_a_stream_error() {
 async fn data_only_framing_needs_done() {
     let (addr, _) = scripted_server(sse_answer("data: {\"a\":1}\n\ndata: {\"b\":2}\n\n")).await;
     let up = adapter(config(addr));
-    let (events, error) = drain(
-        up.stream(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec())
-            .await
-            .result
-            .unwrap(),
-    )
-    .await;
+    let (events, error) = drain(open_raw(&up, Endpoint::ChatCompletions, b"{}").await.unwrap()).await;
     assert_eq!(events.len(), 2);
     assert!(matches!(error, Some(UpstreamError::Stream(ref m)) if m.contains("[DONE]")), "{error:?}");
     // The same body on a named framing simply ends.
-    let (events, error) = drain(
-        up.stream(UpstreamCall { endpoint: Endpoint::Responses, model: "m" }, b"{}".to_vec()).await.result.unwrap(),
-    )
-    .await;
+    let (events, error) = drain(open_raw(&up, Endpoint::Responses, b"{}").await.unwrap()).await;
     assert_eq!((events.len(), error), (2, None));
 }
 
@@ -234,8 +211,7 @@ async fn answer_size_bound_just_inside_and_outside() {
     ] {
         let (addr, _) = scripted_server(json_answer(len, announce)).await;
         let up = adapter(config(addr));
-        let result =
-            up.complete(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, b"{}".to_vec()).await.result;
+        let result = send(&up, Endpoint::ChatCompletions, b"{}").await;
         match (ok, result) {
             (true, Ok(answer)) => assert_eq!(answer.len(), len),
             (false, Err(UpstreamError::Malformed(m))) => assert!(m.contains("larger than"), "{m}"),
@@ -250,8 +226,7 @@ async fn non_object_answers_are_malformed() {
         let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
         let (addr, _) = scripted_server(answer.into_bytes()).await;
         let up = adapter(config(addr));
-        let result =
-            up.complete(UpstreamCall { endpoint: Endpoint::Responses, model: "m" }, b"{}".to_vec()).await.result;
+        let result = send(&up, Endpoint::Responses, b"{}").await;
         assert!(matches!(result, Err(UpstreamError::Malformed(_))), "{body:?}: {result:?}");
     }
 }

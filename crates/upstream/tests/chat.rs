@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{LONG, adapter};
-use domain::ports::{Endpoint, EventStream, Upstream, UpstreamCall, UpstreamError};
+use domain::ports::{Endpoint, EventStream, UpstreamError};
 use serde_json::{Value, json};
 use upstream::sim::{self, SimHandle};
 use upstream::{HttpUpstream, UpstreamConfig};
@@ -48,9 +48,7 @@ async fn drain(stream: Box<dyn EventStream>) -> (Vec<Value>, Option<UpstreamErro
 }
 
 async fn stream(up: &HttpUpstream, body: Value) -> Result<Box<dyn EventStream>, UpstreamError> {
-    up.stream(UpstreamCall { endpoint: Endpoint::ChatCompletions, model: "m" }, body.to_string().into_bytes())
-        .await
-        .result
+    common::open(up, Endpoint::ChatCompletions, &body).await
 }
 
 #[tokio::test]

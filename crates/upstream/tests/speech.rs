@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{LONG, adapter, get, start, with};
-use domain::ports::{Endpoint, Upstream, UpstreamCall, UpstreamError};
+use domain::ports::{Endpoint, UpstreamError};
 use serde_json::{Value, json};
 use upstream::sim::SPEECH_PATH;
 use upstream::{HttpUpstream, UpstreamConfig};
@@ -17,10 +17,7 @@ fn request(extra: Value) -> Value {
 
 /// The answer's raw text (to check the exact decimals) and its parsed value.
 async fn speak(up: &HttpUpstream, body: Value) -> Result<(String, Value), UpstreamError> {
-    let bytes = up
-        .complete(UpstreamCall { endpoint: Endpoint::Speech, model: "m" }, body.to_string().into_bytes())
-        .await
-        .result?;
+    let bytes = common::send(up, Endpoint::Speech, body.to_string().as_bytes()).await?;
     let text = String::from_utf8(bytes).unwrap();
     let value = serde_json::from_str(&text).unwrap();
     Ok((text, value))
@@ -143,10 +140,7 @@ async fn key_is_required_and_streaming_is_not_offered() {
     let (status, _) = common::raw_post(&url, &[("authorization", "Bearer k")], &request(json!({})).to_string()).await;
     assert_eq!(status, 401);
     let before = sim.requests_total();
-    let streamed = up
-        .stream(UpstreamCall { endpoint: Endpoint::Speech, model: "m" }, request(json!({})).to_string().into_bytes())
-        .await
-        .result;
+    let streamed = common::open(&up, Endpoint::Speech, &request(json!({}))).await;
     assert!(matches!(streamed, Err(UpstreamError::NotConfigured(_))));
     assert_eq!(sim.requests_total(), before, "nothing was sent");
 }

@@ -34,15 +34,29 @@ pub fn with(mut base: Value, extra: Value) -> Value {
     base
 }
 
+/// A non-stream call with `body` as is (model `m`); the 2xx answer's bytes.
+pub async fn send(up: &HttpUpstream, endpoint: Endpoint, body: &[u8]) -> Result<Vec<u8>, UpstreamError> {
+    up.complete(UpstreamCall { endpoint, model: "m" }, body.to_vec()).await.result
+}
+
+/// A stream call with `body` as is (model `m`).
+pub async fn open_raw(
+    up: &HttpUpstream,
+    endpoint: Endpoint,
+    body: &[u8],
+) -> Result<Box<dyn EventStream>, UpstreamError> {
+    up.stream(UpstreamCall { endpoint, model: "m" }, body.to_vec()).await.result
+}
+
 /// A non-stream call with a JSON body; the answer parsed.
 pub async fn call(up: &HttpUpstream, endpoint: Endpoint, body: &Value) -> Result<Value, UpstreamError> {
-    let bytes = up.complete(UpstreamCall { endpoint, model: "m" }, body.to_string().into_bytes()).await.result?;
+    let bytes = send(up, endpoint, body.to_string().as_bytes()).await?;
     Ok(serde_json::from_slice(&bytes).unwrap())
 }
 
 /// A stream call with a JSON body.
 pub async fn open(up: &HttpUpstream, endpoint: Endpoint, body: &Value) -> Result<Box<dyn EventStream>, UpstreamError> {
-    up.stream(UpstreamCall { endpoint, model: "m" }, body.to_string().into_bytes()).await.result
+    open_raw(up, endpoint, body.to_string().as_bytes()).await
 }
 
 /// All events of a stream (bounded), and the error that ended it, if any; checks that the
