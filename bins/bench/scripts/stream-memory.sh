@@ -11,29 +11,18 @@
 # (default wrk), N, SECS (how long wrk runs, default 12), DELAY (ms between a stream's chunks,
 # default 400), PRE (a command to run the gateway under, e.g. "heaptrack -o /tmp/ht").
 set -u
-G=$(realpath "${GW_BIN:-target/release/gateway}")
-W=${WRK:-wrk}
+. "$(dirname "$0")/common.sh"
 N=${N:-1000}
 work=$(mktemp -d)
 "$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
 SIM=$!
-export GATEWAY_DATABASE_URL="sqlite://$work/g.db?mode=rwc" GATEWAY_LOG=warn GATEWAY_LISTEN=127.0.0.1:9301 \
-  GATEWAY_UPSTREAM_URL=http://127.0.0.1:9100/api/v3 GATEWAY_UPSTREAM_API_KEY=bench \
-  GATEWAY_SPEECH_URL=http://127.0.0.1:9100 GATEWAY_SPEECH_API_KEY=bench \
-  GATEWAY_MESSAGES_URL=http://127.0.0.1:9100/api/compatible
-"$G" migrate > /dev/null
-user=$("$G" admin user create --name b --email b@example.com --balance 1000000 --concurrency-limit 100000 \
-  | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-key=$("$G" admin key create --user "$user" --all-scopes --name bench | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
+wait_port 9100
+gateway_env "$work/g.db" 9301
+key=$(bench_key memory)
 ${PRE:-} "$G" serve > "$work/serve.log" 2>&1 &
 GW=$!
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/9301) 2>/dev/null && break; sleep 0.05; done
-cat > "$work/s.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"LangA-V4-flash","stream":true,"sim_chunk_delay_ms":${DELAY:-400},"messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $key"
-LUA
+wait_port 9301
+chat_lua "$work/s.lua" "$key" "LangA-V4-flash" '"stream":true,"sim_chunk_delay_ms":'"${DELAY:-400}"','
 url=http://127.0.0.1:9301/api/v1/chat/completions
 "$W" -t1 -c2 -d2s -s "$work/s.lua" "$url" > /dev/null
 idle=$(awk '/VmRSS/ {print $2}' "/proc/$GW/status")

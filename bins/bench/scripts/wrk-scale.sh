@@ -14,10 +14,9 @@
 # (default "2 4 8"), SIM_CORES (11-15), WRK_CORES (8-10), DBDIR, OUT (summary in $OUT/scale.txt,
 # wrk's own output in $OUT/raw.txt).
 set -u
+. "$(dirname "$0")/common.sh"
 OUT=${OUT:-/tmp/wrk-scale}
 mkdir -p "$OUT"
-G=$(realpath "${GW_BIN:-target/release/gateway}")
-W=${WRK:-wrk}
 work=$(mktemp -d)
 SUM=$OUT/scale.txt
 RAW=$OUT/raw.txt
@@ -32,23 +31,7 @@ WRK_T=3
 taskset -c "$SIM_CORES" "$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
 SIM=$!
 
-wait_port() {
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 never opened" | tee -a "$SUM"; return 1
-}
-wait_port 9100
-
-lua() { # $1 file, $2 key, $3 model
-  cat > "$1" <<EOF
-wrk.method = "POST"
-wrk.body = '{"model":"$3","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $2"
-EOF
-}
+wait_port 9100 2>&1 | tee -a "$SUM"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -85,7 +68,7 @@ run() {
     "$label" "$conns" "$rps" "$p50" "$p99" "$cpu" "${non2xx:-0}" | tee -a "$SUM"
 }
 
-lua "$work/direct.lua" "sim-platform-key" "doubao-seed-1-6-flash-250828"
+chat_lua "$work/direct.lua" "sim-platform-key" "doubao-seed-1-6-flash-250828"
 run "direct simulator" "http://127.0.0.1:9100/api/v3/chat/completions" "$work/direct.lua" 1 5 0
 run "direct simulator" "http://127.0.0.1:9100/api/v3/chat/completions" "$work/direct.lua" 64 8 0
 run "direct simulator" "http://127.0.0.1:9100/api/v3/chat/completions" "$work/direct.lua" 256 8 0
@@ -94,19 +77,12 @@ port=9200
 for cores in ${CORES:-2 4 8}; do
   port=$((port + 1))
   last=$((cores - 1))
-  db="sqlite://${DBDIR:-$work}/g$cores.db?mode=rwc"
-  export GATEWAY_DATABASE_URL=$db GATEWAY_LOG=warn GATEWAY_LISTEN=127.0.0.1:$port \
-    GATEWAY_UPSTREAM_URL=http://127.0.0.1:9100/api/v3 GATEWAY_UPSTREAM_API_KEY=bench \
-    GATEWAY_SPEECH_URL=http://127.0.0.1:9100 GATEWAY_SPEECH_API_KEY=bench \
-    GATEWAY_MESSAGES_URL=http://127.0.0.1:9100/api/compatible
-  "$G" migrate > /dev/null
-  user=$("$G" admin user create --name b --email "b$cores@example.com" --balance 1000000 --concurrency-limit 100000 \
-    | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-  key=$("$G" admin key create --user "$user" --all-scopes --name bench | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
+  gateway_env "${DBDIR:-$work}/g$cores.db" "$port"
+  key=$(bench_key "$cores")
   taskset -c "0-$last" "$G" serve > "$work/serve$cores.log" 2>&1 &
   gw=$!
   wait_port "$port" || { tail -5 "$work/serve$cores.log" | tee -a "$SUM"; continue; }
-  lua "$work/gw.lua" "$key" "LangA-V4-flash"
+  chat_lua "$work/gw.lua" "$key" "LangA-V4-flash"
   url="http://127.0.0.1:$port/api/v1/chat/completions"
   taskset -c "$WRK_CORES" "$W" -t"$WRK_T" -c64 -d3s -s "$work/gw.lua" "$url" > /dev/null 2>&1
   run "gateway $cores cores" "$url" "$work/gw.lua" 1 5 "$gw"
