@@ -3,8 +3,8 @@
 use std::num::NonZeroU32;
 
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, IpAllowList, KeyBudget, KeyLimits, KeyLimitsChange, KeyRates, ModelAllowList,
-    Scope, Timestamp, UsdAmount, UserId,
+    Actor, ApiKey, ApiKeyId, BudgetPeriod, IpAllowList, KeyBudget, KeyLimits, KeyLimitsChange, KeyRates,
+    ModelAllowList, Scope, Timestamp, UsdAmount, UserId,
 };
 use serde_json::{Value, json};
 use service::NewUserRequest;
@@ -16,10 +16,13 @@ use crate::serve::open;
 /// Runs one admin command; `Err` carries the one-line message for stderr.
 pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
     let gateway = open(config).await?;
+    // Every change goes through the operator handle, which records it in the audit trail.
+    let actor = Actor::Cli;
+    let operator = gateway.operator(&actor);
     let out: Value = match cmd {
         Admin::User(UserCmd::Create(u)) => {
             let balance = UsdAmount::parse_decimal(&u.balance).map_err(|e| format!("--balance: {e}"))?;
-            let created = gateway
+            let created = operator
                 .create_user(NewUserRequest {
                     name: u.name,
                     email: u.email,
@@ -39,7 +42,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             })
         }
         Admin::User(UserCmd::RotateWebhookSecret { user }) => {
-            let secret = gateway.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
+            let secret = operator.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})
         }
         Admin::Key(KeyCmd::Create {
@@ -70,7 +73,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 },
                 allow_ips: allow_ip.as_deref().map(ip_list).transpose()?,
             };
-            let created = gateway.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
+            let created = operator.create_key(&UserId(user), scopes, &name, limits).await.map_err(|e| e.to_string())?;
             let mut out = key_json(&gateway, created.key);
             out["key"] = json!(created.secret);
             out
@@ -91,7 +94,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 tpm: tpm.as_deref().map(|n| or_none(n, |n| rate_limit("--tpm", n))).transpose()?,
                 allow_ips: allow_ip.as_deref().map(|l| or_none(l, ip_list)).transpose()?,
             };
-            let k = gateway.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
+            let k = operator.set_key_limits(&ApiKeyId(key), change).await.map_err(|e| e.to_string())?;
             // Shown as `key list` shows it, with what it spent so far.
             let keys = gateway.list_keys(&k.user_id).await.map_err(|e| e.to_string())?;
             match keys.iter().find(|v| v.key.id == k.id) {
@@ -104,33 +107,33 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             json!({"user_id": user, "keys": keys.iter().map(api::wire::key).collect::<Vec<_>>()})
         }
         Admin::Key(KeyCmd::Revoke { key }) => {
-            let k = gateway.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
+            let k = operator.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
             json!({"id": k.id.as_str(), "user_id": k.user_id.as_str(), "revoked": true,
                    "revoked_at": k.revoked_at.map(|t| t.to_string())})
         }
         Admin::Topup { user, amount, note } => {
             let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;
-            let entry = gateway.topup(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
+            let entry = operator.topup(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
             api::wire::to_json(&api::wire::ledger_entry(&entry))
         }
         Admin::Model(ModelCmd::Set { model, enabled, concurrency_limit }) => {
             if enabled.is_none() && concurrency_limit.is_none() {
                 return Err("give --enabled and/or --concurrency-limit".into());
             }
-            let m = gateway.set_model(&model, enabled, concurrency_limit).await.map_err(|e| e.to_string())?;
+            let m = operator.set_model(&model, enabled, concurrency_limit).await.map_err(|e| e.to_string())?;
             json!({"model": m.name, "kind": m.kind.as_str(), "enabled": m.enabled,
                    "concurrency_limit": m.concurrency_limit, "pricing_version": m.pricing.map(|p| p.version)})
         }
         Admin::Price(PriceCmd::Set { model, rates }) => {
             let text = std::fs::read_to_string(&rates).map_err(|e| format!("cannot read {}: {e}", rates.display()))?;
             let sheet = catalog::parse_price_sheet(&text).map_err(|e| format!("{}: {e}", rates.display()))?;
-            let v = gateway.set_price(&model, sheet).await.map_err(|e| e.to_string())?;
+            let v = operator.set_price(&model, sheet).await.map_err(|e| e.to_string())?;
             json!({"model": v.model, "pricing_version": v.version, "pricing_version_id": v.id().to_string(),
                    "pricing": catalog::price_sheet_json(&v.sheet), "created_at": v.created_at.to_string()})
         }
         Admin::Maintenance { state } => {
             let on = state == "on";
-            gateway.set_maintenance(on).await.map_err(|e| e.to_string())?;
+            operator.set_maintenance(on).await.map_err(|e| e.to_string())?;
             json!({"maintenance": on})
         }
         Admin::Upstream(UpstreamCmd::List) => {

@@ -112,6 +112,8 @@ pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: I
         Route::AudioGenerations => billable(state, Billable::Audio, parts, body).await,
         Route::Messages => billable(state, Billable::Messages, parts, body).await,
         Route::Responses => billable(state, Billable::Responses, parts, body).await,
+        Route::Manage(route) => crate::manage::handle(state, route, parts, body).await,
+        Route::Console(path) => Ok(crate::console::asset(&path)),
     }
 }
 

@@ -4,9 +4,11 @@
 //! This is the only crate that knows HTTP and the interface's JSON shapes.
 
 pub mod body;
+mod console;
 mod error;
 mod handlers;
 mod headers;
+pub mod manage;
 pub mod openapi;
 mod response;
 mod routes;

@@ -36,32 +36,32 @@ fn generator(contract: Contract) -> SchemaGenerator {
 }
 
 /// One operation of the document.
-struct Operation {
-    method: &'static str,
-    path: &'static str,
-    summary: &'static str,
+pub(crate) struct Operation {
+    pub(crate) method: &'static str,
+    pub(crate) path: &'static str,
+    pub(crate) summary: &'static str,
     /// Key scope needed (`None`: no key).
-    scope: Option<&'static str>,
-    parameters: Vec<Value>,
-    body: Option<Value>,
+    pub(crate) scope: Option<&'static str>,
+    pub(crate) parameters: Vec<Value>,
+    pub(crate) body: Option<Value>,
     /// `(status, description, content)`.
-    responses: Vec<(u16, &'static str, Option<Value>)>,
+    pub(crate) responses: Vec<(u16, &'static str, Option<Value>)>,
 }
 
-fn json_content(schema: Value) -> Value {
+pub(crate) fn json_content(schema: Value) -> Value {
     json!({"application/json": {"schema": schema}})
 }
 
-fn query(name: &str, description: &str, schema: Value) -> Value {
+pub(crate) fn query(name: &str, description: &str, schema: Value) -> Value {
     json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema})
 }
 
-fn path_param(name: &str, description: &str) -> Value {
+pub(crate) fn path_param(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "description": description, "schema": {"type": "string"}})
 }
 
 /// The error statuses every keyed call may answer, with the generic ones every route may.
-fn errors(codes: &[u16], error: &Value) -> Vec<(u16, &'static str, Option<Value>)> {
+pub(crate) fn errors(codes: &[u16], error: &Value) -> Vec<(u16, &'static str, Option<Value>)> {
     codes
         .iter()
         .map(|code| {
@@ -274,6 +274,15 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
             ),
         },
         Operation {
+            method: "get",
+            path: "/console",
+            summary: "The web console (HTML; its scripts and styles are served under /console/); no key, it signs in itself",
+            scope: None,
+            parameters: vec![],
+            body: None,
+            responses: vec![(200, "the console page", Some(json!({"text/html": {"schema": {"type": "string"}}})))],
+        },
+        Operation {
             method: "post",
             path: "/api/v1/chat/completions",
             summary: "Chat completion (streaming with `stream: true`), billed on the reported usage",
@@ -338,7 +347,8 @@ pub fn document_bytes() -> bytes::Bytes {
 pub fn document() -> Value {
     let mut requests = generator(Contract::Deserialize);
     let mut responses = generator(Contract::Serialize);
-    let operations = operations(&mut requests, &mut responses);
+    let mut operations = operations(&mut requests, &mut responses);
+    operations.extend(crate::manage::openapi::operations(&mut requests, &mut responses));
     let mut paths: Map<String, Value> = Map::new();
     for op in operations {
         let mut answers = Map::new();
@@ -421,6 +431,7 @@ mod tests {
     /// route does not compile here until it has a request in this list, and the test then fails
     /// until the document has its operation.
     fn requests() -> Vec<(Method, &'static str)> {
+        use crate::manage::ManageRoute as M;
         let sample = |r: &Route| -> (Method, &'static str) {
             match r {
                 Route::Healthz => (Method::GET, "/healthz"),
@@ -440,8 +451,45 @@ mod tests {
                 Route::AudioGenerations => (Method::POST, "/api/v1/audio/generations"),
                 Route::Messages => (Method::POST, "/v1/messages"),
                 Route::Responses => (Method::POST, "/v1/responses"),
+                Route::Console(_) => (Method::GET, "/console/"),
+                Route::Manage(m) => match m {
+                    M::Usage => (Method::GET, "/api/v1/usage"),
+                    M::Ledger => (Method::GET, "/api/v1/ledger"),
+                    M::CreateKey => (Method::POST, "/api/v1/keys"),
+                    M::RevokeKey(_) => (Method::DELETE, "/api/v1/keys/key_1"),
+                    M::RotateWebhookSecret => (Method::POST, "/api/v1/webhook-secret"),
+                    M::Users => (Method::GET, "/api/v1/admin/users"),
+                    M::CreateUser => (Method::POST, "/api/v1/admin/users"),
+                    M::User(_) => (Method::GET, "/api/v1/admin/users/usr_1"),
+                    M::ChangeUser(_) => (Method::PATCH, "/api/v1/admin/users/usr_1"),
+                    M::Topup(_) => (Method::POST, "/api/v1/admin/users/usr_1/topup"),
+                    M::Models => (Method::GET, "/api/v1/admin/models"),
+                    M::ChangeModel(_) => (Method::PATCH, "/api/v1/admin/models/m"),
+                    M::SetPrice(_) => (Method::POST, "/api/v1/admin/models/m/pricing"),
+                    M::Maintenance => (Method::GET, "/api/v1/admin/maintenance"),
+                    M::SetMaintenance => (Method::PUT, "/api/v1/admin/maintenance"),
+                    M::Audit => (Method::GET, "/api/v1/admin/audit"),
+                },
             }
         };
+        let manage = [
+            M::Usage,
+            M::Ledger,
+            M::CreateKey,
+            M::RevokeKey(String::new()),
+            M::RotateWebhookSecret,
+            M::Users,
+            M::CreateUser,
+            M::User(String::new()),
+            M::ChangeUser(String::new()),
+            M::Topup(String::new()),
+            M::Models,
+            M::ChangeModel(String::new()),
+            M::SetPrice(String::new()),
+            M::Maintenance,
+            M::SetMaintenance,
+            M::Audit,
+        ];
         let all = [
             Route::Healthz,
             Route::Readyz,
@@ -460,8 +508,10 @@ mod tests {
             Route::AudioGenerations,
             Route::Messages,
             Route::Responses,
+            Route::Console(String::new()),
         ];
-        let mut out: Vec<(Method, &'static str)> = all.iter().map(sample).collect();
+        let mut out: Vec<(Method, &'static str)> =
+            all.iter().cloned().chain(manage.into_iter().map(Route::Manage)).map(|r| sample(&r)).collect();
         out.extend([(Method::POST, "/v1/v1/messages"), (Method::POST, "/v1/v1/responses")]);
         out
     }

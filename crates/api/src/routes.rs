@@ -41,6 +41,10 @@ pub enum Route {
     Messages,
     /// `POST /v1/responses` (also `/v1/v1/responses`): response-style chat.
     Responses,
+    /// The management API (`crate::manage`).
+    Manage(crate::manage::ManageRoute),
+    /// `GET /console/…`: the web console's embedded assets (no key; the pages sign in themselves).
+    Console(String),
 }
 
 impl Route {
@@ -62,6 +66,8 @@ impl Route {
             Route::AudioGenerations => "/api/v1/audio/generations",
             Route::Messages => "/v1/messages",
             Route::Responses => "/v1/responses",
+            Route::Manage(route) => route.label(),
+            Route::Console(_) => "/console",
         }
     }
 }
@@ -84,11 +90,30 @@ pub fn route(method: &Method, path: &str) -> Result<Route, ApiError> {
                 () => Err(ApiError::method_not_allowed("GET, POST")),
             };
         }
+        ["api", "v1", "keys"] if method == Method::POST => {
+            return Ok(Route::Manage(crate::manage::ManageRoute::CreateKey));
+        }
+        ["api", "v1", "keys"] if !is(&Method::GET) => return Err(ApiError::method_not_allowed("GET, POST")),
+        ["api", "v1", rest @ ..] if !rest.is_empty() => {
+            if let Some(found) = crate::manage::route(method, rest) {
+                return found.map(Route::Manage);
+            }
+        }
+        _ => {}
+    }
+    match segments.as_slice() {
         ["api", "v1", "tasks", id] if !id.is_empty() => {
             return match () {
                 () if is(&Method::GET) => Ok(Route::GetTask((*id).to_owned())),
                 () if method == Method::DELETE => Ok(Route::CancelTask((*id).to_owned())),
                 () => Err(ApiError::method_not_allowed("GET, DELETE")),
+            };
+        }
+        ["console", rest @ ..] => {
+            return if is(&Method::GET) {
+                Ok(Route::Console(rest.join("/")))
+            } else {
+                Err(ApiError::method_not_allowed("GET"))
             };
         }
         ["media", key @ ..] if !key.is_empty() && key.iter().all(|s| !s.is_empty()) => {
@@ -184,6 +209,19 @@ mod tests {
         }
         assert_eq!(route(&Method::GET, "/v1/messages").map_err(|e| e.status.as_u16()), Err(405));
         assert_eq!(route(&Method::POST, "/v1/v1/v1/messages").map_err(|e| e.status.as_u16()), Err(404));
+        use crate::manage::ManageRoute as M;
+        assert_eq!(route(&Method::GET, "/api/v1/keys"), Ok(Route::ListKeys));
+        assert_eq!(route(&Method::POST, "/api/v1/keys"), Ok(Route::Manage(M::CreateKey)));
+        assert_eq!(route(&Method::PUT, "/api/v1/keys").map_err(|e| e.allow), Err(Some("GET, POST")));
+        assert_eq!(route(&Method::DELETE, "/api/v1/keys/key_1"), Ok(Route::Manage(M::RevokeKey("key_1".into()))));
+        assert_eq!(route(&Method::GET, "/api/v1/keys/key_1").map_err(|e| e.allow), Err(Some("DELETE")));
+        assert_eq!(route(&Method::GET, "/api/v1/usage"), Ok(Route::Manage(M::Usage)));
+        assert_eq!(route(&Method::PATCH, "/api/v1/admin/users/u1"), Ok(Route::Manage(M::ChangeUser("u1".into()))));
+        assert_eq!(route(&Method::POST, "/api/v1/admin/users/u1/topup"), Ok(Route::Manage(M::Topup("u1".into()))));
+        assert_eq!(route(&Method::GET, "/api/v1/admin/users/u1/topup").map_err(|e| e.allow), Err(Some("POST")));
+        assert_eq!(route(&Method::GET, "/api/v1/admin/nope").map_err(|e| e.status.as_u16()), Err(404));
+        assert_eq!(route(&Method::GET, "/console/"), Ok(Route::Console(String::new())));
+        assert_eq!(route(&Method::GET, "/console/app.js"), Ok(Route::Console("app.js".into())));
     }
 
     #[test]

@@ -396,7 +396,7 @@ pub struct UserObject {
     pub created_at: DateTime,
 }
 
-fn user(u: &User) -> UserObject {
+pub(crate) fn user(u: &User) -> UserObject {
     UserObject {
         id: u.id.as_str().to_owned(),
         name: u.name.clone(),

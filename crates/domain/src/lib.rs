@@ -8,6 +8,7 @@ pub mod inputs;
 pub mod key_limits;
 pub mod key_rates;
 pub mod kind;
+pub mod manage;
 pub mod media;
 pub mod money;
 pub mod ports;
@@ -30,6 +31,7 @@ pub use key_rates::{
     rate_window_end,
 };
 pub use kind::{ModelKind, UnknownName};
+pub use manage::{Actor, AuditEntry, DailyModelSpend, NewAuditEntry, UsageGroup, UsageRow, UserChange};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
 pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
@@ -39,5 +41,5 @@ pub use records::{
 };
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
-pub use time::{BadTimestamp, Clock, SystemClock, Timestamp, duration_millis};
+pub use time::{BadDay, BadTimestamp, Clock, SystemClock, Timestamp, UtcDay, duration_millis};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

@@ -101,6 +101,8 @@ pub struct User {
     pub media_used_bytes: i64,
     /// Creation time.
     pub created_at: Timestamp,
+    /// When an operator disabled the account (every key refused); `None` while enabled.
+    pub disabled_at: Option<Timestamp>,
 }
 
 /// What an operator supplies to create a user.

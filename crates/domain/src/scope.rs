@@ -22,13 +22,19 @@ pub enum Scope {
     LanguageCreate,
     /// `POST /api/v1/audio/generations`.
     AudioCreate,
-    /// `GET /api/v1/overview`.
+    /// `GET /api/v1/overview` and the account's reads (`/usage`, `/ledger`, `GET /keys`).
     OverviewRead,
+    /// The caller's own keys and webhook secret: `POST /api/v1/keys`, `DELETE /api/v1/keys/{id}`,
+    /// `POST /api/v1/webhook-secret`.
+    KeysManage,
+    /// The operator routes under `/api/v1/admin/`; only keys of users with role `admin` carry it
+    /// to effect (a user's key with it is still refused there).
+    Admin,
 }
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 8] = [
+    pub const ALL: [Scope; 10] = [
         Scope::ModelsRead,
         Scope::TaskRead,
         Scope::TaskWrite,
@@ -37,6 +43,8 @@ impl Scope {
         Scope::LanguageCreate,
         Scope::AudioCreate,
         Scope::OverviewRead,
+        Scope::KeysManage,
+        Scope::Admin,
     ];
 
     /// The wire name, such as `models:read`.
@@ -50,6 +58,8 @@ impl Scope {
             Scope::LanguageCreate => "language:create",
             Scope::AudioCreate => "audio:create",
             Scope::OverviewRead => "overview:read",
+            Scope::KeysManage => "keys:manage",
+            Scope::Admin => "admin",
         }
     }
 

@@ -62,6 +62,50 @@ impl std::str::FromStr for Timestamp {
     }
 }
 
+/// A UTC calendar day, counted in days since 1970-01-01; written `YYYY-MM-DD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcDay(pub i64);
+
+impl UtcDay {
+    /// The day `at` falls on.
+    pub const fn of(at: Timestamp) -> UtcDay {
+        UtcDay(at.0.div_euclid(DAY_MS))
+    }
+
+    /// Its first millisecond.
+    pub const fn start(self) -> Timestamp {
+        Timestamp(self.0.saturating_mul(DAY_MS))
+    }
+}
+
+impl fmt::Display for UtcDay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (y, m, d) = civil_from_days(self.0);
+        write!(f, "{y:04}-{m:02}-{d:02}")
+    }
+}
+
+impl std::str::FromStr for UtcDay {
+    type Err = BadDay;
+
+    /// Exactly `YYYY-MM-DD`, a real date.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let b = s.as_bytes();
+        let parse = || {
+            let (y, m, d) = (digits(b, 0, 4)?, digits(b, 5, 2)?, digits(b, 8, 2)?);
+            let shape = b.len() == 10 && b[4] == b'-' && b[7] == b'-';
+            (shape && (1..=12).contains(&m) && d >= 1 && d <= days_in_month(y, m))
+                .then(|| UtcDay(days_from_civil(y, m, d)))
+        };
+        parse().ok_or_else(|| BadDay(s.to_owned()))
+    }
+}
+
+/// Text that is not a `YYYY-MM-DD` date.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a date such as 2026-11-27")]
+pub struct BadDay(pub String);
+
 /// Text that is not an RFC 3339 date-time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an RFC 3339 date-time such as 2026-12-31T23:59:59Z")]
@@ -174,6 +218,19 @@ impl Clock for SystemClock {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn utc_days_parse_and_print() {
+        assert_eq!("1970-01-01".parse::<UtcDay>(), Ok(UtcDay(0)));
+        assert_eq!("2024-02-29".parse::<UtcDay>().map(|d| d.to_string()), Ok("2024-02-29".to_owned()));
+        for bad in ["2023-02-29", "2026-13-01", "2026-1-01", "2026-01-01T00:00:00Z", "", "20260101", "2026-00-10"] {
+            assert!(bad.parse::<UtcDay>().is_err(), "{bad}");
+        }
+        let at: Timestamp = "2026-11-27T23:59:59.999Z".parse().expect("time");
+        assert_eq!(UtcDay::of(at).to_string(), "2026-11-27");
+        assert_eq!(UtcDay::of(at).start().to_string(), "2026-11-27T00:00:00.000Z");
+    }
+
     use super::*;
 
     #[test]

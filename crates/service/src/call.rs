@@ -659,6 +659,7 @@ mod tests {
             budget: None,
             rates: domain::KeyRates::default(),
             allow_ips: None,
+            role: domain::Role::User,
         }
     }
 

@@ -14,8 +14,10 @@ mod error;
 mod idempotency;
 mod image;
 mod keys;
+mod manage;
 mod metrics;
 mod native;
+mod operator;
 mod rates;
 mod reads;
 mod reply;
@@ -40,7 +42,9 @@ pub use cache::CACHE_TTL;
 pub use error::ServiceError;
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
+pub use manage::{Page, UsageReport};
 pub use metrics::METRICS_CONTENT_TYPE;
+pub use operator::{Operator, UserDetail};
 pub use reads::{KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, StreamFailure, StreamItem};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
@@ -55,6 +59,8 @@ pub const OVERVIEW_LEDGER_ENTRIES: u64 = 20;
 pub struct Ports {
     /// Users and keys.
     pub accounts: Arc<dyn AccountStore>,
+    /// The management API's reads and the audit trail.
+    pub manage: Arc<dyn domain::ports::ManageStore>,
     /// Tasks.
     pub tasks: Arc<dyn TaskStore>,
     /// Models, prices and switches.
@@ -92,6 +98,7 @@ impl Ports {
     pub fn from_store<S>(store: S, clock: Arc<dyn Clock>) -> Ports
     where
         S: AccountStore
+            + domain::ports::ManageStore
             + TaskStore
             + ModelStore
             + Ledger
@@ -107,6 +114,7 @@ impl Ports {
     {
         Ports {
             accounts: Arc::new(store.clone()),
+            manage: Arc::new(store.clone()),
             tasks: Arc::new(store.clone()),
             models: Arc::new(store.clone()),
             idempotency: Arc::new(store.clone()),
@@ -165,6 +173,8 @@ pub struct Principal {
     pub rates: KeyRates,
     /// The client addresses the key may be used from; `None`: any.
     pub allow_ips: Option<domain::IpAllowList>,
+    /// The owner's role: only an `admin`'s key with the `admin` scope reaches the operator routes.
+    pub role: domain::Role,
 }
 
 impl Principal {
@@ -321,9 +331,13 @@ impl Gateway {
             Some(p) => p,
             None => {
                 let found = self.ports.accounts.key_by_hash(&hash).await?;
-                let Some((key, _user)) = found.filter(|(k, _)| k.revoked_at.is_none()) else {
+                let Some((key, user)) = found.filter(|(k, _)| k.revoked_at.is_none()) else {
                     return Err(ServiceError::InvalidApiKey);
                 };
+                if user.disabled_at.is_some() {
+                    // Not cached: an operator who enables the account again is heard at once.
+                    return Err(ServiceError::KeyRefused("this account is disabled; ask the operator".into()));
+                }
                 let principal = Principal {
                     user_id: key.user_id,
                     key_id: key.id,
@@ -333,6 +347,7 @@ impl Gateway {
                     budget: key.budget,
                     rates: key.rates,
                     allow_ips: key.allow_ips,
+                    role: user.role,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal

@@ -29,10 +29,11 @@ pub(crate) fn user_from_row(row: users::Model) -> Result<User, StoreError> {
         media_quota_bytes: row.media_quota_bytes,
         media_used_bytes: row.media_used_bytes,
         created_at: Timestamp(row.created_at),
+        disabled_at: row.disabled_at.map(Timestamp),
     })
 }
 
-fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
+pub(crate) fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
     let models = row
         .models
         .as_deref()
@@ -128,6 +129,7 @@ impl AccountStore for Store {
             webhook_secret: NotSet,
             media_used_bytes: NotSet,
             spent_micros: NotSet,
+            disabled_at: NotSet,
         };
         let row = row.insert(&txn).await.map_err(|e| {
             if is_unique_violation(&e) {

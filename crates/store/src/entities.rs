@@ -33,6 +33,8 @@ pub mod users {
         pub media_used_bytes: i64,
         /// What the user's settled calls were charged in all, kept by the write path (migration 0009).
         pub spent_micros: i64,
+        /// When an operator disabled the account (migration 0018).
+        pub disabled_at: Option<i64>,
     }
     no_relations!();
 }
@@ -322,6 +324,27 @@ pub mod webhook_attempts {
         pub latency_ms: i64,
         pub error: Option<String>,
         pub at: i64,
+    }
+    no_relations!();
+}
+
+/// `admin_audit`: one row per operator action (migration 0018).
+pub mod admin_audit {
+    use sea_orm::entity::prelude::*;
+
+    /// An `admin_audit` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "admin_audit")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub at: i64,
+        pub actor: String,
+        pub actor_key: Option<String>,
+        pub action: String,
+        pub target: String,
+        pub before_state: Option<String>,
+        pub after_state: Option<String>,
     }
     no_relations!();
 }

@@ -17,7 +17,7 @@ fn db_err(e: DbErr) -> LedgerError {
     LedgerError::Backend(e.to_string())
 }
 
-fn entry_from_row(row: ledger_entries::Model) -> Result<LedgerEntry, LedgerError> {
+pub(crate) fn entry_from_row(row: ledger_entries::Model) -> Result<LedgerEntry, LedgerError> {
     Ok(LedgerEntry {
         id: row.id,
         user_id: UserId(row.user_id),

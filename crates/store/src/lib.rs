@@ -26,6 +26,7 @@ mod entities;
 mod idempotency;
 mod lease;
 mod ledger;
+mod manage;
 mod media;
 mod migrate;
 mod models;

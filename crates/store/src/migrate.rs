@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0017_task_upstream_route.sql"),
         include_str!("../../../migrations/postgres/0017_task_upstream_route.sql"),
     ),
+    (
+        18,
+        include_str!("../../../migrations/sqlite/0018_management.sql"),
+        include_str!("../../../migrations/postgres/0018_management.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

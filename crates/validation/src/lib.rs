@@ -6,6 +6,7 @@
 mod audio;
 mod chat;
 mod image;
+mod manage;
 pub mod media;
 mod native;
 mod raw;
@@ -29,10 +30,16 @@ pub use image::{
     ImagePlan, ImageRefs, ImageRequest, OptimizePromptOptions, OutputFormat, PromptMode, PromptThinking,
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
 };
+pub use manage::{
+    ListQuery, MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody, TopupBody, USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS,
+    UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
+};
 pub use native::{
     MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,
 };
 pub use raw::RawBody;
+/// The rule check every management body passes (`manage_body`), for callers that name the bound.
+pub use validator::Validate;
 pub use video::{
     MediaInput, VIDEO_MAX_MEDIA, VIDEO_PROMPT_MAX_CHARS, VideoPlan, VideoRequest, check_video_request,
     parse_video_request,

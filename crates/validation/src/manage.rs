@@ -1,0 +1,277 @@
+//! The management API's requests: typed bodies (the one place each shape lives; `/openapi.json`
+//! derives their schemas from these types) and the list queries (`page`, `page_size`, `q`, and
+//! the usage report's `group_by`, `from` and `to`).
+
+use domain::ports::PageRequest;
+use domain::{UsageGroup, UtcDay};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use validator::Validate;
+
+use crate::shape::{self, present};
+use crate::{ValidationError, parse_page, parse_page_size};
+
+/// The longest range `GET /api/v1/usage` reports: 366 days, both ends included.
+pub const USAGE_MAX_DAYS: i64 = 366;
+
+/// The default range of `GET /api/v1/usage`: the last 30 days, today included.
+pub const USAGE_DEFAULT_DAYS: i64 = 30;
+
+/// Reads a management body of type `T` and checks its rules.
+pub fn manage_body<'de, T: Deserialize<'de> + Validate>(body: &'de [u8]) -> Result<T, ValidationError> {
+    let value: T = shape::parse_body(body)?;
+    value.validate().map_err(|e| ValidationError::Invalid(shape::validator_message(&e)))?;
+    Ok(value)
+}
+
+/// `POST /api/v1/keys`: a key for the caller's own account. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct NewKeyBody {
+    /// A label, 1..100 characters.
+    #[validate(length(min = 1, max = 100))]
+    pub name: String,
+    /// The scopes, at least one, each carried by the key that makes the request (a key never
+    /// grants more than its creator's key has): `models:read`, `task:read`, `task:write`,
+    /// `video:create`, `image:create`, `language:create`, `audio:create`, `overview:read`,
+    /// `keys:manage`, `admin`.
+    #[validate(length(min = 1, max = 16))]
+    pub scopes: Vec<String>,
+}
+
+/// `POST /api/v1/admin/users`. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserBody {
+    /// Display name, 1..200 characters.
+    #[validate(length(min = 1, max = 200))]
+    pub name: String,
+    /// Contact address.
+    #[validate(length(min = 3, max = 320))]
+    pub email: String,
+    /// `user` (default) or `admin`.
+    #[serde(default, deserialize_with = "present")]
+    pub role: Option<String>,
+    /// Opening balance in USD as a decimal string such as `"25"` or `"12.50"` (default `"0"`).
+    #[serde(default, deserialize_with = "present")]
+    pub balance: Option<String>,
+    /// Most concurrent calls, 1..100000 (default 16).
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 1, max = 100_000))]
+    pub concurrency_limit: Option<i64>,
+    /// Media quota in bytes (default 1 GiB).
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0))]
+    pub media_quota_bytes: Option<i64>,
+}
+
+/// `PATCH /api/v1/admin/users/{user_id}`: what to change; at least one field. No additional
+/// properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct UserPatchBody {
+    /// `true` refuses every key of the user (401) until set back to `false`.
+    #[serde(default, deserialize_with = "present")]
+    pub disabled: Option<bool>,
+    /// Most concurrent calls, 1..100000.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 1, max = 100_000))]
+    pub concurrency_limit: Option<i64>,
+    /// Media quota in bytes.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 0))]
+    pub media_quota_bytes: Option<i64>,
+}
+
+/// `POST /api/v1/admin/users/{user_id}/topup`. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct TopupBody {
+    /// USD as a decimal string above zero, at most 6 decimals, such as `"25"` or `"0.000001"`.
+    #[validate(length(min = 1, max = 32))]
+    pub amount: String,
+    /// The ledger entry's note, at most 500 characters (default `top-up`).
+    #[serde(default, deserialize_with = "present")]
+    #[validate(length(max = 500))]
+    pub note: Option<String>,
+}
+
+/// `PATCH /api/v1/admin/models/{model}`: at least one field. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPatchBody {
+    /// Listed and callable.
+    #[serde(default, deserialize_with = "present")]
+    pub enabled: Option<bool>,
+    /// Platform-wide cap of in-flight calls, 1..100000.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 1, max = 100_000))]
+    pub concurrency_limit: Option<i64>,
+}
+
+/// `PUT /api/v1/admin/maintenance`. No additional properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceBody {
+    /// `true`: every generation call answers 503 until set back to `false`.
+    pub enabled: bool,
+}
+
+/// A checked list query: the page and, where the list has one, the search text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Page and size (20, 50 or 100; default 20).
+    pub page: PageRequest,
+    /// `q`: text the id, name or email contains.
+    pub search: Option<String>,
+}
+
+/// Checks a list's query: `page` ≥ 1, `page_size` 20, 50 or 100, and `q` (at most 100
+/// characters) where `searchable`. Unknown parameters and repeats are refused.
+pub fn list_query<'a>(
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    searchable: bool,
+) -> Result<ListQuery, ValidationError> {
+    let (mut page, mut page_size, mut search) = (None, None, None);
+    for (name, value) in params {
+        let taken = match name {
+            "page" => page.replace(parse_page(value)?).is_some(),
+            "page_size" => page_size.replace(parse_page_size(value)?).is_some(),
+            "q" if searchable => {
+                if value.chars().count() > 100 {
+                    return Err(ValidationError::Invalid("q must be at most 100 characters".into()));
+                }
+                search.replace(value.to_owned()).is_some()
+            }
+            other => return Err(ValidationError::Invalid(format!("unknown query parameter {other:?}"))),
+        };
+        if taken {
+            return Err(ValidationError::Invalid(format!("query parameter {name:?} given more than once")));
+        }
+    }
+    Ok(ListQuery { page: PageRequest { page: page.unwrap_or(1), page_size: page_size.unwrap_or(20) }, search })
+}
+
+/// A checked `GET /api/v1/usage` query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageQuery {
+    /// `day` (default) or `model`.
+    pub group: UsageGroup,
+    /// First day, included.
+    pub from: UtcDay,
+    /// Last day, included.
+    pub to: UtcDay,
+}
+
+impl UsageQuery {
+    /// How many days the range covers.
+    pub const fn days(&self) -> i64 {
+        self.to.0 - self.from.0 + 1
+    }
+}
+
+/// Checks the usage query: `group_by` `day` or `model`, `from` and `to` as `YYYY-MM-DD` (UTC),
+/// `from` ≤ `to`, at most [`USAGE_MAX_DAYS`] days. Without `to` the range ends `today`; without
+/// `from` it covers [`USAGE_DEFAULT_DAYS`] days up to `to`.
+pub fn usage_query<'a>(
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    today: UtcDay,
+) -> Result<UsageQuery, ValidationError> {
+    let (mut group, mut from, mut to) = (None, None, None);
+    let day =
+        |name: &str, value: &str| value.parse::<UtcDay>().map_err(|e| ValidationError::Invalid(format!("{name}: {e}")));
+    for (name, value) in params {
+        let taken = match name {
+            "group_by" => {
+                let g = match value {
+                    "day" => UsageGroup::Day,
+                    "model" => UsageGroup::Model,
+                    other => {
+                        return Err(ValidationError::Invalid(format!("group_by must be day or model, got {other:?}")));
+                    }
+                };
+                group.replace(g).is_some()
+            }
+            "from" => from.replace(day(name, value)?).is_some(),
+            "to" => to.replace(day(name, value)?).is_some(),
+            other => return Err(ValidationError::Invalid(format!("unknown query parameter {other:?}"))),
+        };
+        if taken {
+            return Err(ValidationError::Invalid(format!("query parameter {name:?} given more than once")));
+        }
+    }
+    let to = to.unwrap_or(today);
+    let from = from.unwrap_or(UtcDay(to.0 - (USAGE_DEFAULT_DAYS - 1)));
+    let query = UsageQuery { group: group.unwrap_or(UsageGroup::Day), from, to };
+    if from > to {
+        return Err(ValidationError::Invalid(format!("from ({from}) must not be after to ({to})")));
+    }
+    if query.days() > USAGE_MAX_DAYS {
+        return Err(ValidationError::Invalid(format!(
+            "the range covers {} days; at most {USAGE_MAX_DAYS} (from {from} to {to})",
+            query.days()
+        )));
+    }
+    Ok(query)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(params: &[(&str, &str)]) -> Result<UsageQuery, ValidationError> {
+        usage_query(params.iter().copied(), "2026-11-27".parse().expect("day"))
+    }
+
+    #[test]
+    fn usage_ranges_and_their_edges() {
+        let q = usage(&[]).expect("defaults");
+        assert_eq!(
+            (q.group, q.from.to_string(), q.to.to_string(), q.days()),
+            (UsageGroup::Day, "2026-10-29".into(), "2026-11-27".into(), 30)
+        );
+        // 366 days is the most (2025-11-27..2026-11-27 is 366 days), 367 is one too many.
+        assert_eq!(usage(&[("from", "2025-11-27"), ("to", "2026-11-27")]).map(|q| q.days()), Ok(366));
+        assert!(usage(&[("from", "2025-11-26"), ("to", "2026-11-27")]).is_err());
+        assert_eq!(usage(&[("from", "2026-11-27"), ("to", "2026-11-27")]).map(|q| q.days()), Ok(1));
+        assert!(usage(&[("from", "2026-11-28"), ("to", "2026-11-27")]).is_err());
+        assert_eq!(usage(&[("group_by", "model")]).map(|q| q.group), Ok(UsageGroup::Model));
+        for bad in [("group_by", "week"), ("from", "2026-11-31"), ("to", "yesterday"), ("page", "1")] {
+            assert!(usage(&[bad]).is_err(), "{bad:?}");
+        }
+        assert!(usage(&[("to", "2026-11-27"), ("to", "2026-11-27")]).is_err());
+    }
+
+    #[test]
+    fn list_queries() {
+        let q = list_query([("q", "ann"), ("page", "2"), ("page_size", "50")], true).expect("valid");
+        assert_eq!((q.page.page, q.page.page_size, q.search.as_deref()), (2, 50, Some("ann")));
+        assert!(list_query([("q", "ann")], false).is_err());
+        assert!(list_query([("page_size", "10")], true).is_err());
+        assert!(list_query([("page", "0")], true).is_err());
+        assert!(list_query([("q", "x".repeat(101).as_str())], true).is_err());
+        assert!(list_query([("q", "x".repeat(100).as_str())], true).is_ok());
+    }
+
+    #[test]
+    fn bodies_are_typed_and_checked() {
+        let key: NewKeyBody = manage_body(br#"{"name":"ci","scopes":["task:read"]}"#).expect("valid");
+        assert_eq!(key.scopes, vec!["task:read".to_owned()]);
+        for bad in [
+            &br#"{"name":"","scopes":["task:read"]}"#[..],
+            br#"{"name":"a","scopes":[]}"#,
+            br#"{"name":"a","scopes":["task:read"],"admin":true}"#,
+            br#"[]"#,
+        ] {
+            assert!(manage_body::<NewKeyBody>(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let patch: UserPatchBody = manage_body(br#"{"concurrency_limit":100000}"#).expect("valid");
+        assert_eq!(patch.concurrency_limit, Some(100_000));
+        assert!(manage_body::<UserPatchBody>(br#"{"concurrency_limit":100001}"#).is_err());
+        assert!(manage_body::<UserPatchBody>(br#"{"concurrency_limit":0}"#).is_err());
+        assert!(manage_body::<UserPatchBody>(br#"{"disabled":null}"#).is_err());
+        let note = "n".repeat(500);
+        assert!(manage_body::<TopupBody>(format!(r#"{{"amount":"1","note":"{note}"}}"#).as_bytes()).is_ok());
+        assert!(manage_body::<TopupBody>(format!(r#"{{"amount":"1","note":"{note}n"}}"#).as_bytes()).is_err());
+    }
+}
