@@ -481,6 +481,34 @@ impl Server {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
+        self.open_with_body(Method::POST, path, key, content_type, headers, body).await
+    }
+
+    /// `method path` with a JSON `body` and the key; the whole reply.
+    pub async fn send_json(&self, method: Method, path: &str, key: Option<&str>, body: &Value) -> Reply {
+        let bytes = serde_json::to_vec(body).expect("serialize the body");
+        let (parts, incoming, conn) = self.open_with_body(method, path, key, "application/json", &[], &bytes).await;
+        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
+            .await
+            .expect("reading the body timed out")
+            .expect("read body")
+            .to_bytes();
+        conn.abort();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+    }
+
+    /// `method path` with a body, on a fresh connection; the response head, its unread body, and
+    /// the connection task (abort it to close the connection).
+    pub async fn open_with_body(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
         let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(self.addr))
             .await
             .expect("connect timed out")
@@ -491,7 +519,7 @@ impl Server {
                 .expect("handshake");
         let conn = tokio::spawn(conn);
         let mut builder = Request::builder()
-            .method(Method::POST)
+            .method(method)
             .uri(path)
             .header(header::HOST, self.addr.to_string())
             .header(header::CONTENT_TYPE, content_type);
