@@ -212,6 +212,11 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
                 query("page", "Page, from 1", json!({"type": "integer", "minimum": 1})),
                 query("page_size", "Tasks per page", json!({"type": "integer", "enum": validation::TASK_PAGE_SIZES})),
                 query(
+                    "kind",
+                    "Only tasks of this kind of model (an addition of this gateway)",
+                    json!({"type": "string", "enum": ["language", "image", "audio", "video"]}),
+                ),
+                query(
                     "status",
                     "A status, or `running` / `completed`",
                     json!({"type": "string", "enum": [
@@ -469,6 +474,11 @@ mod tests {
                     M::Maintenance => (Method::GET, "/api/v1/admin/maintenance"),
                     M::SetMaintenance => (Method::PUT, "/api/v1/admin/maintenance"),
                     M::Audit => (Method::GET, "/api/v1/admin/audit"),
+                    M::Health => (Method::GET, "/api/v1/admin/health"),
+                    M::CreateUserKey(_) => (Method::POST, "/api/v1/admin/users/usr_1/keys"),
+                    M::RevokeAnyKey(_) => (Method::DELETE, "/api/v1/admin/keys/key_1"),
+                    M::QuoteChat => (Method::POST, "/api/v1/chat/completions/quote"),
+                    M::QuoteImage => (Method::POST, "/api/v1/images/generations/quote"),
                 },
             }
         };
@@ -489,6 +499,11 @@ mod tests {
             M::Maintenance,
             M::SetMaintenance,
             M::Audit,
+            M::Health,
+            M::CreateUserKey(String::new()),
+            M::RevokeAnyKey(String::new()),
+            M::QuoteChat,
+            M::QuoteImage,
         ];
         let all = [
             Route::Healthz,

@@ -79,7 +79,7 @@ fn assert_rate_refusal(reply: &Reply, limit: &str, retry: Option<&str>, ctx: &st
 
 async fn task_count(server: &Server, user: &domain::UserId) -> u64 {
     let page = domain::ports::PageRequest { page: 1, page_size: 1 };
-    domain::ports::TaskStore::list_tasks(&server.store, user, None, page).await.expect("tasks").1
+    domain::ports::TaskStore::list_tasks(&server.store, user, Default::default(), page).await.expect("tasks").1
 }
 
 #[tokio::test]

@@ -68,6 +68,14 @@ async fn usage_and_the_ledger_follow_settled_calls() {
         assert_eq!(data[29]["period"], today.as_str(), "{}", ctx("the range ends today"));
         assert_eq!(usd(&data[29]["spent_usd"]), charge, "{}", ctx("today's spend is the call's charge"));
         assert_eq!(data[29]["calls"], 1, "{}", ctx("one call"));
+        assert_eq!(
+            data[29]["models"],
+            json!([{"model": MODEL, "spent_usd": charge.to_string(),
+            "spent_microusd": charge.micros(), "calls": 1}]),
+            "{}",
+            ctx("today by model")
+        );
+        assert_eq!(data[0]["models"], json!([]), "{}", ctx("no model on a day without calls"));
         assert_eq!(usd(&data[0]["spent_usd"]), UsdAmount::ZERO, "{}", ctx("a day without calls is zero"));
         assert_eq!(usd(&days.json["total_usd"]), charge, "{}", ctx("the total"));
 

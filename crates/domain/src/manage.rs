@@ -23,6 +23,8 @@ pub struct UsageRow {
     pub spent: UsdAmount,
     /// How many settled calls.
     pub calls: i64,
+    /// A day's spend by model (models with spend that day only); empty for a model's row.
+    pub models: Vec<UsageRow>,
 }
 
 /// Settled charges of one model on one UTC day, the unit both groupings are summed from.

@@ -727,8 +727,10 @@ mod tests {
         };
         let refused = gateway.open_call(spec).await.expect_err("402");
         assert!(matches!(refused, ServiceError::InsufficientBalance { .. }), "{refused:?}");
-        let (_, total) =
-            store.list_tasks(&user, None, domain::ports::PageRequest { page: 1, page_size: 20 }).await.expect("list");
+        let (_, total) = store
+            .list_tasks(&user, Default::default(), domain::ports::PageRequest { page: 1, page_size: 20 })
+            .await
+            .expect("list");
         assert_eq!(total, 3);
     }
 }

@@ -122,10 +122,19 @@ pub(crate) fn public_answer(bytes: &[u8], public_model: &str) -> Result<Value, U
     Ok(answer)
 }
 
+/// A chat request checked before it holds anything.
+struct CheckedChat {
+    def: std::sync::Arc<ModelDef>,
+    pricing: domain::PricingVersion,
+    plan: ChatPlan,
+    upstream_body: Vec<u8>,
+    estimate: UsdAmount,
+}
+
 impl Gateway {
-    /// Runs a chat completion for `who` with the raw JSON `body`.
-    pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
-        let upstream = self.upstream()?;
+    /// A chat request checked for `who`: its model and price, the plan, the body for the
+    /// upstream, and the hold the call takes (nothing is held here).
+    async fn checked_chat(&self, who: &Principal, body: &[u8]) -> Result<CheckedChat, ServiceError> {
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
         let size = body.len();
         let body = cpu_bound(size, || RawBody::parse_body(body))?;
@@ -144,7 +153,20 @@ impl Gateway {
             billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, output)
         }
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        drop(body);
+        Ok(CheckedChat { def, pricing, plan, upstream_body, estimate })
+    }
+
+    /// What a chat call with `body` would hold, and at which price, without making it.
+    pub async fn quote_chat(&self, who: &Principal, body: &[u8]) -> Result<crate::Quote, ServiceError> {
+        let checked = self.checked_chat(who, body).await?;
+        Ok(crate::Quote { model: checked.def.name.clone(), pricing: checked.pricing, hold: checked.estimate })
+    }
+
+    /// Runs a chat completion for `who` with the raw JSON `body`.
+    pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        let upstream = self.upstream()?;
+        let CheckedChat { def, pricing, plan, upstream_body, estimate } = self.checked_chat(who, body).await?;
+        let output = plan.output_hold_tokens();
         let hold = hold_description(&def.name, &plan);
         let public_model = def.name.clone();
         let sheet = pricing.sheet.clone();

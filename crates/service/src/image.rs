@@ -17,9 +17,16 @@ use crate::reply::CallReply;
 use crate::{Answer, Gateway, Principal, ServiceError};
 
 impl Gateway {
-    /// Runs an image generation for `who` with the raw JSON `body`.
-    pub async fn image(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
-        let upstream = self.upstream()?;
+    /// An image request checked for `who`: its model and price, the plan, and the hold the call
+    /// takes (nothing is held here).
+    async fn checked_image<'b>(
+        &self,
+        who: &Principal,
+        body: &'b [u8],
+    ) -> Result<
+        (std::sync::Arc<catalog::ModelDef>, domain::PricingVersion, validation::ImagePlan<'b>, domain::UsdAmount),
+        ServiceError,
+    > {
         let request = validation::parse_image_request(body)?;
         let (def, pricing) = self.priced_model(who, ModelKind::Image, &request.model).await?;
         let plan = validation::check_image_request(&def, request)?;
@@ -30,6 +37,19 @@ impl Gateway {
             plan.max_pixels_per_image,
         )
         .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
+        Ok((def, pricing, plan, estimate))
+    }
+
+    /// What an image call with `body` would hold, and at which price, without making it.
+    pub async fn quote_image(&self, who: &Principal, body: &[u8]) -> Result<crate::Quote, ServiceError> {
+        let (def, pricing, _, hold) = self.checked_image(who, body).await?;
+        Ok(crate::Quote { model: def.name.clone(), pricing, hold })
+    }
+
+    /// Runs an image generation for `who` with the raw JSON `body`.
+    pub async fn image(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
+        let upstream = self.upstream()?;
+        let (def, pricing, plan, estimate) = self.checked_image(who, body).await?;
         let upstream_body = plan.upstream_body(&def.upstream.model_id)?;
         let details = TaskDetails {
             prompt: Some(plan.request.prompt.clone()),

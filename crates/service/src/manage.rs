@@ -34,11 +34,20 @@ impl UsageReport {
         let rows = match query.group {
             UsageGroup::Day => (query.from.0..=query.to.0)
                 .map(|day| {
-                    let of_day = spend.iter().filter(|s| s.day == day);
-                    let (spent, calls) = of_day.fold((0_i64, 0_i64), |(m, c), s| {
+                    let models: Vec<UsageRow> = spend
+                        .iter()
+                        .filter(|s| s.day == day)
+                        .map(|s| UsageRow {
+                            group: s.model.clone(),
+                            spent: s.spent,
+                            calls: s.calls,
+                            models: Vec::new(),
+                        })
+                        .collect();
+                    let (spent, calls) = models.iter().fold((0_i64, 0_i64), |(m, c), s| {
                         (m.saturating_add(s.spent.micros()), c.saturating_add(s.calls))
                     });
-                    UsageRow { group: UtcDay(day).to_string(), spent: UsdAmount::from_micros(spent), calls }
+                    UsageRow { group: UtcDay(day).to_string(), spent: UsdAmount::from_micros(spent), calls, models }
                 })
                 .collect(),
             UsageGroup::Model => {
@@ -49,7 +58,12 @@ impl UsageReport {
                             row.spent = UsdAmount::from_micros(row.spent.micros().saturating_add(s.spent.micros()));
                             row.calls = row.calls.saturating_add(s.calls);
                         }
-                        None => rows.push(UsageRow { group: s.model.clone(), spent: s.spent, calls: s.calls }),
+                        None => rows.push(UsageRow {
+                            group: s.model.clone(),
+                            spent: s.spent,
+                            calls: s.calls,
+                            models: Vec::new(),
+                        }),
                     }
                 }
                 rows.sort_by(|a, b| b.spent.cmp(&a.spent).then_with(|| a.group.cmp(&b.group)));
@@ -149,6 +163,9 @@ mod tests {
         let days: Vec<(i64, i64)> = report.rows.iter().map(|r| (r.spent.micros(), r.calls)).collect();
         assert_eq!(days, vec![(0, 0), (12, 3), (0, 0), (1, 1)]);
         assert_eq!(report.rows[0].group, "1970-01-11");
+        let parts: Vec<(&str, i64)> =
+            report.rows[1].models.iter().map(|m| (m.group.as_str(), m.spent.micros())).collect();
+        assert_eq!(parts, vec![("a", 5), ("b", 7)], "a day's spend by model");
         let by_model = UsageReport::fold(validation::UsageQuery { group: UsageGroup::Model, ..query }, &rows);
         let models: Vec<(&str, i64, i64)> =
             by_model.rows.iter().map(|r| (r.group.as_str(), r.spent.micros(), r.calls)).collect();

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::Gateway;
+use crate::{Gateway, ServiceError};
 
 /// The `Content-Type` of [`Gateway::metrics_text`] (OpenMetrics text, which Prometheus reads).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -130,6 +130,9 @@ pub(crate) struct Metrics {
     endpoint_in_flight: Family<EndpointLabels, Gauge>,
     /// One scrape at a time sets the scrape-time gauges and encodes.
     scrape: tokio::sync::Mutex<()>,
+    /// Billable calls open in this replica, all models together (the sum of `calls_in_flight`,
+    /// which a family cannot give), for the operators' health view.
+    calls_open: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Default for Metrics {
@@ -162,6 +165,7 @@ impl Default for Metrics {
             endpoint_state: Family::default(),
             endpoint_in_flight: Family::default(),
             scrape: tokio::sync::Mutex::new(()),
+            calls_open: std::sync::Arc::default(),
         };
         metrics.register();
         metrics
@@ -332,7 +336,8 @@ impl Metrics {
     pub(crate) fn call_opened(&self, model: &str) -> InFlight {
         let gauge = self.calls_in_flight.get_or_create_owned(&ModelLabel { model: model.to_owned() });
         gauge.inc();
-        InFlight { gauge }
+        self.calls_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight { gauge, total: self.calls_open.clone() }
     }
 
     /// Counts one request refused for its key's limits.
@@ -357,11 +362,13 @@ impl Metrics {
 /// A billable call counted in `gateway_calls_in_flight` until dropped.
 pub(crate) struct InFlight {
     gauge: Gauge,
+    total: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.gauge.dec();
+        self.total.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -451,5 +458,46 @@ impl Gateway {
             tracing::error!(error = %e, "metrics: encoding failed");
         }
         text
+    }
+}
+
+/// What the operators' health page shows, from the sources `/metrics` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Billable calls open in this replica.
+    pub calls_in_flight: i64,
+    /// Calls of this replica waiting for a concurrency slot.
+    pub calls_queued: i64,
+    /// Reservations still holding money, cluster-wide.
+    pub open_reservations: u64,
+    /// Age in seconds of the oldest video task not yet ended (the worker's lag); `None` without one.
+    pub oldest_active_video_secs: Option<i64>,
+    /// Whether maintenance mode is on.
+    pub maintenance: bool,
+    /// Each live replica's last report of its upstream endpoints: `(replica, live until, endpoints)`.
+    pub replicas: Vec<(String, domain::Timestamp, Vec<domain::ports::EndpointHealth>)>,
+}
+
+impl Gateway {
+    /// The health view: this replica's calls, the cluster's open reservations and video lag, and
+    /// every live replica's upstream endpoints.
+    pub async fn health(&self) -> Result<Health, ServiceError> {
+        let work = self.ports.tasks.open_work().await?;
+        let now = self.ports.clock.now().millis();
+        let calls_queued = self
+            .admission
+            .loads()
+            .into_iter()
+            .filter(|l| matches!(l.scope, CapScope::Model(_)))
+            .map(|l| i64::from(l.waiting))
+            .sum();
+        Ok(Health {
+            calls_in_flight: self.metrics.calls_open.load(std::sync::atomic::Ordering::Relaxed),
+            calls_queued,
+            open_reservations: work.open_reservations,
+            oldest_active_video_secs: work.oldest_active_video.map(|t| now.saturating_sub(t.millis()).max(0) / 1000),
+            maintenance: self.ports.models.maintenance().await?,
+            replicas: self.upstream_reports().await?,
+        })
     }
 }

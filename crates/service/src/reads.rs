@@ -145,7 +145,7 @@ impl Gateway {
         params: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<TaskPage, ServiceError> {
         let query = validation::task_list_query(params)?;
-        let (tasks, total) = self.ports.tasks.list_tasks(&who.user_id, query.status, query.page).await?;
+        let (tasks, total) = self.ports.tasks.list_tasks(&who.user_id, query.filter, query.page).await?;
         Ok(TaskPage { tasks, query, total })
     }
 

@@ -71,3 +71,14 @@ pub struct CallStream {
     /// Whether the call was charged, once the stream has ended.
     pub billed: oneshot::Receiver<bool>,
 }
+
+/// What a call would hold before it runs (`POST …/quote`): nothing is held or recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quote {
+    /// The public model name.
+    pub model: String,
+    /// The active price the call would be held and billed at.
+    pub pricing: domain::PricingVersion,
+    /// The worst case the call would hold from the balance.
+    pub hold: domain::UsdAmount,
+}

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use billing::LedgerError;
 use billing::book::{BookAnswer, BookOp};
-use domain::ports::{OpenWork, PageRequest, StoreError, TaskOutcome, TaskStore, UpstreamRecord};
+use domain::ports::{OpenWork, PageRequest, StoreError, TaskFilter, TaskOutcome, TaskStore, UpstreamRecord};
 use domain::{
-    ApiKeyId, BillingStatus, StatusFilter, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition,
-    Timestamp, UsdAmount, UserId,
+    ApiKeyId, BillingStatus, Task, TaskBilling, TaskId, TaskMedia, TaskStats, TaskStatus, TaskTransition, Timestamp,
+    UsdAmount, UserId,
 };
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -236,12 +236,15 @@ impl TaskStore for Store {
     async fn list_tasks(
         &self,
         user: &UserId,
-        filter: Option<StatusFilter>,
+        filter: TaskFilter,
         page: PageRequest,
     ) -> Result<(Vec<Task>, u64), StoreError> {
         let mut query = tasks::Entity::find().filter(tasks::Column::UserId.eq(user.as_str()));
-        if let Some(filter) = filter {
-            query = query.filter(tasks::Column::Status.is_in(filter.statuses().iter().map(|s| s.as_str())));
+        if let Some(status) = filter.status {
+            query = query.filter(tasks::Column::Status.is_in(status.statuses().iter().map(|s| s.as_str())));
+        }
+        if let Some(kind) = filter.kind {
+            query = query.filter(tasks::Column::Kind.eq(kind.as_str()));
         }
         let txn = self.read_snapshot().await?;
         let total = query.clone().count(&txn).await.map_err(backend_err)?;

@@ -25,7 +25,7 @@ pub use chat::{
     StreamOptions, TEMPLATE_OVERHEAD_TOKENS, Thinking, ToolChoice, chat_request,
 };
 use domain::StatusFilter;
-use domain::ports::PageRequest;
+use domain::ports::{PageRequest, TaskFilter};
 pub use image::{
     ImagePlan, ImageRefs, ImageRequest, OptimizePromptOptions, OutputFormat, PromptMode, PromptThinking,
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
@@ -73,31 +73,41 @@ pub const TASK_PAGE_SIZES: [u64; 3] = [20, 50, 100];
 pub struct TaskListQuery {
     /// Page and size.
     pub page: PageRequest,
-    /// Optional state or group filter.
-    pub status: Option<StatusFilter>,
+    /// Optional state (or group) and kind filter.
+    pub filter: TaskFilter,
 }
 
 /// Checks the task list's query parameters (already percent-decoded): `page` ≥ 1 (default 1),
 /// `page_size` one of 20, 50, 100 (default 20), `status` one of the seven states or `running` /
-/// `completed`. Unknown parameters, repeats and empty values are refused.
+/// `completed`, `kind` one of `language`, `image`, `audio`, `video` (an addition of this gateway,
+/// for the console). Unknown parameters, repeats and empty values are refused.
 pub fn task_list_query<'a>(
     params: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<TaskListQuery, ValidationError> {
     let mut page = None;
     let mut page_size = None;
     let mut status = None;
+    let mut kind = None;
     for (name, value) in params {
         let slot_taken = match name {
             "page" => page.replace(parse_page(value)?).is_some(),
             "page_size" => page_size.replace(parse_page_size(value)?).is_some(),
             "status" => status.replace(parse_status(value)?).is_some(),
+            "kind" => kind.replace(parse_kind(value)?).is_some(),
             other => return Err(ValidationError::Invalid(format!("unknown query parameter {other:?}"))),
         };
         if slot_taken {
             return Err(ValidationError::Invalid(format!("query parameter {name:?} given more than once")));
         }
     }
-    Ok(TaskListQuery { page: PageRequest { page: page.unwrap_or(1), page_size: page_size.unwrap_or(20) }, status })
+    let page = PageRequest { page: page.unwrap_or(1), page_size: page_size.unwrap_or(20) };
+    Ok(TaskListQuery { page, filter: TaskFilter { status, kind } })
+}
+
+fn parse_kind(value: &str) -> Result<domain::ModelKind, ValidationError> {
+    value.parse().map_err(|_| {
+        ValidationError::Invalid(format!("kind must be one of language, image, audio, video; got {value:?}"))
+    })
 }
 
 fn parse_page(value: &str) -> Result<u64, ValidationError> {
@@ -135,7 +145,7 @@ mod tests {
     fn defaults() {
         let q = check(&[]).expect("empty query is valid");
         assert_eq!(q.page, PageRequest { page: 1, page_size: 20 });
-        assert_eq!(q.status, None);
+        assert_eq!(q.filter.status, None);
     }
 
     #[test]
@@ -160,10 +170,14 @@ mod tests {
     #[test]
     fn status_values_and_groups() {
         for s in TaskStatus::ALL {
-            assert_eq!(check(&[("status", s.as_str())]).map(|q| q.status), Ok(Some(StatusFilter::Is(s))));
+            assert_eq!(check(&[("status", s.as_str())]).map(|q| q.filter.status), Ok(Some(StatusFilter::Is(s))));
         }
-        assert_eq!(check(&[("status", "running")]).map(|q| q.status), Ok(Some(StatusFilter::Running)));
-        assert_eq!(check(&[("status", "completed")]).map(|q| q.status), Ok(Some(StatusFilter::Completed)));
+        assert_eq!(check(&[("status", "running")]).map(|q| q.filter.status), Ok(Some(StatusFilter::Running)));
+        assert_eq!(check(&[("status", "completed")]).map(|q| q.filter.status), Ok(Some(StatusFilter::Completed)));
+        assert_eq!(check(&[("kind", "video")]).map(|q| q.filter.kind), Ok(Some(domain::ModelKind::Video)));
+        for bad in ["", "Video", "chat"] {
+            assert!(check(&[("kind", bad)]).is_err(), "kind={bad:?}");
+        }
         for bad in ["", "RUNNING", "done", "queued,failed"] {
             assert!(check(&[("status", bad)]).is_err(), "status={bad:?}");
         }

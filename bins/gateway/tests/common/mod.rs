@@ -407,7 +407,8 @@ async fn all_tasks(store: &store::Store, user: &domain::UserId) -> Vec<domain::T
     let mut tasks = Vec::new();
     for page in 1.. {
         let request = domain::ports::PageRequest { page, page_size: 100 };
-        let (batch, total) = domain::ports::TaskStore::list_tasks(store, user, None, request).await.expect("tasks");
+        let (batch, total) =
+            domain::ports::TaskStore::list_tasks(store, user, Default::default(), request).await.expect("tasks");
         tasks.extend(batch);
         if u64::try_from(tasks.len()).unwrap_or(u64::MAX) >= total {
             return tasks;

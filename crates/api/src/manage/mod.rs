@@ -6,7 +6,7 @@
 pub(crate) mod openapi;
 pub mod wire;
 
-use domain::{Actor, Scope, UsdAmount, UserChange, UserId};
+use domain::{Actor, ApiKeyId, KeyLimits, Scope, UsdAmount, UserChange, UserId};
 use http::request::Parts;
 use http::{Method, StatusCode};
 use hyper::body::Incoming;
@@ -58,6 +58,16 @@ pub enum ManageRoute {
     SetMaintenance,
     /// `GET /api/v1/admin/audit`.
     Audit,
+    /// `GET /api/v1/admin/health`.
+    Health,
+    /// `POST /api/v1/admin/users/{user_id}/keys`.
+    CreateUserKey(String),
+    /// `DELETE /api/v1/admin/keys/{key_id}`.
+    RevokeAnyKey(String),
+    /// `POST /api/v1/chat/completions/quote`: the hold a chat call would take.
+    QuoteChat,
+    /// `POST /api/v1/images/generations/quote`: the hold an image call would take.
+    QuoteImage,
 }
 
 impl ManageRoute {
@@ -77,6 +87,11 @@ impl ManageRoute {
             ManageRoute::SetPrice(_) => "/api/v1/admin/models/{model}/pricing",
             ManageRoute::Maintenance | ManageRoute::SetMaintenance => "/api/v1/admin/maintenance",
             ManageRoute::Audit => "/api/v1/admin/audit",
+            ManageRoute::Health => "/api/v1/admin/health",
+            ManageRoute::CreateUserKey(_) => "/api/v1/admin/users/{user_id}/keys",
+            ManageRoute::RevokeAnyKey(_) => "/api/v1/admin/keys/{key_id}",
+            ManageRoute::QuoteChat => "/api/v1/chat/completions/quote",
+            ManageRoute::QuoteImage => "/api/v1/images/generations/quote",
         }
     }
 }
@@ -118,6 +133,15 @@ pub(crate) fn route(method: &Method, segments: &[&str]) -> Option<Result<ManageR
             pick(&[(get, ManageRoute::Maintenance), (*method == Method::PUT, ManageRoute::SetMaintenance)], "GET, PUT")
         }
         ["admin", "audit"] => pick(&[(get, ManageRoute::Audit)], "GET"),
+        ["admin", "health"] => pick(&[(get, ManageRoute::Health)], "GET"),
+        ["admin", "users", id, "keys"] if !id.is_empty() => {
+            pick(&[(*method == Method::POST, ManageRoute::CreateUserKey(owned(id)))], "POST")
+        }
+        ["admin", "keys", id] if !id.is_empty() => {
+            pick(&[(*method == Method::DELETE, ManageRoute::RevokeAnyKey(owned(id)))], "DELETE")
+        }
+        ["chat", "completions", "quote"] => pick(&[(*method == Method::POST, ManageRoute::QuoteChat)], "POST"),
+        ["images", "generations", "quote"] => pick(&[(*method == Method::POST, ManageRoute::QuoteImage)], "POST"),
         _ => None,
     }
 }
@@ -279,6 +303,50 @@ pub(crate) async fn handle(
             let (_, actor) = admin(gateway, &parts).await?;
             let page = gateway.operator(&actor).audit(pairs(&params(&parts)?)).await?;
             Ok(ok_json(&wire::audit(&page)))
+        }
+        ManageRoute::Health => {
+            admin(gateway, &parts).await?;
+            Ok(ok_json(&wire::health(&gateway.health().await?)))
+        }
+        ManageRoute::CreateUserKey(id) => {
+            let (who, actor) = admin(gateway, &parts).await?;
+            let req: NewKeyBody = body(state, &parts, &who, incoming).await?;
+            let scopes =
+                Scope::parse_list(&req.scopes.join(",")).map_err(|e| ApiError::invalid(format!("scopes: {e}")))?;
+            let created =
+                gateway.operator(&actor).create_key(&UserId(id), scopes, req.name.trim(), KeyLimits::default()).await?;
+            Ok(json_response(StatusCode::CREATED, &wire::created_key(gateway, &created)))
+        }
+        ManageRoute::RevokeAnyKey(id) => {
+            let (_, actor) = admin(gateway, &parts).await?;
+            let key = gateway.operator(&actor).revoke_key(&ApiKeyId(id)).await?;
+            Ok(ok_json(&crate::wire::key(&gateway.view_key(key, None))))
+        }
+        ManageRoute::QuoteChat => {
+            let who = auth(gateway, &parts, Scope::LanguageCreate).await?;
+            let bytes = read_json(
+                &parts.headers,
+                incoming,
+                crate::handlers::CHAT_BODY_LIMIT,
+                state.body_budget(),
+                who.user_id.as_str(),
+                state.pace(),
+            )
+            .await?;
+            Ok(ok_json(&wire::quote(&gateway.quote_chat(&who, &bytes).await?)))
+        }
+        ManageRoute::QuoteImage => {
+            let who = auth(gateway, &parts, Scope::ImageCreate).await?;
+            let bytes = read_json(
+                &parts.headers,
+                incoming,
+                crate::handlers::IMAGE_BODY_LIMIT,
+                state.body_budget(),
+                who.user_id.as_str(),
+                state.pace(),
+            )
+            .await?;
+            Ok(ok_json(&wire::quote(&gateway.quote_image(&who, &bytes).await?)))
         }
     }
 }

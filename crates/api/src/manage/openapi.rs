@@ -7,7 +7,8 @@ use validation::{MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody, Topup
 
 use super::wire::{
     AdminModelList, AdminModelObject, AdminUserDetail, AdminUserList, AdminUserObject, AuditList, CreatedKeyObject,
-    CreatedUserObject, LedgerList, MaintenanceObject, PricingVersionObject, UsageList, WebhookSecretObject,
+    CreatedUserObject, HealthObject, LedgerList, MaintenanceObject, PricingVersionObject, QuoteObject, UsageList,
+    WebhookSecretObject,
 };
 use crate::error::ErrorEnvelope;
 use crate::openapi::{Operation, errors, json_content, path_param, query};
@@ -47,6 +48,11 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
     let version = responses.subschema_for::<PricingVersionObject>().to_value();
     let maintenance = responses.subschema_for::<MaintenanceObject>().to_value();
     let audit = responses.subschema_for::<AuditList>().to_value();
+    let health = responses.subschema_for::<HealthObject>().to_value();
+    let quote = responses.subschema_for::<QuoteObject>().to_value();
+    let chat_body = body(requests.subschema_for::<validation::ChatRequest>().to_value());
+    let image_body = body(requests.subschema_for::<validation::ImageRequest>().to_value());
+    let user_key = body(requests.subschema_for::<NewKeyBody>().to_value());
     let new_key = body(requests.subschema_for::<NewKeyBody>().to_value());
     let new_user = body(requests.subschema_for::<NewUserBody>().to_value());
     let user_patch = body(requests.subschema_for::<UserPatchBody>().to_value());
@@ -115,7 +121,7 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             "keys:manage",
             vec![],
             new_key,
-            answer(201, "the key and its secret", created_key, &[400, 401, 413, 415]),
+            answer(201, "the key and its secret", created_key.clone(), &[400, 401, 413, 415]),
         ),
         op(
             "delete",
@@ -124,7 +130,7 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             "keys:manage",
             vec![path_param("key_id", "The key id (`key_…`)")],
             None,
-            answer(200, "the revoked key", key, &[401, 404]),
+            answer(200, "the revoked key", key.clone(), &[401, 404]),
         ),
         op(
             "post",
@@ -241,6 +247,51 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             page(),
             None,
             answer(200, "one page", audit, &[400, 401]),
+        ),
+        op(
+            "get",
+            "/api/v1/admin/health",
+            "Operator: calls in flight and queued, open reservations, video worker lag, upstream endpoints",
+            "admin",
+            vec![],
+            None,
+            answer(200, "the figures", health, &[401]),
+        ),
+        op(
+            "post",
+            "/api/v1/admin/users/{user_id}/keys",
+            "Operator: a key for a user, with any scopes; the secret is shown once",
+            "admin",
+            user_id(),
+            user_key,
+            answer(201, "the key and its secret", created_key, &[400, 401, 404, 413, 415]),
+        ),
+        op(
+            "delete",
+            "/api/v1/admin/keys/{key_id}",
+            "Operator: revoke any key",
+            "admin",
+            vec![path_param("key_id", "The key id (`key_…`)")],
+            None,
+            answer(200, "the revoked key", key, &[401, 404]),
+        ),
+        op(
+            "post",
+            "/api/v1/chat/completions/quote",
+            "What a chat call with this body would hold, at which price; nothing is held",
+            "language:create",
+            vec![],
+            chat_body,
+            answer(200, "the quote", quote.clone(), &[400, 401, 413, 415, 503]),
+        ),
+        op(
+            "post",
+            "/api/v1/images/generations/quote",
+            "What an image call with this body would hold, at which price; nothing is held",
+            "image:create",
+            vec![],
+            image_body,
+            answer(200, "the quote", quote, &[400, 401, 413, 415, 503]),
         ),
     ]
 }

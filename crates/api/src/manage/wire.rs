@@ -33,6 +33,20 @@ pub struct UsageObject {
     pub spent_microusd: i64,
     /// How many settled calls.
     pub calls: i64,
+    /// By day: the day's spend by model (models with spend that day), for a stacked chart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<UsageObject>>,
+}
+
+fn usage_object(r: &domain::UsageRow, by_day: bool) -> UsageObject {
+    UsageObject {
+        period: by_day.then(|| r.group.clone()),
+        model: (!by_day).then(|| r.group.clone()),
+        spent_usd: r.spent.into(),
+        spent_microusd: r.spent.micros(),
+        calls: r.calls,
+        models: by_day.then(|| r.models.iter().map(|m| usage_object(m, false)).collect()),
+    }
 }
 
 /// `GET /api/v1/usage`.
@@ -59,17 +73,7 @@ pub fn usage(report: &UsageReport) -> UsageList {
         group_by: if by_day { "day" } else { "model" },
         from: report.query.from.to_string(),
         to: report.query.to.to_string(),
-        data: report
-            .rows
-            .iter()
-            .map(|r| UsageObject {
-                period: by_day.then(|| r.group.clone()),
-                model: (!by_day).then(|| r.group.clone()),
-                spent_usd: r.spent.into(),
-                spent_microusd: r.spent.micros(),
-                calls: r.calls,
-            })
-            .collect(),
+        data: report.rows.iter().map(|r| usage_object(r, by_day)).collect(),
         total_usd: domain::UsdAmount::from_micros(total).into(),
     }
 }
@@ -314,5 +318,80 @@ pub fn audit(page: &Page<AuditEntry>) -> AuditList {
             })
             .collect(),
         pagination: pagination(page),
+    }
+}
+
+/// `POST /api/v1/chat/completions/quote` and `/api/v1/images/generations/quote`: what the call
+/// would hold (nothing is held).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct QuoteObject {
+    /// The public model name.
+    pub model: String,
+    /// `<model>@v<version>`: the price the call would be held and billed at.
+    pub pricing_version_id: String,
+    /// The rates of that price.
+    pub pricing: Value,
+    /// The worst case the call would hold from the balance until it is settled.
+    pub hold_usd: Usd,
+    /// The same in micro-USD.
+    pub hold_microusd: i64,
+}
+
+/// The quote of `q`.
+pub fn quote(q: &service::Quote) -> QuoteObject {
+    QuoteObject {
+        model: q.model.clone(),
+        pricing_version_id: q.pricing.id().to_string(),
+        pricing: catalog::price_sheet_json(&q.pricing.sheet),
+        hold_usd: q.hold.into(),
+        hold_microusd: q.hold.micros(),
+    }
+}
+
+/// One live replica's upstream endpoints.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReplicaHealthObject {
+    /// The replica's id.
+    pub replica: String,
+    /// Until when its liveness lease runs.
+    pub live_until: DateTime,
+    /// Its endpoints as it last reported them (state, attempts, failures, errors by kind).
+    pub endpoints: Vec<Value>,
+}
+
+/// `GET /api/v1/admin/health`: the figures of `/metrics` an operator watches.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct HealthObject {
+    /// Billable calls open in the replica that answered.
+    pub calls_in_flight: i64,
+    /// Calls of that replica waiting for a concurrency slot.
+    pub calls_queued: i64,
+    /// Reservations still holding money, all replicas.
+    pub open_reservations: u64,
+    /// Age in seconds of the oldest video task not yet ended (the worker's lag); `null` without one.
+    pub oldest_active_video_secs: Option<i64>,
+    /// Whether maintenance mode is on.
+    pub maintenance: bool,
+    /// Every live replica's upstream endpoints.
+    pub replicas: Vec<ReplicaHealthObject>,
+}
+
+/// The health object of `h`.
+pub fn health(h: &service::Health) -> HealthObject {
+    HealthObject {
+        calls_in_flight: h.calls_in_flight,
+        calls_queued: h.calls_queued,
+        open_reservations: h.open_reservations,
+        oldest_active_video_secs: h.oldest_active_video_secs,
+        maintenance: h.maintenance,
+        replicas: h
+            .replicas
+            .iter()
+            .map(|(replica, live_until, endpoints)| ReplicaHealthObject {
+                replica: replica.clone(),
+                live_until: (*live_until).into(),
+                endpoints: endpoints.iter().map(|e| serde_json::to_value(e).unwrap_or(Value::Null)).collect(),
+            })
+            .collect(),
     }
 }

@@ -24,7 +24,7 @@ pub use manage::ManageStore;
 pub use media::{MediaError, MediaSink, MediaSource, MediaStore};
 pub use models::ModelStore;
 pub use responses::ResponseOwners;
-pub use tasks::{OpenWork, PageRequest, TaskOutcome, TaskStore, UpstreamRecord};
+pub use tasks::{OpenWork, PageRequest, TaskFilter, TaskOutcome, TaskStore, UpstreamRecord};
 pub use upstream::{
     Attempted, Endpoint, EndpointHealth, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
     UpstreamHealth, Via,

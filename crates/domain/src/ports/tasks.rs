@@ -27,6 +27,15 @@ impl PageRequest {
     }
 }
 
+/// Which of a user's tasks a list shows; the default shows all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// A state or group of states.
+    pub status: Option<StatusFilter>,
+    /// A kind of model.
+    pub kind: Option<crate::ModelKind>,
+}
+
 /// Tasks and their billing view.
 #[async_trait]
 pub trait TaskStore: Send + Sync {
@@ -38,7 +47,7 @@ pub trait TaskStore: Send + Sync {
     async fn list_tasks(
         &self,
         user: &UserId,
-        filter: Option<StatusFilter>,
+        filter: TaskFilter,
         page: PageRequest,
     ) -> Result<(Vec<Task>, u64), StoreError>;
     /// Counts for the overview.
