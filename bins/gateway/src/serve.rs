@@ -81,14 +81,14 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
     match demo {
         // The secret goes to stdout once, never to the log.
         Some(demo) => println!(
-            "Demo user {} created with {} USD.\nDemo API key (shown once): {}\nTry: curl -s http://{addr}/api/v1/models -H 'Authorization: Bearer {}'",
+            "Demo user {} created with {} USD.\nDemo API key (shown once): {}\nTry: curl -s http://{addr}/api/v1/models -H 'Authorization: Bearer {}'\nConsole: http://{addr}/console/ (sign in with the key above)",
             demo.user.id, demo.user.balance, demo.key.secret, demo.key.secret
         ),
         None if users == 0 => println!(
-            "Gateway on http://{addr}. No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
+            "Gateway on http://{addr} (console: /console/). No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
         ),
         None => println!(
-            "Gateway on http://{addr}. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
+            "Gateway on http://{addr} (console: /console/). Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
     let state = api::AppState::new(gateway.clone())
