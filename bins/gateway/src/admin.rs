@@ -45,6 +45,16 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let secret = operator.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})
         }
+        Admin::User(UserCmd::Set { user, disabled, concurrency_limit, media_quota_bytes }) => {
+            let change = domain::UserChange { disabled, concurrency_limit, media_quota_bytes };
+            let user = operator.change_user(&UserId(user), change).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::wire::admin_user(&user))
+        }
+        Admin::Audit { page, page_size } => {
+            let params = [("page", page.as_str()), ("page_size", page_size.as_str())];
+            let page = operator.audit(params).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::wire::audit(&page))
+        }
         Admin::Key(KeyCmd::Create {
             user,
             scopes,

@@ -79,6 +79,15 @@ pub enum Admin {
     /// Tasks, whoever owns them.
     #[command(subcommand)]
     Task(TaskCmd),
+    /// The audit trail of operator actions (command line and management API), newest first.
+    Audit {
+        /// Page, from 1.
+        #[arg(long, default_value = "1")]
+        page: String,
+        /// Actions per page: 20, 50 or 100.
+        #[arg(long, default_value = "20")]
+        page_size: String,
+    },
 }
 
 /// `gateway admin task …`.
@@ -111,6 +120,21 @@ pub enum UserCmd {
         /// User id.
         #[arg(long)]
         user: String,
+    },
+    /// Disable or enable a user (a disabled user's keys are all refused) or change its caps.
+    Set {
+        /// User id.
+        #[arg(long)]
+        user: String,
+        /// `true` or `false`.
+        #[arg(long)]
+        disabled: Option<bool>,
+        /// Most concurrent calls, 1..100000.
+        #[arg(long)]
+        concurrency_limit: Option<i64>,
+        /// Media storage quota in bytes.
+        #[arg(long)]
+        media_quota_bytes: Option<i64>,
     },
 }
 

@@ -124,6 +124,43 @@ fn admin_commands_print_one_json_object() {
 
     assert_eq!(sandbox.run(&["admin", "maintenance", "on"]).json(), json!({"maintenance": true}));
     assert_eq!(sandbox.run(&["admin", "maintenance", "off"]).json(), json!({"maintenance": false}));
+
+    let disabled = sandbox.run(&["admin", "user", "set", "--user", &user_id, "--disabled", "true"]).json();
+    assert_eq!(disabled["disabled"], true, "{disabled}");
+    let enabled = sandbox
+        .run(&["admin", "user", "set", "--user", &user_id, "--disabled", "false", "--concurrency-limit", "3"])
+        .json();
+    assert_eq!((&enabled["disabled"], &enabled["concurrency_limit"]), (&json!(false), &json!(3)), "{enabled}");
+
+    // Every change above is in the audit trail, newest first, made by the command line.
+    let audit = sandbox.run(&["admin", "audit", "--page-size", "100"]).json();
+    let entries = audit["data"].as_array().expect("data");
+    let actions: Vec<&str> = entries.iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "user.change",
+            "user.change",
+            "maintenance",
+            "maintenance",
+            "model.price",
+            "model.price",
+            "model.set",
+            "model.set",
+            "model.set",
+            "user.topup",
+            "key.revoke",
+            "key.create",
+            "key.create",
+            "user.create",
+            "user.webhook_secret",
+            "user.create",
+        ],
+        "{audit}"
+    );
+    assert!(entries.iter().all(|e| e["actor"] == "cli" && e["actor_key"].is_null()), "{audit}");
+    assert_eq!(entries[9]["after"]["balance_usd"], "13.500001", "the top-up's state after: {audit}");
+    assert!(!audit.to_string().contains("sk-gw-") && !audit.to_string().contains("whsec_"), "no secret: {audit}");
 }
 
 #[test]
