@@ -1,7 +1,8 @@
 # Sourced by the scripts that check a running gateway (sdk_compat.sh, schemathesis.sh): builds the
 # gateway (debug), makes the Python virtual environment `$venv`, starts `gateway serve` on a free
 # port with a fresh SQLite database and the built-in simulator, and sets `base` (its URL) and `key`
-# (the demo key). The gateway is stopped and its folder removed when the calling script exits.
+# (the demo key), and `db` (its SQLite file). The gateway is stopped and its folder removed when
+# the calling script exits.
 # Expects `root` (the repository) to be set.
 work="$(mktemp -d)"
 gateway_pid=""
@@ -11,12 +12,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build -q -p gateway --manifest-path "$root/Cargo.toml"
+# GW_PROFILE=release builds and runs the optimised binary (for timings); debug by default.
+profile="${GW_PROFILE:-debug}"
+if [ "$profile" = release ]; then
+  cargo build -q --release -p gateway --manifest-path "$root/Cargo.toml"
+else
+  cargo build -q -p gateway --manifest-path "$root/Cargo.toml"
+fi
 venv="$root/.venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 
 (cd "$work" && GATEWAY_LISTEN=127.0.0.1:0 GATEWAY_DATABASE_URL="sqlite://$work/gw.db?mode=rwc" GATEWAY_LOG=warn \
-  GATEWAY_MEDIA_DIR="$work/media" exec "$root/target/debug/gateway" serve >"$work/out.txt" 2>"$work/err.txt") &
+  GATEWAY_MEDIA_DIR="$work/media" exec "$root/target/$profile/gateway" serve >"$work/out.txt" 2>"$work/err.txt") &
 gateway_pid=$!
 line=""
 for _ in $(seq 1 100); do
@@ -31,3 +38,4 @@ if [ -z "$line" ]; then
 fi
 base="$(echo "$line" | sed -E 's#.*(http://[^/]+)/api/v1/models.*#\1#')"
 key="$(echo "$line" | grep -o 'sk-gw-[0-9a-f]*' | head -n1)"
+db="$work/gw.db"

@@ -393,3 +393,90 @@ async fn operators_manage_users_models_and_maintenance_and_every_change_is_audit
         assert!(!audit.raw.windows(6).any(|w| w == b"whsec_"), "{label}: no secret in the audit trail");
     }
 }
+
+#[tokio::test]
+async fn quotes_health_operator_keys_and_the_kind_filter() {
+    for db in databases() {
+        let env = Env::new(
+            &db,
+            "10",
+            Duration::from_secs(5),
+            &[Scope::LanguageCreate, Scope::ImageCreate, Scope::TaskRead, Scope::OverviewRead],
+        )
+        .await;
+        let ctx = |what: &str| env.ctx(what);
+        let send = |path: &'static str, body: Value| {
+            let (server, key) = (&env.server, env.key.clone());
+            async move { server.send_json(Method::POST, path, Some(&key), &body).await }
+        };
+
+        // A quote is the hold the call then takes, and holds nothing itself.
+        let before = env.balance().await;
+        let body = chat();
+        let quote = send("/api/v1/chat/completions/quote", body.clone()).await;
+        assert_eq!(quote.status, 200, "{}: {}", ctx("quote"), quote.json);
+        assert_eq!(env.balance().await, before, "{}", ctx("a quote holds nothing"));
+        assert_eq!(quote.json["pricing_version_id"], format!("{MODEL}@v1"), "{}", ctx("the price"));
+        let call = env.post("/api/v1/chat/completions", &body).await;
+        assert_eq!(call.json["svc"]["billing"]["estimated_amount"], quote.json["hold_usd"], "{}", ctx("the same hold"));
+        let image = json!({"model": "Vendor-Imagegen-4.5", "prompt": "a fox"});
+        let image_quote = send("/api/v1/images/generations/quote", image.clone()).await;
+        assert!(usd(&image_quote.json["hold_usd"]).micros() > 0, "{}: {}", ctx("image quote"), image_quote.json);
+        send("/api/v1/chat/completions/quote", json!({"model": MODEL})).await.assert_error(
+            400,
+            "invalid_request",
+            &ctx("a quote checks the body"),
+        );
+        let reader = env.server.key(&env.user.id, &[Scope::OverviewRead]).await.secret;
+        env.server
+            .send_json(Method::POST, "/api/v1/chat/completions/quote", Some(&reader), &chat())
+            .await
+            .assert_error(401, "invalid_api_key", &ctx("a quote needs the call's scope"));
+        assert_eq!(env.post("/api/v1/images/generations", &image).await.status, 200, "{}", ctx("image"));
+
+        // The kind filter of the task list.
+        let kinds = |kind: &'static str| {
+            let (server, key) = (&env.server, env.key.clone());
+            async move { server.get(&format!("/api/v1/tasks?kind={kind}"), Some(&key)).await }
+        };
+        let language = kinds("language").await;
+        assert_eq!(language.json["pagination"]["total"], 1, "{}: {}", ctx("language tasks"), language.json);
+        assert_eq!(kinds("image").await.json["pagination"]["total"], 1, "{}", ctx("image tasks"));
+        assert_eq!(kinds("video").await.json["pagination"]["total"], 0, "{}", ctx("no video task"));
+        kinds("chat").await.assert_error(400, "invalid_request", &ctx("an unknown kind"));
+
+        // Operator keys for any user, revoked by any operator; health from the metrics' sources.
+        let (_, admin_key) = admin(&env.server, &[Scope::Admin]).await;
+        let path = format!("/api/v1/admin/users/{}/keys", env.user.id);
+        let body = json!({"name": "ops-made", "scopes": ["models:read", "admin"]});
+        let made = env.server.send_json(Method::POST, &path, Some(&admin_key), &body).await;
+        assert_eq!(made.status, 201, "{}: {}", ctx("operator key"), made.json);
+        let secret = made.json["secret"].as_str().expect("secret").to_owned();
+        assert_eq!(env.server.get("/api/v1/models", Some(&secret)).await.status, 200, "{}", ctx("it works"));
+        env.server.get("/api/v1/admin/health", Some(&secret)).await.assert_error(
+            401,
+            "invalid_api_key",
+            &ctx("the admin scope alone does not make a user an operator"),
+        );
+        let bad = json!({"name": "x", "scopes": ["root"]});
+        env.server.send_json(Method::POST, &path, Some(&admin_key), &bad).await.assert_error(
+            400,
+            "invalid_request",
+            &ctx("scope"),
+        );
+        let nobody =
+            env.server.send_json(Method::POST, "/api/v1/admin/users/usr_nope/keys", Some(&admin_key), &body).await;
+        nobody.assert_error(404, "not_found", &ctx("an unknown user"));
+        let id = made.json["id"].as_str().expect("id");
+        let auth = format!("Bearer {admin_key}");
+        let revoked =
+            env.server.request(Method::DELETE, &format!("/api/v1/admin/keys/{id}"), &[("authorization", &auth)]).await;
+        assert_eq!(revoked.status, 200, "{}: {}", ctx("revoke"), revoked.json);
+        env.server.get("/api/v1/models", Some(&secret)).await.assert_error(401, "invalid_api_key", &ctx("revoked"));
+        let health = env.server.get("/api/v1/admin/health", Some(&admin_key)).await;
+        assert_eq!(health.status, 200, "{}: {}", ctx("health"), health.json);
+        assert_eq!(health.json["open_reservations"], 0, "{}", ctx("nothing held"));
+        assert_eq!(health.json["calls_in_flight"], 0, "{}", ctx("no call in flight"));
+        assert!(health.json["replicas"].is_array(), "{}", ctx("replicas"));
+    }
+}

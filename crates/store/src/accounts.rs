@@ -266,9 +266,11 @@ impl AccountStore for Store {
     async fn spend_by_key(&self, user: &UserId) -> Result<Vec<KeyTotal>, StoreError> {
         // Not expressible through the query builder without a relation between the two
         // entities; a raw statement on the read connection, like the other aggregates.
+        // `r.user_id` and the literal `'settled'` let the partial index `reservations_settled_user`
+        // find this user's settled rows (without them a planner may scan every user's).
         let sql = "SELECT t.key_id AS key_id, CAST(SUM(r.actual_micros) AS BIGINT) AS spent, COUNT(*) AS calls \
-                   FROM tasks t JOIN reservations r ON r.task_id = t.id \
-                   WHERE t.user_id = $1 AND t.key_id IS NOT NULL AND r.status = 'settled' \
+                   FROM reservations r JOIN tasks t ON t.id = r.task_id \
+                   WHERE r.user_id = $1 AND r.status = 'settled' AND t.key_id IS NOT NULL \
                    GROUP BY t.key_id ORDER BY t.key_id";
         let rows = self
             .db
