@@ -190,6 +190,15 @@ def flows(playwright, args):
     after = ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"]
     assert after == balance, f"the hold came back: {balance} -> {after}"
 
+    # A finished video task shows its video.
+    done = ok(base, "POST", "/api/v1/tasks", key, {"model": VIDEO_MODEL, "prompt": "a quick fox"}, expect_status=(202,))
+    deadline = time.monotonic() + 60
+    while ok(base, "GET", f"/api/v1/tasks/{done['id']}", key)["status"] != "succeeded":
+        assert time.monotonic() < deadline, "the video task never succeeded"
+        time.sleep(0.3)
+    b.goto(f"tasks/{done['id']}")
+    expect(page.locator("#task-video")).to_have_attribute("src", ok(base, "GET", f"/api/v1/tasks/{done['id']}", key)["output_url"])
+
     # Every page, at both widths, loads without overflow or errors.
     b.goto("overview")
     for width in (1280, 390):

@@ -33,6 +33,8 @@
     for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) node.append(c);
   }
   const usd = (s) => (s === null || s === undefined ? "—" : s.startsWith("-") ? "-$" + s.slice(1) : "$" + s);
+  // A link from the API is followed only when it is http(s) or on this origin (never `javascript:`).
+  const safeUrl = (u) => (typeof u === "string" && (/^https?:\/\//i.test(u) || /^\/[^/\\]/.test(u)) ? u : null);
   const when = (s) => (s ? s.replace("T", " ").replace(/\.\d+Z$/, " UTC") : "—");
   function badge(status) {
     return h("span", { class: "badge " + status }, status);
@@ -279,13 +281,21 @@
       ["Billing status", b.status || "—"], ["Held (estimate)", usd(b.estimated_amount)], ["Charged", usd(b.actual_amount)],
       ["Balance after", usd(b.balance_after)], ["Price version", b.pricing_version_id || "—"],
     ];
-    if (t.error) rows.push(["Error", `${t.error.code}: ${t.error.message}`]);
-    const result = t.result || {};
+    if (t.error_code) rows.push(["Error", `${t.error_code}: ${t.error_message || ""}`]);
+    let result = null;
+    const output = safeUrl(t.output_url);
+    const lastFrame = safeUrl(t.last_frame_url);
+    if (output && t.kind === "video") {
+      result = h("div", {}, h("h2", {}, "Result"), h("video", { class: "result", src: output, controls: true, id: "task-video" }),
+        lastFrame ? h("p", {}, h("a", { href: lastFrame, rel: "noreferrer" }, "Last frame")) : null);
+    } else if (output) {
+      result = h("div", {}, h("h2", {}, "Result"), h("p", {}, h("a", { href: output, rel: "noreferrer" }, output)));
+    }
     show(
       h("h1", {}, "Task " + t.id),
       h("div", { class: "table-wrap" }, h("table", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
       b.usage ? h("div", {}, h("h2", {}, "Usage"), h("pre", {}, JSON.stringify(b.usage, null, 2))) : null,
-      result.video_url ? h("div", {}, h("h2", {}, "Result"), h("video", { class: "result", src: result.video_url, controls: true })) : null,
+      result,
       t.status === "queued"
         ? h("button", { class: "danger", type: "button", id: "cancel-task", onclick: async () => {
             try {
@@ -454,7 +464,7 @@
 
   async function runImage(body, output, status) {
     const answer = await api("POST", "/api/v1/images/generations", body);
-    const images = (answer.data || []).map((d) => (d.url ? h("img", { class: "result", src: d.url, alt: "Generated image" }) : null));
+    const images = (answer.data || []).map((d) => (safeUrl(d.url) ? h("img", { class: "result", src: safeUrl(d.url), alt: "Generated image" }) : null));
     fill(output, ...images);
     fill(status, 
       h("span", { class: "ok", role: "status" }, `Done. Charged ${usd(answer.billing && answer.billing.actual_amount)}. `),
