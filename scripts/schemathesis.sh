@@ -34,7 +34,7 @@ PY
 
 # Operations that can lock the fuzzing key out (revoke it, disable its user) or stop every call
 # (maintenance, a disabled or repriced model) run in a second pass, after everything else.
-lockout=(delete_api_v1_keys__key_id_ delete_api_v1_admin_keys__key_id_ patch_api_v1_admin_users__user_id_
+lockout=(delete_api_v1_keys__key_id_ delete_api_v1_admin_keys__key_id_ patch_api_v1_admin_keys__key_id_ patch_api_v1_admin_users__user_id_
   put_api_v1_admin_maintenance patch_api_v1_admin_models__model_ post_api_v1_admin_models__model__pricing)
 checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
 status=0

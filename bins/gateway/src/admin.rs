@@ -158,14 +158,7 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
         }
         Admin::Task(TaskCmd::Show { id }) => {
             let (task, record) = gateway.task_for_operator(&id).await.map_err(|e| e.to_string())?;
-            let mut out = api::wire::to_json(&api::wire::task(&task));
-            let via = record.via.as_ref();
-            out["upstream"] = json!({
-                "id": record.upstream_id,
-                "endpoint": via.map(|v| v.endpoint.as_str()),
-                "attempts": via.map(|v| v.attempts),
-            });
-            out
+            api::wire::to_json(&api::manage::wire::admin_task(&task, &record))
         }
     };
     println!("{out}");

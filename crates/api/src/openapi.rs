@@ -479,6 +479,9 @@ mod tests {
                     M::RevokeAnyKey(_) => (Method::DELETE, "/api/v1/admin/keys/key_1"),
                     M::QuoteChat => (Method::POST, "/api/v1/chat/completions/quote"),
                     M::QuoteImage => (Method::POST, "/api/v1/images/generations/quote"),
+                    M::ChangeKey(_) => (Method::PATCH, "/api/v1/admin/keys/key_1"),
+                    M::RotateUserSecret(_) => (Method::POST, "/api/v1/admin/users/usr_1/webhook-secret"),
+                    M::AdminTask(_) => (Method::GET, "/api/v1/admin/tasks/task_1"),
                 },
             }
         };
@@ -504,6 +507,9 @@ mod tests {
             M::RevokeAnyKey(String::new()),
             M::QuoteChat,
             M::QuoteImage,
+            M::ChangeKey(String::new()),
+            M::RotateUserSecret(String::new()),
+            M::AdminTask(String::new()),
         ];
         let all = [
             Route::Healthz,

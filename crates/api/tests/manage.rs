@@ -473,6 +473,55 @@ async fn quotes_health_operator_keys_and_the_kind_filter() {
             env.server.request(Method::DELETE, &format!("/api/v1/admin/keys/{id}"), &[("authorization", &auth)]).await;
         assert_eq!(revoked.status, 200, "{}: {}", ctx("revoke"), revoked.json);
         env.server.get("/api/v1/models", Some(&secret)).await.assert_error(401, "invalid_api_key", &ctx("revoked"));
+        // A key's limits: set, cleared, refused when both; a user's webhook secret; any task.
+        let limits_path =
+            format!("/api/v1/admin/keys/{}", env.server.key(&env.user.id, &[Scope::ModelsRead]).await.key.id);
+        let patch = |body: Value| {
+            let (server, path, key) = (&env.server, limits_path.clone(), admin_key.clone());
+            async move { server.send_json(Method::PATCH, &path, Some(&key), &body).await }
+        };
+        let set = patch(json!({"rpm": 60, "budget_usd": "2.5", "budget_period": "day"})).await;
+        assert_eq!(
+            (set.status, &set.json["rpm"], &set.json["budget"]["period"]),
+            (200, &json!(60), &json!("day")),
+            "{}",
+            ctx("set")
+        );
+        let cleared = patch(json!({"clear": ["rpm", "budget"]})).await;
+        assert_eq!((&cleared.json["rpm"], &cleared.json["budget"]), (&Value::Null, &Value::Null), "{}", ctx("cleared"));
+        for bad in [json!({}), json!({"rpm": 0}), json!({"rpm": 5, "clear": ["rpm"]}), json!({"models": "NoSuch-9"})] {
+            patch(bad.clone()).await.assert_error(400, "invalid_request", &ctx(&bad.to_string()));
+        }
+        let rotated = env
+            .server
+            .send_json(
+                Method::POST,
+                &format!("/api/v1/admin/users/{}/webhook-secret", env.user.id),
+                Some(&admin_key),
+                &json!({}),
+            )
+            .await;
+        assert!(rotated.json["webhook_secret"].as_str().is_some_and(|s| s.starts_with("whsec_")), "{}", ctx("rotated"));
+        let task_id = call.json["svc"]["task_id"].as_str().expect("task id");
+        let shown = env.server.get(&format!("/api/v1/admin/tasks/{task_id}"), Some(&admin_key)).await;
+        assert_eq!((shown.status, &shown.json["id"]), (200, &json!(task_id)), "{}: {}", ctx("any task"), shown.json);
+        let upstream = shown.json["upstream"].as_object().expect("the upstream record");
+        assert!(["id", "endpoint", "attempts"].iter().all(|k| upstream.contains_key(*k)), "{}", ctx("its fields"));
+        env.server.get("/api/v1/admin/tasks/task_nope", Some(&admin_key)).await.assert_error(
+            404,
+            "not_found",
+            &ctx("no task"),
+        );
+        let audit = env.server.get("/api/v1/admin/audit?page_size=100", Some(&admin_key)).await;
+        let actions: Vec<&str> =
+            audit.json["data"].as_array().expect("data").iter().filter_map(|e| e["action"].as_str()).collect();
+        assert_eq!(
+            actions,
+            ["user.webhook_secret", "key.limits", "key.limits", "key.revoke", "key.create"],
+            "{}",
+            ctx("audited")
+        );
+
         let health = env.server.get("/api/v1/admin/health", Some(&admin_key)).await;
         assert_eq!(health.status, 200, "{}: {}", ctx("health"), health.json);
         assert_eq!(health.json["open_reservations"], 0, "{}", ctx("nothing held"));

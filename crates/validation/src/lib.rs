@@ -31,8 +31,8 @@ pub use image::{
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
 };
 pub use manage::{
-    ListQuery, MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody, TopupBody, USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS,
-    UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
+    KeyLimitName, KeyLimitsBody, ListQuery, MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody, TopupBody,
+    USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
 };
 pub use native::{
     MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,

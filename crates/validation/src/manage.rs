@@ -117,6 +117,130 @@ pub struct MaintenanceBody {
     pub enabled: bool,
 }
 
+/// A limit of a key that `PATCH /api/v1/admin/keys/{key_id}` can remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyLimitName {
+    /// The expiry: the key never expires.
+    ExpiresAt,
+    /// The model allow-list: every model.
+    Models,
+    /// The spend budget: only the balance limits the key.
+    Budget,
+    /// The requests-per-minute limit.
+    Rpm,
+    /// The tokens-per-minute limit.
+    Tpm,
+    /// The address list: any address.
+    AllowIps,
+}
+
+/// `PATCH /api/v1/admin/keys/{key_id}`: the limits to set, and those to remove (`clear`); a
+/// limit not named stays as it is. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitsBody {
+    /// RFC 3339 time from which the key is refused as expired (in the future).
+    #[serde(default, deserialize_with = "present")]
+    pub expires_at: Option<String>,
+    /// Comma-separated model names and kinds (`language`, `image`, `audio`, `video`) the key may reach.
+    #[serde(default, deserialize_with = "present")]
+    pub models: Option<String>,
+    /// The most the key may spend per `budget_period`, USD as a decimal string (at least zero).
+    #[serde(default, deserialize_with = "present")]
+    pub budget_usd: Option<String>,
+    /// `total` (the default: never starts over), `day`, `week` (from Monday) or `month`, in UTC;
+    /// only with `budget_usd`.
+    #[serde(default, deserialize_with = "present")]
+    pub budget_period: Option<String>,
+    /// Generation calls per UTC minute.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 1, max = 4_294_967_295_i64))]
+    pub rpm: Option<i64>,
+    /// Language tokens (prompt + completion) per UTC minute.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(range(min = 1, max = 4_294_967_295_i64))]
+    pub tpm: Option<i64>,
+    /// Comma-separated client networks (CIDR) or addresses the key may be used from.
+    #[serde(default, deserialize_with = "present")]
+    pub allow_ips: Option<String>,
+    /// Limits to remove.
+    #[serde(default, deserialize_with = "present")]
+    pub clear: Option<Vec<KeyLimitName>>,
+}
+
+impl KeyLimitsBody {
+    /// The change it asks for, every value read by the same parser as the command line's flags;
+    /// a limit both set and cleared, or nothing asked, is refused.
+    pub fn change(self) -> Result<domain::KeyLimitsChange, ValidationError> {
+        use domain::{BudgetPeriod, IpAllowList, KeyBudget, ModelAllowList, Timestamp, UsdAmount};
+        let bad = |field: &str, e: &dyn std::fmt::Display| ValidationError::Invalid(format!("{field}: {e}"));
+        let clear = self.clear.unwrap_or_default();
+        let cleared = |name: KeyLimitName| clear.contains(&name);
+        let both = [
+            (KeyLimitName::ExpiresAt, self.expires_at.is_some(), "expires_at"),
+            (KeyLimitName::Models, self.models.is_some(), "models"),
+            (KeyLimitName::Budget, self.budget_usd.is_some(), "budget"),
+            (KeyLimitName::Rpm, self.rpm.is_some(), "rpm"),
+            (KeyLimitName::Tpm, self.tpm.is_some(), "tpm"),
+            (KeyLimitName::AllowIps, self.allow_ips.is_some(), "allow_ips"),
+        ];
+        if let Some((_, _, field)) = both.iter().find(|(name, set, _)| *set && cleared(*name)) {
+            return Err(ValidationError::Invalid(format!("{field} is both set and cleared")));
+        }
+        if self.budget_period.is_some() && self.budget_usd.is_none() {
+            return Err(ValidationError::Invalid("budget_period needs a budget_usd".into()));
+        }
+        fn or_clear<T>(clear: &[KeyLimitName], name: KeyLimitName) -> Option<Option<T>> {
+            if clear.contains(&name) { Some(None) } else { None }
+        }
+        let limit = |field: &str, n: Option<i64>| -> Result<Option<std::num::NonZeroU32>, ValidationError> {
+            n.map(|n| {
+                u32::try_from(n)
+                    .ok()
+                    .and_then(std::num::NonZeroU32::new)
+                    .ok_or_else(|| bad(field, &"must be 1..4294967295"))
+            })
+            .transpose()
+        };
+        let budget = self
+            .budget_usd
+            .map(|usd| {
+                let limit = UsdAmount::parse_decimal(&usd).map_err(|e| bad("budget_usd", &e))?;
+                let period = self
+                    .budget_period
+                    .as_deref()
+                    .map_or(Ok(BudgetPeriod::Total), str::parse)
+                    .map_err(|e| bad("budget_period", &e))?;
+                Ok::<_, ValidationError>(KeyBudget { limit, period })
+            })
+            .transpose()?;
+        let change = domain::KeyLimitsChange {
+            expires_at: match self.expires_at {
+                Some(t) => Some(Some(t.parse::<Timestamp>().map_err(|e| bad("expires_at", &e))?)),
+                None => or_clear(&clear, KeyLimitName::ExpiresAt),
+            },
+            models: match self.models {
+                Some(m) => Some(Some(ModelAllowList::parse(&m).map_err(|e| bad("models", &e))?)),
+                None => or_clear(&clear, KeyLimitName::Models),
+            },
+            budget: budget.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Budget)),
+            rpm: limit("rpm", self.rpm)?.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Rpm)),
+            tpm: limit("tpm", self.tpm)?.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Tpm)),
+            allow_ips: match self.allow_ips {
+                Some(l) => Some(Some(IpAllowList::parse(&l).map_err(|e| bad("allow_ips", &e))?)),
+                None => or_clear(&clear, KeyLimitName::AllowIps),
+            },
+        };
+        if change == domain::KeyLimitsChange::default() {
+            return Err(ValidationError::Invalid(
+                "give at least one of expires_at, models, budget_usd, rpm, tpm, allow_ips or clear".into(),
+            ));
+        }
+        Ok(change)
+    }
+}
+
 /// A checked list query: the page and, where the list has one, the search text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
@@ -251,6 +375,30 @@ mod tests {
         assert!(list_query([("page", "0")], true).is_err());
         assert!(list_query([("q", "x".repeat(101).as_str())], true).is_err());
         assert!(list_query([("q", "x".repeat(100).as_str())], true).is_ok());
+    }
+
+    #[test]
+    fn key_limit_changes() {
+        let change = |body: &str| manage_body::<KeyLimitsBody>(body.as_bytes()).and_then(KeyLimitsBody::change);
+        let set =
+            change(r#"{"rpm": 60, "budget_usd": "5", "budget_period": "day", "clear": ["models"]}"#).expect("valid");
+        assert_eq!(set.rpm, Some(std::num::NonZeroU32::new(60)));
+        assert_eq!(set.models, Some(None), "cleared");
+        assert_eq!(set.budget.flatten().map(|b| b.period), Some(domain::BudgetPeriod::Day));
+        assert_eq!(set.expires_at, None, "untouched");
+        for bad in [
+            r#"{}"#,
+            r#"{"clear": []}"#,
+            r#"{"rpm": 0}"#,
+            r#"{"rpm": 4294967296}"#,
+            r#"{"rpm": 5, "clear": ["rpm"]}"#,
+            r#"{"budget_period": "day"}"#,
+            r#"{"expires_at": "tomorrow"}"#,
+            r#"{"clear": ["everything"]}"#,
+        ] {
+            assert!(change(bad).is_err(), "{bad}");
+        }
+        assert!(change(r#"{"rpm": 4294967295}"#).is_ok(), "the largest limit");
     }
 
     #[test]

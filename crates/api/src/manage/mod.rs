@@ -64,6 +64,12 @@ pub enum ManageRoute {
     CreateUserKey(String),
     /// `DELETE /api/v1/admin/keys/{key_id}`.
     RevokeAnyKey(String),
+    /// `PATCH /api/v1/admin/keys/{key_id}`: a key's limits.
+    ChangeKey(String),
+    /// `POST /api/v1/admin/users/{user_id}/webhook-secret`.
+    RotateUserSecret(String),
+    /// `GET /api/v1/admin/tasks/{task_id}`: any user's task, with its upstream record.
+    AdminTask(String),
     /// `POST /api/v1/chat/completions/quote`: the hold a chat call would take.
     QuoteChat,
     /// `POST /api/v1/images/generations/quote`: the hold an image call would take.
@@ -89,7 +95,9 @@ impl ManageRoute {
             ManageRoute::Audit => "/api/v1/admin/audit",
             ManageRoute::Health => "/api/v1/admin/health",
             ManageRoute::CreateUserKey(_) => "/api/v1/admin/users/{user_id}/keys",
-            ManageRoute::RevokeAnyKey(_) => "/api/v1/admin/keys/{key_id}",
+            ManageRoute::RevokeAnyKey(_) | ManageRoute::ChangeKey(_) => "/api/v1/admin/keys/{key_id}",
+            ManageRoute::RotateUserSecret(_) => "/api/v1/admin/users/{user_id}/webhook-secret",
+            ManageRoute::AdminTask(_) => "/api/v1/admin/tasks/{task_id}",
             ManageRoute::QuoteChat => "/api/v1/chat/completions/quote",
             ManageRoute::QuoteImage => "/api/v1/images/generations/quote",
         }
@@ -137,9 +145,17 @@ pub(crate) fn route(method: &Method, segments: &[&str]) -> Option<Result<ManageR
         ["admin", "users", id, "keys"] if !id.is_empty() => {
             pick(&[(*method == Method::POST, ManageRoute::CreateUserKey(owned(id)))], "POST")
         }
-        ["admin", "keys", id] if !id.is_empty() => {
-            pick(&[(*method == Method::DELETE, ManageRoute::RevokeAnyKey(owned(id)))], "DELETE")
+        ["admin", "keys", id] if !id.is_empty() => pick(
+            &[
+                (*method == Method::DELETE, ManageRoute::RevokeAnyKey(owned(id))),
+                (*method == Method::PATCH, ManageRoute::ChangeKey(owned(id))),
+            ],
+            "DELETE, PATCH",
+        ),
+        ["admin", "users", id, "webhook-secret"] if !id.is_empty() => {
+            pick(&[(*method == Method::POST, ManageRoute::RotateUserSecret(owned(id)))], "POST")
         }
+        ["admin", "tasks", id] if !id.is_empty() => pick(&[(get, ManageRoute::AdminTask(owned(id)))], "GET"),
         ["chat", "completions", "quote"] => pick(&[(*method == Method::POST, ManageRoute::QuoteChat)], "POST"),
         ["images", "generations", "quote"] => pick(&[(*method == Method::POST, ManageRoute::QuoteImage)], "POST"),
         _ => None,
@@ -321,6 +337,26 @@ pub(crate) async fn handle(
             let (_, actor) = admin(gateway, &parts).await?;
             let key = gateway.operator(&actor).revoke_key(&ApiKeyId(id)).await?;
             Ok(ok_json(&crate::wire::key(&gateway.view_key(key, None))))
+        }
+        ManageRoute::ChangeKey(id) => {
+            let (who, actor) = admin(gateway, &parts).await?;
+            let req: validation::KeyLimitsBody = body(state, &parts, &who, incoming).await?;
+            let change = req.change().map_err(service::ServiceError::from)?;
+            let key = gateway.operator(&actor).set_key_limits(&ApiKeyId(id), change).await?;
+            // Shown as the key lists show it, with what it spent so far.
+            let keys = gateway.list_keys(&key.user_id).await?;
+            let view = keys.into_iter().find(|v| v.key.id == key.id).unwrap_or_else(|| gateway.view_key(key, None));
+            Ok(ok_json(&crate::wire::key(&view)))
+        }
+        ManageRoute::RotateUserSecret(id) => {
+            let (_, actor) = admin(gateway, &parts).await?;
+            let secret = gateway.operator(&actor).rotate_webhook_secret(&UserId(id)).await?;
+            Ok(ok_json(&wire::WebhookSecretObject { webhook_secret: secret }))
+        }
+        ManageRoute::AdminTask(id) => {
+            admin(gateway, &parts).await?;
+            let (task, record) = gateway.task_for_operator(&id).await?;
+            Ok(ok_json(&wire::admin_task(&task, &record)))
         }
         ManageRoute::QuoteChat => {
             let who = auth(gateway, &parts, Scope::LanguageCreate).await?;

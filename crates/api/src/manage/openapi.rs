@@ -53,6 +53,8 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
     let chat_body = body(requests.subschema_for::<validation::ChatRequest>().to_value());
     let image_body = body(requests.subschema_for::<validation::ImageRequest>().to_value());
     let user_key = body(requests.subschema_for::<NewKeyBody>().to_value());
+    let key_limits = body(requests.subschema_for::<validation::KeyLimitsBody>().to_value());
+    let admin_task = responses.subschema_for::<super::wire::AdminTaskObject>().to_value();
     let new_key = body(requests.subschema_for::<NewKeyBody>().to_value());
     let new_user = body(requests.subschema_for::<NewUserBody>().to_value());
     let user_patch = body(requests.subschema_for::<UserPatchBody>().to_value());
@@ -139,7 +141,7 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             "keys:manage",
             vec![],
             None,
-            answer(200, "the new secret", secret, &[401]),
+            answer(200, "the new secret", secret.clone(), &[401]),
         ),
         op(
             "get",
@@ -273,7 +275,7 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             "admin",
             vec![path_param("key_id", "The key id (`key_…`)")],
             None,
-            answer(200, "the revoked key", key, &[401, 404]),
+            answer(200, "the revoked key", key.clone(), &[401, 404]),
         ),
         op(
             "post",
@@ -292,6 +294,33 @@ pub(crate) fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaG
             vec![],
             image_body,
             answer(200, "the quote", quote, &[400, 401, 413, 415, 503]),
+        ),
+        op(
+            "patch",
+            "/api/v1/admin/keys/{key_id}",
+            "Operator: set or clear a key's expiry, model allow-list, budget, rate limits or address list",
+            "admin",
+            vec![path_param("key_id", "The key id (`key_…`)")],
+            key_limits,
+            answer(200, "the key", key, &[400, 401, 404, 413, 415]),
+        ),
+        op(
+            "post",
+            "/api/v1/admin/users/{user_id}/webhook-secret",
+            "Operator: replace a user's webhook secret; the new one is shown once",
+            "admin",
+            user_id(),
+            None,
+            answer(200, "the new secret", secret, &[401, 404]),
+        ),
+        op(
+            "get",
+            "/api/v1/admin/tasks/{task_id}",
+            "Operator: any user's task, with the endpoint that served it and the attempts it made",
+            "admin",
+            vec![path_param("task_id", "The task id")],
+            None,
+            answer(200, "the task", admin_task, &[401, 404]),
         ),
     ]
 }

@@ -395,3 +395,37 @@ pub fn health(h: &service::Health) -> HealthObject {
             .collect(),
     }
 }
+
+/// Where an operator's task view says the upstream side of a task went.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskUpstreamObject {
+    /// The upstream's id for the task (video tasks, once accepted).
+    pub id: Option<String>,
+    /// The configured endpoint that served the call (or was tried last); never a URL or key.
+    pub endpoint: Option<String>,
+    /// The attempts the call made.
+    pub attempts: Option<u32>,
+}
+
+/// `GET /api/v1/admin/tasks/{task_id}`: the task as its owner sees it, and its upstream side.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AdminTaskObject {
+    /// The task.
+    #[serde(flatten)]
+    pub task: crate::wire::TaskObject,
+    /// Its upstream side.
+    pub upstream: TaskUpstreamObject,
+}
+
+/// The operator's view of a task (what `gateway admin task show` prints).
+pub fn admin_task(task: &domain::Task, record: &domain::ports::UpstreamRecord) -> AdminTaskObject {
+    let via = record.via.as_ref();
+    AdminTaskObject {
+        task: crate::wire::task(task),
+        upstream: TaskUpstreamObject {
+            id: record.upstream_id.clone(),
+            endpoint: via.map(|v| v.endpoint.clone()),
+            attempts: via.map(|v| v.attempts),
+        },
+    }
+}
