@@ -333,7 +333,11 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
             scope: Some("language:create"),
             parameters: vec![],
             body: Some(responses_body),
-            responses: with(vec![(200, "the response", Some(stream(&chat_answer)))], &billable),
+            // 404: a `previous_response_id` that is not one of the caller's responses.
+            responses: with(
+                vec![(200, "the response", Some(stream(&chat_answer)))],
+                &[400, 401, 402, 404, 413, 415, 429, 502, 503],
+            ),
         },
     ]
 }
