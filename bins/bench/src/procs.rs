@@ -428,7 +428,7 @@ mod tests {
 
     #[test]
     fn listening_line() {
-        let line = "Gateway on http://127.0.0.1:4321. Users exist already; issue a key with: gateway admin key create";
+        let line = "Gateway on http://127.0.0.1:4321. Console: http://127.0.0.1:4321/console/. Users exist already; issue a key with: gateway admin key create";
         assert_eq!(parse_listening_line(line), Some("127.0.0.1:4321".to_owned()));
         assert_eq!(parse_listening_line("Demo user usr_1 created with 1.000000 USD."), None);
     }

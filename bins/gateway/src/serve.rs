@@ -85,10 +85,10 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
             demo.user.id, demo.user.balance, demo.key.secret, demo.key.secret
         ),
         None if users == 0 => println!(
-            "Gateway on http://{addr} (console: /console/). No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
+            "Gateway on http://{addr}. Console: http://{addr}/console/. No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
         ),
         None => println!(
-            "Gateway on http://{addr} (console: /console/). Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
+            "Gateway on http://{addr}. Console: http://{addr}/console/. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
         ),
     }
     let state = api::AppState::new(gateway.clone())
