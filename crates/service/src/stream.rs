@@ -107,7 +107,9 @@ impl Gateway {
         if let Some(e) = &failure {
             self.metrics.upstream_failed(call.model(), e);
         }
-        let charged = close_stream(call, meter, failure.as_ref()).await;
+        // Boxed: the settlement's future is large and needed only once, at the end, so the pump
+        // that every open stream keeps for its whole life does not carry room for it.
+        let charged = Box::pin(close_stream(call, meter, failure.as_ref())).await;
         let _ = billed.send(charged);
         if client_gone {
             return;
