@@ -503,13 +503,15 @@ impl Gateway {
         let answer = attempted.result;
         call.routed(attempted.via);
         self.metrics.upstream(call.model(), started.elapsed(), answer.as_ref().err());
+        // The ends are boxed: each is large and runs once, at the end, so the call's future (which
+        // its task carries from the start) does not keep room for them.
         let finished = match answer.and_then(finish) {
             Ok(finished) => finished,
-            Err(e) => return Err(call.fail(&e).await),
+            Err(e) => return Err(Box::pin(call.fail(&e)).await),
         };
         let billing = match finished.close {
-            Close::Charge { amount, usage, tokens } => call.settle(amount, usage, tokens).await?,
-            Close::Refund { code, message, usage } => call.refund(&code, message, usage).await?,
+            Close::Charge { amount, usage, tokens } => Box::pin(call.settle(amount, usage, tokens)).await?,
+            Close::Refund { code, message, usage } => Box::pin(call.refund(&code, message, usage)).await?,
         };
         Ok(CallReply::Complete { answer: finished.answer, call: billing })
     }

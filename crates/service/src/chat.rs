@@ -165,7 +165,10 @@ impl Gateway {
     /// Runs a chat completion for `who` with the raw JSON `body`.
     pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
-        let CheckedChat { def, pricing, plan, upstream_body, estimate } = self.checked_chat(who, body).await?;
+        // The steps are boxed: each lives only while it runs, so the call's own future (which every
+        // call's task carries until the answer, or a stream's first event) stays small.
+        let CheckedChat { def, pricing, plan, upstream_body, estimate } =
+            Box::pin(self.checked_chat(who, body)).await?;
         let output = plan.output_hold_tokens();
         let hold = hold_description(&def.name, &plan);
         let public_model = def.name.clone();
@@ -182,10 +185,10 @@ impl Gateway {
             rate,
             details,
         };
-        let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
+        let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
             let (call, events) =
-                self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body).await?;
+                Box::pin(self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body)).await?;
             let meter = ChatMeter {
                 public_model,
                 sheet,

@@ -146,9 +146,11 @@ impl Gateway {
             rate,
             details,
         };
-        let call = self.open_call(spec).await.map_err(|e| e.for_hold(hold))?;
+        // Boxed steps, as in `chat`: the call's own future stays small.
+        let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {
-            let (call, events) = self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body).await?;
+            let (call, events) =
+                Box::pin(self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body)).await?;
             let owners = Recorder {
                 owners: Arc::clone(&self.ports.responses),
                 user: who.user_id.clone(),
@@ -158,9 +160,10 @@ impl Gateway {
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
         let task = call.task_id().clone();
-        let reply = self
-            .run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(bytes))
-            .await?;
+        let reply = Box::pin(
+            self.run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(bytes)),
+        )
+        .await?;
         if let (Format::Responses, CallReply::Complete { answer, .. }) = (format, &reply)
             && let Some(Value::String(id)) = answer.member("id")
             && let Err(e) = self.ports.responses.record_response(&id, &who.user_id, &task).await
