@@ -105,7 +105,13 @@ fn operations(requests: &mut SchemaGenerator, responses: &mut SchemaGenerator) -
     let stream = |answer: &Value| {
         json!({
             "application/json": {"schema": answer},
-            "text/event-stream": {"schema": {"type": "string", "description": "Server-sent events when the request asks for `stream: true`"}},
+            // One server-sent event as a reader parses it (`event` and `data` lines, each data a
+            // JSON text, or `[DONE]` for the chat format).
+            "text/event-stream": {"schema": {
+                "type": "object",
+                "description": "Server-sent events when the request asks for `stream: true`",
+                "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
+            }},
         })
     };
     let with = |mut ok: Vec<(u16, &'static str, Option<Value>)>, codes: &[u16]| {
