@@ -196,7 +196,8 @@
     const [overview, usage] = await Promise.all([get("/api/v1/overview"), get("/api/v1/usage?group_by=day")]);
     const days = usage.data;
     const sum = (n) => days.slice(-n).reduce((a, d) => a + d.spent_microusd, 0);
-    const money = (micros) => "$" + (micros / 1e6).toFixed(6);
+    // Integer micro-USD to its 6-decimal text without floating point, as the API writes amounts.
+    const money = (micros) => `$${Math.trunc(micros / 1e6)}.${String(micros % 1e6).padStart(6, "0")}`;
     const chart = window.GatewayChart.dailyChart(days, "Daily spend by model, last 30 days");
     show(
       h("h1", {}, "Overview"),

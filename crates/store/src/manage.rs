@@ -9,7 +9,7 @@ use domain::{
 use sea_orm::sea_query::{Expr, ExprTrait, Func, LikeExpr};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, Select, TransactionTrait,
 };
 
 use crate::accounts::{key_from_row, user_from_row};
@@ -43,6 +43,31 @@ fn contains_pattern(text: &str) -> String {
     pattern
 }
 
+impl Store {
+    /// One page of `query` in the order `order` gives it, and how many rows match in all, read in
+    /// one snapshot (a page past the end reads no rows).
+    async fn page_of<E>(
+        &self,
+        query: Select<E>,
+        order: impl FnOnce(Select<E>) -> Select<E>,
+        page: PageRequest,
+    ) -> Result<(Vec<E::Model>, u64), StoreError>
+    where
+        E: EntityTrait,
+        E::Model: Send + Sync,
+    {
+        let txn = self.read_snapshot().await?;
+        let total = query.clone().count(&txn).await.map_err(backend_err)?;
+        let rows = if page.offset() >= total {
+            Vec::new()
+        } else {
+            order(query).offset(page.offset()).limit(page.page_size).all(&txn).await.map_err(backend_err)?
+        };
+        txn.commit().await.map_err(backend_err)?;
+        Ok((rows, total))
+    }
+}
+
 #[async_trait]
 impl ManageStore for Store {
     async fn daily_spend(&self, user: &UserId, from_ms: i64, to_ms: i64) -> Result<Vec<DailyModelSpend>, StoreError> {
@@ -74,20 +99,7 @@ impl ManageStore for Store {
 
     async fn ledger_page(&self, user: &UserId, page: PageRequest) -> Result<(Vec<LedgerEntry>, u64), StoreError> {
         let query = ledger_entries::Entity::find().filter(ledger_entries::Column::UserId.eq(user.as_str()));
-        let txn = self.read_snapshot().await?;
-        let total = query.clone().count(&txn).await.map_err(backend_err)?;
-        let rows = if page.offset() >= total {
-            Vec::new()
-        } else {
-            query
-                .order_by_desc(ledger_entries::Column::Id)
-                .offset(page.offset())
-                .limit(page.page_size)
-                .all(&txn)
-                .await
-                .map_err(backend_err)?
-        };
-        txn.commit().await.map_err(backend_err)?;
+        let (rows, total) = self.page_of(query, |q| q.order_by_desc(ledger_entries::Column::Id), page).await?;
         let entries = rows
             .into_iter()
             .map(|row| crate::ledger::entry_from_row(row).map_err(|e| StoreError::Backend(e.to_string())))
@@ -109,21 +121,9 @@ impl ManageStore for Store {
                     .add(like(users::Column::Email)),
             );
         }
-        let txn = self.read_snapshot().await?;
-        let total = query.clone().count(&txn).await.map_err(backend_err)?;
-        let rows = if page.offset() >= total {
-            Vec::new()
-        } else {
-            query
-                .order_by_desc(users::Column::CreatedAt)
-                .order_by_desc(users::Column::Id)
-                .offset(page.offset())
-                .limit(page.page_size)
-                .all(&txn)
-                .await
-                .map_err(backend_err)?
-        };
-        txn.commit().await.map_err(backend_err)?;
+        let newest =
+            |q: Select<users::Entity>| q.order_by_desc(users::Column::CreatedAt).order_by_desc(users::Column::Id);
+        let (rows, total) = self.page_of(query, newest, page).await?;
         Ok((rows.into_iter().map(user_from_row).collect::<Result<_, _>>()?, total))
     }
 
@@ -184,20 +184,8 @@ impl ManageStore for Store {
     }
 
     async fn audit_page(&self, page: PageRequest) -> Result<(Vec<AuditEntry>, u64), StoreError> {
-        let txn = self.read_snapshot().await?;
-        let total = admin_audit::Entity::find().count(&txn).await.map_err(backend_err)?;
-        let rows = if page.offset() >= total {
-            Vec::new()
-        } else {
-            admin_audit::Entity::find()
-                .order_by_desc(admin_audit::Column::Id)
-                .offset(page.offset())
-                .limit(page.page_size)
-                .all(&txn)
-                .await
-                .map_err(backend_err)?
-        };
-        txn.commit().await.map_err(backend_err)?;
+        let query = admin_audit::Entity::find();
+        let (rows, total) = self.page_of(query, |q| q.order_by_desc(admin_audit::Column::Id), page).await?;
         Ok((rows.into_iter().map(audit_from_row).collect(), total))
     }
 }

@@ -437,7 +437,20 @@ impl Server {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Reply {
-        let (parts, incoming, conn) = self.post_streaming_with(path, key, content_type, headers, body).await;
+        self.send(Method::POST, path, key, content_type, headers, body).await
+    }
+
+    /// `method path` with `body`, on a fresh HTTP/1.1 connection; the whole reply.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let (parts, incoming, conn) = self.open_with_body(method, path, key, content_type, headers, body).await;
         let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
             .await
             .expect("reading the body timed out")
@@ -487,15 +500,7 @@ impl Server {
     /// `method path` with a JSON `body` and the key; the whole reply.
     pub async fn send_json(&self, method: Method, path: &str, key: Option<&str>, body: &Value) -> Reply {
         let bytes = serde_json::to_vec(body).expect("serialize the body");
-        let (parts, incoming, conn) = self.open_with_body(method, path, key, "application/json", &[], &bytes).await;
-        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
-            .await
-            .expect("reading the body timed out")
-            .expect("read body")
-            .to_bytes();
-        conn.abort();
-        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+        self.send(method, path, key, "application/json", &[], &bytes).await
     }
 
     /// `method path` with a body, on a fresh connection; the response head, its unread body, and
