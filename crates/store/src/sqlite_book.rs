@@ -19,6 +19,7 @@ use domain::{ApiKeyId, KeyBudgetState, KeySpend, Task, TaskId, Timestamp, UsdAmo
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
+use crate::db::{CHECKPOINTER_CACHE_KIB, WRITER_CACHE_KIB};
 use crate::writer::{
     ATTEMPTS, BatchError, BookWriter, Committed, Direct, Job, Queued, Running, answer, batch_time, blocking_next,
     drain, fail,
@@ -53,10 +54,10 @@ pub(crate) fn start(path: &Path, checkpoints: Checkpoints) -> Result<BookWriter,
 /// [`start`], also returning how many operations were committed directly on their callers'
 /// threads (see [`DirectCommit`]).
 fn start_counting(path: &Path, checkpoints: Checkpoints) -> Result<(BookWriter, Arc<AtomicU64>), StoreError> {
-    let conn = open(path, "PRAGMA wal_autocheckpoint=0;")?;
+    let conn = open(path, WRITER_CACHE_KIB, "PRAGMA wal_autocheckpoint=0;")?;
     conn.set_prepared_statement_cache_capacity(32);
     let conn = Arc::new(Mutex::new(conn));
-    let ckpt_conn = open(path, "")?;
+    let ckpt_conn = open(path, CHECKPOINTER_CACHE_KIB, "")?;
     let (tx, rx) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let flags = Arc::new(Flags::default());
@@ -130,12 +131,12 @@ impl Direct for DirectCommit {
     }
 }
 
-fn open(path: &Path, extra: &str) -> Result<Connection, StoreError> {
+fn open(path: &Path, cache_kib: u32, extra: &str) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| StoreError::Backend(format!("writer: {e}")))?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| StoreError::Backend(e.to_string()))?;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; \
-         PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456; {extra}"
+         PRAGMA cache_size=-{cache_kib}; PRAGMA mmap_size=268435456; {extra}"
     ))
     .map_err(|e| StoreError::Backend(format!("writer pragmas: {e}")))?;
     Ok(conn)
