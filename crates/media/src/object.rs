@@ -154,6 +154,7 @@ impl ObjectMediaStore {
         if let Some(endpoint) = &location.endpoint {
             builder = builder.with_endpoint(endpoint).with_virtual_hosted_style_request(false);
         }
+        crate::egress::install_tls_provider();
         let s3 = Arc::new(builder.build().map_err(|e| io("the S3 media store's settings", &e))?);
         Ok(ObjectMediaStore { store: s3.clone(), signer: Some(s3), prefix: location.prefix.clone() })
     }

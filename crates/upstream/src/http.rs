@@ -110,7 +110,7 @@ impl HttpUpstream {
             .insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(MESSAGES_VERSION));
         let speech_headers = credentials(HeaderName::from_static("x-api-key"), "", &config.speech_key, "speech")?;
         let platform = &config.platform_base;
-        let client = reqwest::Client::builder()
+        let client = crate::transport::client_builder()
             .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {}", chain(&e))))?;

@@ -1,8 +1,16 @@
-//! What the crate's HTTP adapters share about one exchange over `reqwest`: reading a body within a
-//! bound, the text kept of an error body, and a failed request as an [`UpstreamError`] whose text
+//! What the crate's HTTP adapters share about one exchange over `reqwest`: building a client,
+//! reading a body within a bound, the text kept of an error body, and a failed request as an [`UpstreamError`] whose text
 //! never names the upstream's URL or host.
 
 use domain::ports::UpstreamError;
+
+/// A `reqwest` client builder, with ring installed first as the process's rustls crypto provider
+/// (reqwest is built without one of its own). Every client of this crate starts here.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    // Err: a provider is installed already (this one, or one the process chose).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
 
 /// Most bytes of a non-2xx answer kept in [`UpstreamError::Status`].
 pub const MAX_ERROR_BODY: usize = 2048;

@@ -134,11 +134,19 @@ fn map_reqwest(error: &reqwest::Error) -> EgressError {
     if error.is_timeout() { EgressError::Timeout } else { EgressError::Network(chain(error)) }
 }
 
+/// Installs ring as the process's rustls crypto provider, which `reqwest` (built without one of its
+/// own) needs before it builds a client: the egress client's and the S3 media store's.
+pub(crate) fn install_tls_provider() {
+    // Err: a provider is installed already (this one, or one the process chose).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Egress {
     /// A client for `config`; fails with [`EgressError::Config`] when the PEM has no usable
     /// certificate or the client cannot be built.
     pub fn new(config: EgressConfig) -> Result<Egress, EgressError> {
         let allow = Arc::new(config.allow);
+        install_tls_provider();
         let mut builder = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

@@ -95,7 +95,7 @@ impl HttpAssetUpstream {
             let host = host.ok_or_else(|| UpstreamError::Connect(format!("unsupported assets URL {origin:?}")))?;
             (Some(url), host)
         };
-        let client = reqwest::Client::builder()
+        let client = crate::transport::client_builder()
             .connect_timeout(config.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()

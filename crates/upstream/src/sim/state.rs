@@ -123,7 +123,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SimState {
     pub(crate) fn new(addr: SocketAddr, options: SimOptions) -> SimState {
-        let client = reqwest::Client::builder()
+        let client = crate::transport::client_builder()
             .no_proxy()
             .danger_accept_invalid_certs(true)
             .redirect(reqwest::redirect::Policy::none())

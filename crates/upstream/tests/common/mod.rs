@@ -104,7 +104,7 @@ pub async fn get(url: &str) -> (u16, String, Vec<u8>) {
 
 /// A raw `POST` to the simulator with the given headers; status and body text.
 pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut request = reqwest::Client::new().post(url).body(body.to_owned());
+    let mut request = upstream::transport::client_builder().build().unwrap().post(url).body(body.to_owned());
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
