@@ -15,7 +15,9 @@ use crate::config::{Config, LogFormat};
 
 /// The process allocator. A call allocates and frees many short-lived buffers (request and
 /// answer bodies, JSON values, boxed futures) from several threads; glibc's allocator spent a
-/// sixth of the gateway's CPU on them in a profile (`docs/PERFORMANCE.md`).
+/// sixth of the gateway's CPU on them in a profile (`docs/PERFORMANCE.md`). Without the `mimalloc`
+/// feature (a build for heap profilers) the system allocator serves them.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

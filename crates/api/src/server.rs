@@ -22,6 +22,9 @@ use crate::response::Response;
 use crate::routes::{UNMATCHED_ROUTE, route};
 use crate::state::{AppState, CallLog, Limits};
 
+/// What the connection's service answers a request with.
+type ServiceFuture = Pin<Box<dyn Future<Output = Result<http::Response<BusyBody>, Infallible>> + Send>>;
+
 /// How long shutdown waits for in-flight requests before closing connections.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -79,10 +82,15 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 req.extensions_mut().insert(crate::state::ClientIp(client));
                 let state = state.clone();
                 let busy = Busy::begin(&activity);
-                async move {
+                // Boxed apart: hyper keeps a connection's request future in a box of its own for
+                // the connection's life, sized for the future (~7 KiB); this way that box holds a
+                // pointer, and the future's memory goes back as soon as the answer's head is out
+                // (a stream then costs its connection nothing for it).
+                let responding: ServiceFuture = Box::pin(async move {
                     let response = respond(&state, req).await;
                     Ok::<_, Infallible>(response.map(|body| BusyBody { body, _busy: busy }))
-                }
+                });
+                responding
             })
         };
         let builder = Arc::clone(&builder);

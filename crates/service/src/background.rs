@@ -7,8 +7,10 @@
 //! (`Admission::release_all`), the video worker and the binary's periodic loops.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -40,6 +42,27 @@ impl Drop for Ticket {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// `work` and the ticket that counts it, dropped together when the task ends (or panics).
+    ///
+    /// A struct rather than an `async move { work.await }` block: such a block keeps room for
+    /// `work` twice, once as the value it captured and once as the value it awaits, so a stream's
+    /// pump (~6 KiB) took ~12 KiB for the whole life of the stream.
+    struct Counted<F> {
+        #[pin]
+        work: F,
+        _ticket: Ticket,
+    }
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().work.poll(cx)
+    }
+}
+
 impl Background {
     fn ticket(&self) -> Ticket {
         self.0.running.fetch_add(1, Ordering::AcqRel);
@@ -52,11 +75,7 @@ impl Background {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let ticket = self.ticket();
-        tokio::spawn(async move {
-            let _ticket = ticket;
-            work.await
-        })
+        tokio::spawn(Counted { work, _ticket: self.ticket() })
     }
 
     /// [`Background::spawn`] on `runtime` (from code that is not itself on a runtime task).
@@ -65,11 +84,7 @@ impl Background {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let ticket = self.ticket();
-        runtime.spawn(async move {
-            let _ticket = ticket;
-            work.await
-        })
+        runtime.spawn(Counted { work, _ticket: self.ticket() })
     }
 
     /// Tasks still running.
