@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -37,17 +39,21 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 ///
 /// Each connection is watched ([`Activity`]): one that has no request in flight is closed when it
 /// has been silent for [`Limits::idle_timeout`], or when a request's header block has not arrived
-/// within [`Limits::header_read_timeout`] of its first byte (which also covers a client that never
-/// finishes the first bytes hyper needs to tell HTTP/1.1 from HTTP/2).
+/// within [`Limits::header_read_timeout`] of its first byte.
+///
+/// Which protocol a connection speaks is judged on its first bytes without reading them
+/// ([`opening`]), and it is then served by that protocol's own builder: hyper-util's `auto`
+/// server reads those bytes and hands them back, and each HTTP/1.1 connection's read buffer then
+/// grew to 16 KiB instead of hyper's 8 (`docs/PERFORMANCE.md`).
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     let limits = *state.limits();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
+    let http1 = Arc::new(http1::Builder::new());
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(limits.http2_keepalive))
         .keep_alive_timeout(limits.http2_keepalive);
-    let builder = Arc::new(builder);
+    let http2 = Arc::new(http2);
     let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let (stop, stopped) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -74,7 +80,6 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
-        let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
         let service = {
             let (state, activity) = (state.clone(), Arc::clone(&activity));
             service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
@@ -93,45 +98,26 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 responding
             })
         };
-        let builder = Arc::clone(&builder);
+        let (http1, http2) = (Arc::clone(&http1), Arc::clone(&http2));
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let conn = builder.serve_connection_with_upgrades(io, service);
-            let mut conn = std::pin::pin!(conn);
-            let mut watchdog = Watchdog::new(activity, limits);
-            let mut stopping = false;
-            loop {
-                tokio::select! {
-                    // The connection first: the watchdog then sees what it has just read.
-                    biased;
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(%peer, error = %e, "connection closed with error");
-                        }
-                        break;
-                    }
-                    _ = stopped.changed(), if !stopping => {
-                        stopping = true;
-                        conn.as_mut().graceful_shutdown();
-                        watchdog.close_by(tokio::time::Instant::now() + DRAIN_TIMEOUT);
-                    }
-                    wake = &mut watchdog => match wake {
-                        Wake::Stalled if watchdog.activity.http2.load(Ordering::Relaxed) => {
-                            // Nothing in flight: a GOAWAY, and a moment for the client to read it.
-                            tracing::debug!(%peer, "closing an idle HTTP/2 connection");
-                            conn.as_mut().graceful_shutdown();
-                            watchdog.close_by(tokio::time::Instant::now() + CLOSE_GRACE);
-                        }
-                        Wake::Stalled => {
-                            // HTTP/1.1 with nothing in flight (at most half a header): just close.
-                            tracing::debug!(%peer, "closing an idle or stalled connection");
-                            break;
-                        }
-                        Wake::TimeUp => break, // it had its time to finish
-                    },
-                }
-            }
+            let protocol = tokio::select! {
+                protocol = opening(&stream, &limits) => protocol,
+                _ = stopped.changed() => None,
+            };
+            let Some(protocol) = protocol else {
+                tracing::debug!(%peer, "closing a connection that never began a request");
+                return;
+            };
+            let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
+            let watchdog = Watchdog::new(activity, limits);
+            // Boxed as `dyn` to spell out that it is `Send` (rustc cannot prove it here on its own).
+            let serving: Pin<Box<dyn Future<Output = ()> + Send>> = match protocol {
+                Protocol::Http1 => Box::pin(drive(http1.serve_connection(io, service), watchdog, stopped, peer)),
+                Protocol::Http2 => Box::pin(drive(http2.serve_connection(io, service), watchdog, stopped, peer)),
+            };
+            serving.await;
         });
     }
     tracing::info!("shutting down: draining connections");
@@ -142,6 +128,93 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         () = tokio::time::sleep(DRAIN_TIMEOUT + CLOSE_GRACE) => tracing::warn!("drain timeout; closing remaining connections"),
     }
     Ok(())
+}
+
+/// The protocol a client opens its connection with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    /// HTTP/2 with prior knowledge: the connection preface, which starts with `PRI `.
+    Http2,
+}
+
+/// The first bytes of HTTP/2's connection preface; no HTTP/1.1 request starts with them.
+const HTTP2_PREFACE_START: &[u8; 4] = b"PRI ";
+
+/// How long to wait before looking again at a connection whose first bytes are a part of
+/// [`HTTP2_PREFACE_START`] (a client sends its first line in one piece, so this is rare).
+const PEEK_AGAIN: Duration = Duration::from_millis(5);
+
+/// The protocol `stream` opens with, judged on its first bytes without reading them (they stay
+/// for the protocol's own parser). `None`: the client closed or failed, sent nothing for
+/// [`Limits::idle_timeout`], or stalled inside those first four bytes for
+/// [`Limits::header_read_timeout`].
+async fn opening(stream: &TcpStream, limits: &Limits) -> Option<Protocol> {
+    let mut first = [0u8; 4];
+    let mut seen = match tokio::time::timeout(limits.idle_timeout, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return None,
+    };
+    let stalled_at = tokio::time::Instant::now() + limits.header_read_timeout;
+    loop {
+        if first[..seen] != HTTP2_PREFACE_START[..seen] {
+            return Some(Protocol::Http1);
+        }
+        if seen == HTTP2_PREFACE_START.len() {
+            return Some(Protocol::Http2);
+        }
+        if tokio::time::Instant::now() >= stalled_at {
+            return None;
+        }
+        // Bytes are waiting, so the socket stays readable: look again after a pause, not at once.
+        tokio::time::sleep(PEEK_AGAIN).await;
+        seen = match stream.peek(&mut first).await {
+            Ok(n) if n > 0 => n,
+            _ => return None,
+        };
+    }
+}
+
+/// Serves `conn` until it ends: closed on the watchdog's word when idle or stalled, drained when
+/// the server stops.
+async fn drive<C>(conn: C, mut watchdog: Watchdog, mut stopped: watch::Receiver<bool>, peer: SocketAddr)
+where
+    C: GracefulConnection + Send,
+    C::Error: std::fmt::Display,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            // The connection first: the watchdog then sees what it has just read.
+            biased;
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection closed with error");
+                }
+                break;
+            }
+            _ = stopped.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+                watchdog.close_by(tokio::time::Instant::now() + DRAIN_TIMEOUT);
+            }
+            wake = &mut watchdog => match wake {
+                Wake::Stalled if watchdog.activity.http2.load(Ordering::Relaxed) => {
+                    // Nothing in flight: a GOAWAY, and a moment for the client to read it.
+                    tracing::debug!(%peer, "closing an idle HTTP/2 connection");
+                    conn.as_mut().graceful_shutdown();
+                    watchdog.close_by(tokio::time::Instant::now() + CLOSE_GRACE);
+                }
+                Wake::Stalled => {
+                    // HTTP/1.1 with nothing in flight (at most half a header): just close.
+                    tracing::debug!(%peer, "closing an idle or stalled connection");
+                    break;
+                }
+                Wake::TimeUp => break, // it had its time to finish
+            },
+        }
+    }
 }
 
 /// What the watchdog of one connection knows: requests in flight, when the connection last fell idle,

@@ -1,5 +1,6 @@
 //! Connections and request bodies: a half-sent header, an idle keep-alive connection and a client that
-//! never finishes the first bytes are closed within their timeouts; thousands of idle connections, and
+//! never finishes the first bytes are closed within their timeouts, and HTTP/2 with prior knowledge is
+//! served beside HTTP/1.1; thousands of idle connections, and
 //! connections past the cap, do not stop a normal call from being answered; a trickled body is cut with
 //! 408 and gives its room in the body budget back, and one user's large bodies cannot take another's room.
 
@@ -89,9 +90,12 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
     // Half a request header (past the bytes that tell HTTP/1.1 from HTTP/2).
     let mut half = TcpStream::connect(&addr).expect("connect");
     half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").expect("write");
-    // Fewer bytes than the HTTP/2 preface: hyper is still telling which protocol this is.
+    // Two bytes of an HTTP/1.1 request line, and two of HTTP/2's preface (the protocol is not
+    // known yet: the server is still looking at the first bytes).
     let mut two = TcpStream::connect(&addr).expect("connect");
     two.write_all(b"GE").expect("write");
+    let mut pr = TcpStream::connect(&addr).expect("connect");
+    pr.write_all(b"PR").expect("write");
     // Nothing at all, and an idle keep-alive connection after one request.
     let mut silent = TcpStream::connect(&addr).expect("connect");
     let mut kept = TcpStream::connect(&addr).expect("connect");
@@ -100,6 +104,7 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
 
     let half_cut = time_to_close(&mut half, limit).expect("the half header is closed");
     let two_cut = time_to_close(&mut two, limit).expect("the two bytes are closed");
+    let pr_cut = time_to_close(&mut pr, limit).expect("the two bytes of the preface are closed");
     let kept_cut = time_to_close(&mut kept, limit).expect("the idle keep-alive connection is closed");
     let silent_cut = time_to_close(&mut silent, limit).expect("the silent connection is closed");
     println!(
@@ -112,9 +117,19 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
     );
     assert!(half_cut <= Duration::from_millis(1800), "half header closed after {half_cut:?}");
     assert!(two_cut <= Duration::from_millis(1800), "two bytes closed after {two_cut:?}");
+    assert!(pr_cut <= Duration::from_millis(1800), "two bytes of the preface closed after {pr_cut:?}");
     // Measured from after the half header closed: the idle ones had 2.5 s from their start.
     assert!(kept_cut <= Duration::from_millis(2500), "idle keep-alive closed after {kept_cut:?} more");
     assert!(silent_cut <= Duration::from_millis(2500), "silent closed after {silent_cut:?} more");
+
+    // HTTP/2 with prior knowledge is served on the same port: the preface and an empty SETTINGS
+    // frame are answered with the server's own SETTINGS frame (type 4, stream 0).
+    let mut h2 = TcpStream::connect(&addr).expect("connect");
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").expect("write");
+    h2.set_read_timeout(Some(limit)).expect("timeout");
+    let mut head = [0u8; 9];
+    h2.read_exact(&mut head).expect("the server's first frame");
+    assert_eq!((head[3], &head[5..9]), (4, &[0u8; 4][..]), "a SETTINGS frame on stream 0: {head:?}");
 
     // A connection in use is never cut by the idle timeout: a stream longer than it runs to its end.
     let (_, key) = common::account(&sandbox, "10", "language:create");
