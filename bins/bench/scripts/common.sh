@@ -1,5 +1,6 @@
 # Shared by the wrk scripts beside it (sourced, not run): the gateway binary and wrk, waiting for a
 # port, the gateway's settings against the simulator on 127.0.0.1:9100, a funded account's key,
+# starting the simulator and a gateway together,
 # and the Lua script that makes wrk send a chat completion.
 #
 # Environment (none may start with GATEWAY_: the gateway refuses settings it does not know):
@@ -47,4 +48,19 @@ wrk.body = '{"model":"$3",${4:-}"messages":[{"role":"user","content":"Say hello 
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $2"
 LUA
+}
+
+# Starts the simulator on port 9100 and `gateway serve` (under $PRE when set, e.g. a profiler) on a
+# fresh SQLite file in a new directory, listening on port 9301, and waits for both; sets `work` (the
+# directory), SIM and GW (their pids) and `key` (a funded account's key; $1 labels its e-mail).
+start_pair() {
+  work=$(mktemp -d)
+  "$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
+  SIM=$!
+  wait_port 9100
+  gateway_env "$work/g.db" 9301
+  key=$(bench_key "$1")
+  ${PRE:-} "$G" serve > "$work/serve.log" 2>&1 &
+  GW=$!
+  wait_port 9301
 }

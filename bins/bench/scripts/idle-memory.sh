@@ -10,15 +10,7 @@
 # (default wrk).
 set -u
 . "$(dirname "$0")/common.sh"
-work=$(mktemp -d)
-"$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
-SIM=$!
-wait_port 9100
-gateway_env "$work/g.db" 9301
-key=$(bench_key idle)
-"$G" serve > "$work/serve.log" 2>&1 &
-GW=$!
-wait_port 9301
+start_pair idle
 
 # Prints the RSS of $GW in KiB, whole and by mapping: anonymous, the binary, each library.
 breakdown() {

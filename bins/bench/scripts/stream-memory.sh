@@ -13,15 +13,7 @@
 set -u
 . "$(dirname "$0")/common.sh"
 N=${N:-1000}
-work=$(mktemp -d)
-"$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
-SIM=$!
-wait_port 9100
-gateway_env "$work/g.db" 9301
-key=$(bench_key memory)
-${PRE:-} "$G" serve > "$work/serve.log" 2>&1 &
-GW=$!
-wait_port 9301
+start_pair memory
 chat_lua "$work/s.lua" "$key" "LangA-V4-flash" '"stream":true,"sim_chunk_delay_ms":'"${DELAY:-400}"','
 url=http://127.0.0.1:9301/api/v1/chat/completions
 "$W" -t1 -c2 -d2s -s "$work/s.lua" "$url" > /dev/null

@@ -110,6 +110,7 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 tracing::debug!(%peer, "closing a connection that never began a request");
                 return;
             };
+            activity.http2.store(protocol == Protocol::Http2, Ordering::Relaxed);
             let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
             let watchdog = Watchdog::new(activity, limits);
             // Boxed as `dyn` to spell out that it is `Send` (rustc cannot prove it here on its own).
@@ -228,7 +229,8 @@ struct Activity {
     idle_since: AtomicU64,
     /// When the first byte after `idle_since` arrived, plus one; 0 while none has.
     first_byte: AtomicU64,
-    /// Whether the client speaks HTTP/2 (whose PINGs are not the start of a request).
+    /// Whether the client speaks HTTP/2 (whose PINGs are not the start of a request); set from
+    /// [`opening`] before the connection is served.
     http2: AtomicBool,
 }
 
@@ -252,11 +254,8 @@ impl Activity {
     }
 
     /// Bytes arrived: the first after a quiet spell starts the header clock.
-    fn read(&self, first: &[u8]) {
+    fn read(&self) {
         if self.in_flight.load(Ordering::Relaxed) == 0 && self.first_byte.load(Ordering::Relaxed) == 0 {
-            if self.idle_since.load(Ordering::Relaxed) == 0 && first.starts_with(b"PRI ") {
-                self.http2.store(true, Ordering::Relaxed);
-            }
             self.first_byte.store(self.now().saturating_add(1), Ordering::Relaxed);
         }
     }
@@ -403,7 +402,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.read(&buf.filled()[before..]);
+            self.activity.read();
         }
         polled
     }
