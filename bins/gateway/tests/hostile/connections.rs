@@ -109,9 +109,11 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
     let silent_cut = time_to_close(&mut silent, limit).expect("the silent connection is closed");
     println!(
         "header timeout 1.0 s, idle timeout 2.5 s: half header closed after {:.2} s, two bytes after {:.2} s, \
-         idle keep-alive after (at most) {:.2} s more, silent connection after (at most) {:.2} s more",
+         two bytes of the HTTP/2 preface after {:.2} s, idle keep-alive after (at most) {:.2} s more, \
+         silent connection after (at most) {:.2} s more",
         half_cut.as_secs_f64(),
         two_cut.as_secs_f64(),
+        pr_cut.as_secs_f64(),
         kept_cut.as_secs_f64(),
         silent_cut.as_secs_f64()
     );
