@@ -37,12 +37,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use domain::ports::{Attempted, Endpoint, EventStream, Upstream, UpstreamCall, UpstreamError};
-use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName};
+use http::{HeaderValue, Method};
 
 use crate::config::UpstreamConfig;
 use crate::stream::{Framing, HttpEventStream};
-use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, read_prefix};
+use crate::transport::{Client, ClientConfig, MAX_ERROR_BODY, Response, map_error, read_limited, read_prefix};
 
 /// Largest accepted non-stream answer of chat, responses and messages, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
@@ -58,7 +58,7 @@ pub const MESSAGES_VERSION: &str = "2023-06-01";
 /// One configured endpoint: where it is, what credentials it takes, how its answers look.
 #[derive(Clone)]
 pub(crate) struct Route {
-    pub(crate) url: reqwest::Url,
+    pub(crate) url: url::Url,
     /// Credential and version headers (credentials marked sensitive).
     pub(crate) headers: HeaderMap,
     /// How its streams are framed; `None` when it does not stream.
@@ -67,11 +67,11 @@ pub(crate) struct Route {
     max_answer: usize,
 }
 
-/// [`Upstream`] over HTTP for all five endpoints, with one pooled `reqwest` client; also
+/// [`Upstream`] over HTTP for all five endpoints, with one pooled [`Client`]; also
 /// [`domain::ports::TaskUpstream`] (see [`crate::tasks`]).
 #[derive(Clone)]
 pub struct HttpUpstream {
-    pub(crate) client: reqwest::Client,
+    pub(crate) client: Client,
     chat: Option<Route>,
     images: Option<Route>,
     speech: Option<Route>,
@@ -110,10 +110,8 @@ impl HttpUpstream {
             .insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(MESSAGES_VERSION));
         let speech_headers = credentials(HeaderName::from_static("x-api-key"), "", &config.speech_key, "speech")?;
         let platform = &config.platform_base;
-        let client = crate::transport::client_builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {}", chain(&e))))?;
+        let client = Client::new(ClientConfig { connect_timeout: config.connect_timeout, extra_ca_pem: None })
+            .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {e}")))?;
         Ok(HttpUpstream {
             client,
             chat: route(platform, "/chat/completions", &bearer, Some(Framing::DataOnly), MAX_ANSWER_BYTES)?,
@@ -145,13 +143,13 @@ impl HttpUpstream {
 
     /// Sends `body`; returns the response if it is 2xx, otherwise `Status` (with the
     /// `Retry-After` the upstream asked for, in seconds, if any).
-    async fn send(&self, route: &Route, body: Bytes, accept: &'static str) -> Result<reqwest::Response, Failed> {
+    async fn send(&self, route: &Route, body: Bytes, accept: &'static str) -> Result<Response, Failed> {
         let response = self
             .client
-            .post(route.url.clone())
-            .headers(route.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, accept)
+            .request(Method::POST, &route.url)
+            .headers(&route.headers)
+            .header(&CONTENT_TYPE, &HeaderValue::from_static("application/json"))
+            .header(&ACCEPT, &HeaderValue::from_static(accept))
             .body(body)
             .send()
             .await
@@ -202,8 +200,8 @@ pub(crate) struct Failed {
 
 impl Failed {
     /// A request that got no answer: `unsent` when the connection itself failed.
-    pub(crate) fn request(error: &reqwest::Error) -> Failed {
-        Failed { error: map_reqwest(error), retry_after: None, unsent: error.is_connect() }
+    pub(crate) fn request(error: &crate::transport::Error) -> Failed {
+        Failed { error: map_error(error), retry_after: None, unsent: error.is_connect() }
     }
 }
 
@@ -275,7 +273,7 @@ fn route(
         return Ok(None);
     }
     let joined = format!("{}{suffix}", base.trim_end_matches('/'));
-    let url = reqwest::Url::parse(&joined)
+    let url = url::Url::parse(&joined)
         .map_err(|e| UpstreamError::Connect(format!("invalid upstream base URL {base:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(UpstreamError::Connect(format!("unsupported scheme in upstream base URL {base:?}")));

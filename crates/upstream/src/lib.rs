@@ -2,7 +2,7 @@
 //!
 //! - [`HttpUpstream`] implements [`domain::ports::Upstream`] for chat completions, image
 //!   generation, the speech service, response-style and message-style chat, built from an
-//!   [`UpstreamConfig`] (base URLs, keys, timeouts), with one pooled `reqwest` client; streams
+//!   [`UpstreamConfig`] (base URLs, keys, timeouts), with one pooled HTTP/1.1 client of its own (`transport`); streams
 //!   are read chunk by chunk through [`sse::SseSplitter`] and framed per endpoint (data-only
 //!   for chat, named events for the native formats). The endpoint table and the error mapping
 //!   are in [`http`]. It also implements [`domain::ports::TaskUpstream`] for the platform's

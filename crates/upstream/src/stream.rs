@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use domain::ports::{EventStream, SseEvent, UpstreamError};
 
 use crate::sse::SseSplitter;
-use crate::transport::{MAX_ERROR_BODY, truncate_lossy, without_url};
+use crate::transport::{MAX_ERROR_BODY, Response, truncate_lossy};
 
 /// How the events of a stream are framed, chosen by endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Framing {
 
 /// The events of a streaming answer, read chunk by chunk; each wait for a chunk is bounded.
 pub(crate) struct HttpEventStream {
-    response: reqwest::Response,
+    response: Response,
     splitter: SseSplitter,
     framing: Framing,
     timeout: Duration,
@@ -64,7 +64,7 @@ pub(crate) struct HttpEventStream {
 }
 
 impl HttpEventStream {
-    pub(crate) fn new(response: reqwest::Response, framing: Framing, timeout: Duration) -> Self {
+    pub(crate) fn new(response: Response, framing: Framing, timeout: Duration) -> Self {
         Self { response, splitter: SseSplitter::new(), framing, timeout, eof: false, finished: false }
     }
 
@@ -102,9 +102,9 @@ impl EventStream for HttpEventStream {
             match tokio::time::timeout(self.timeout, self.response.chunk()).await {
                 Err(_) => return self.fail(UpstreamError::Timeout),
                 Ok(Err(e)) => {
-                    return self.fail(UpstreamError::Stream(format!("upstream stream broke: {}", without_url(&e))));
+                    return self.fail(UpstreamError::Stream(format!("upstream stream broke: {e}")));
                 }
-                Ok(Ok(Some(chunk))) => self.splitter.push(&chunk),
+                Ok(Ok(Some(chunk))) => self.splitter.push(chunk),
                 Ok(Ok(None)) => {
                     self.splitter.finish();
                     self.eof = true;

@@ -19,8 +19,8 @@
 
 use async_trait::async_trait;
 use domain::ports::{Attempted, TaskUpstream, UpstreamError};
-use http::Method;
 use http::header::{ACCEPT, CONTENT_TYPE};
+use http::{HeaderValue, Method};
 
 use crate::http::{Failed, HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
 use crate::transport::{MAX_ERROR_BODY, read_limited, read_prefix};
@@ -48,21 +48,26 @@ impl HttpUpstream {
         }
         let mut request = self
             .client
-            .request(method, url)
-            .timeout(self.timeout)
-            .headers(route.headers.clone())
-            .header(ACCEPT, "application/json");
+            .request(method, &url)
+            .headers(&route.headers)
+            .header(&ACCEPT, &HeaderValue::from_static("application/json"));
         if let Some(body) = body {
-            request = request.header(CONTENT_TYPE, "application/json").body(body);
+            request = request.header(&CONTENT_TYPE, &HeaderValue::from_static("application/json")).body(body);
         }
-        let response = request.send().await.map_err(|e| Failed::request(&e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = read_prefix(response, MAX_ERROR_BODY).await;
-            tracing::debug!(status = status.as_u16(), "video task call answered with an error status");
-            return Err(UpstreamError::Status { status: status.as_u16(), body }.into());
+        let exchange = async {
+            let response = request.send().await.map_err(|e| Failed::request(&e))?;
+            let status = response.status();
+            if !status.is_success() {
+                let body = read_prefix(response, MAX_ERROR_BODY).await;
+                tracing::debug!(status = status.as_u16(), "video task call answered with an error status");
+                return Err(UpstreamError::Status { status: status.as_u16(), body }.into());
+            }
+            Ok(read_limited(response, MAX_TASK_ANSWER_BYTES).await?)
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(UpstreamError::Timeout.into()),
         }
-        Ok(read_limited(response, MAX_TASK_ANSWER_BYTES).await?)
     }
 
     /// Creates a task: the answer, or the failure with whether the request never left (the

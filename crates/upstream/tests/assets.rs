@@ -166,9 +166,7 @@ async fn signed(addr: SocketAddr, action: &str, body: &str, when: i64, tamper: b
     };
     let s = sign::sign(creds, &host, &[("Action", action), ("Version", sign::VERSION)], body.as_bytes(), when);
     let sent = if tamper { format!("{body} ") } else { body.to_owned() };
-    let r = upstream::transport::client_builder()
-        .build()
-        .unwrap()
+    let r = common::http_client()
         .post(format!("http://{host}/?Action={action}&Version=2024-01-01"))
         .header("content-type", "application/json")
         .header("x-date", s.x_date)
@@ -201,9 +199,7 @@ async fn raw_signed_requests() {
     assert_eq!(status, 200, "inside the allowed skew");
     let (status, body) = signed(addr, "ListAssetGroups", "{}", now, true).await;
     assert_eq!((status, code(&body).as_str()), (401, "SignatureDoesNotMatch"));
-    let r = upstream::transport::client_builder()
-        .build()
-        .unwrap()
+    let r = common::http_client()
         .post(format!("http://{addr}/?Action=ListAssetGroups&Version=2024-01-01"))
         .body("{}")
         .send()

@@ -268,7 +268,7 @@ async fn clock_control_endpoint_and_real_time() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(status, "succeeded");
-    let client = upstream::transport::client_builder().build().unwrap();
+    let client = common::http_client();
     let before = sim.now_ms();
     let r = client.post(format!("http://{addr}/sim/clock/advance?ms=3600000")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);

@@ -30,13 +30,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use domain::ports::{AssetKind, AssetStatus, AssetUpstream, UpstreamError};
 use domain::{Clock, SystemClock};
-use http::HeaderValue;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderName};
+use http::{HeaderValue, Method};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use crate::config::AssetsConfig;
-use crate::transport::{MAX_ERROR_BODY, chain, map_reqwest, read_limited, truncate_lossy};
+use crate::transport::{Client, ClientConfig, MAX_ERROR_BODY, map_error, read_limited, truncate_lossy};
 
 /// Largest accepted control-plane answer, in bytes.
 pub const MAX_ASSET_ANSWER_BYTES: usize = 1024 * 1024;
@@ -47,9 +47,9 @@ pub const GROUP_TYPE: &str = "AIGC";
 
 /// [`AssetUpstream`] over HTTP with signed requests.
 pub struct HttpAssetUpstream {
-    client: reqwest::Client,
+    client: Client,
     /// `<origin>/`, or `None` when not configured.
-    url: Option<reqwest::Url>,
+    url: Option<url::Url>,
     /// The `Host` value signed and sent.
     host: String,
     access_key: String,
@@ -63,7 +63,7 @@ pub struct HttpAssetUpstream {
 impl fmt::Debug for HttpAssetUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpAssetUpstream")
-            .field("url", &self.url.as_ref().map_or("(not configured)", reqwest::Url::as_str))
+            .field("url", &self.url.as_ref().map_or("(not configured)", url::Url::as_str))
             .field("access_key", &self.access_key)
             .field("secret_key", &"*****")
             .field("region", &self.region)
@@ -73,7 +73,7 @@ impl fmt::Debug for HttpAssetUpstream {
 }
 
 /// `host[:port]` as signed: the port only when it is not the scheme's default.
-fn host_of(url: &reqwest::Url) -> Option<String> {
+fn host_of(url: &url::Url) -> Option<String> {
     let host = url.host_str()?;
     Some(match url.port() {
         Some(port) => format!("{host}:{port}"),
@@ -89,17 +89,15 @@ impl HttpAssetUpstream {
         let (url, host) = if origin.is_empty() {
             (None, String::new())
         } else {
-            let url = reqwest::Url::parse(&format!("{}/", origin.trim_end_matches('/')))
+            let url = url::Url::parse(&format!("{}/", origin.trim_end_matches('/')))
                 .map_err(|e| UpstreamError::Connect(format!("invalid assets URL {origin:?}: {e}")))?;
             let host = host_of(&url).filter(|_| matches!(url.scheme(), "http" | "https"));
             let host = host.ok_or_else(|| UpstreamError::Connect(format!("unsupported assets URL {origin:?}")))?;
             (Some(url), host)
         };
-        let client = crate::transport::client_builder()
-            .connect_timeout(config.connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {}", chain(&e))))?;
+        // The client follows no redirect: an answer is judged as it comes.
+        let client = Client::new(ClientConfig { connect_timeout: config.connect_timeout, extra_ca_pem: None })
+            .map_err(|e| UpstreamError::Connect(format!("cannot build HTTP client: {e}")))?;
         Ok(HttpAssetUpstream {
             client,
             url,
@@ -126,21 +124,26 @@ impl HttpAssetUpstream {
         let mut authorization = HeaderValue::from_str(&signed.authorization)
             .map_err(|_| UpstreamError::Connect("the assets access key is not a valid header value".to_owned()))?;
         authorization.set_sensitive(true);
-        let response = self
+        let text = |value: &str| {
+            HeaderValue::from_str(value)
+                .map_err(|_| UpstreamError::Connect("a signed header is not a valid header value".to_owned()))
+        };
+        let request = self
             .client
-            .post(url)
-            .timeout(self.timeout)
-            .header(CONTENT_TYPE, sign::CONTENT_TYPE)
-            .header(HOST, &self.host)
-            .header("X-Date", &signed.x_date)
-            .header("X-Content-Sha256", &signed.x_content_sha256)
-            .header(AUTHORIZATION, authorization)
-            .body(bytes)
-            .send()
-            .await
-            .map_err(|e| map_reqwest(&e))?;
-        let status = response.status();
-        let answer = read_limited(response, MAX_ASSET_ANSWER_BYTES).await?;
+            .request(Method::POST, &url)
+            .header(&CONTENT_TYPE, &HeaderValue::from_static(sign::CONTENT_TYPE))
+            .header(&HOST, &text(&self.host)?)
+            .header(&HeaderName::from_static("x-date"), &text(&signed.x_date)?)
+            .header(&HeaderName::from_static("x-content-sha256"), &text(&signed.x_content_sha256)?)
+            .header(&AUTHORIZATION, &authorization)
+            .body(bytes);
+        let exchange = async {
+            let response = request.send().await.map_err(|e| map_error(&e))?;
+            let status = response.status();
+            Ok::<_, UpstreamError>((status, read_limited(response, MAX_ASSET_ANSWER_BYTES).await?))
+        };
+        let (status, answer) =
+            tokio::time::timeout(self.timeout, exchange).await.map_err(|_| UpstreamError::Timeout)??;
         if !status.is_success() {
             tracing::debug!(status = status.as_u16(), action, "asset control plane answered with an error status");
             return Err(UpstreamError::Status {
@@ -278,7 +281,7 @@ mod tests {
 
     #[test]
     fn hosts_and_debug() {
-        let url = |s: &str| reqwest::Url::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
+        let url = |s: &str| url::Url::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(host_of(&url("https://ark.example.com/")).as_deref(), Some("ark.example.com"));
         assert_eq!(host_of(&url("https://ark.example.com:443/")).as_deref(), Some("ark.example.com"));
         assert_eq!(host_of(&url("http://127.0.0.1:8080/")).as_deref(), Some("127.0.0.1:8080"));

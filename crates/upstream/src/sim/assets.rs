@@ -108,7 +108,7 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
     rid: String,
 ) -> Result<Response<SimBody>, std::io::Error> {
-    let query: Vec<(String, String)> = reqwest::Url::parse(&format!("http://x/?{}", req.uri().query().unwrap_or("")))
+    let query: Vec<(String, String)> = url::Url::parse(&format!("http://x/?{}", req.uri().query().unwrap_or("")))
         .map(|u| u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
         .unwrap_or_default();
     let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_default();

@@ -123,7 +123,9 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SimState {
     pub(crate) fn new(addr: SocketAddr, options: SimOptions) -> SimState {
-        let client = crate::transport::client_builder()
+        // reqwest is built without a crypto provider: ring, as everywhere in the process.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
             .no_proxy()
             .danger_accept_invalid_certs(true)
             .redirect(reqwest::redirect::Policy::none())

@@ -93,9 +93,16 @@ pub fn names(events: &[SseEvent]) -> Vec<String> {
     events.iter().map(|e| e.event.clone().unwrap_or_else(|| "-".to_owned())).collect()
 }
 
+/// A `reqwest` client for the tests' own calls to the simulator (ring installed first as the
+/// process's rustls provider: reqwest is built without one).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 /// `GET url`: status, content type and body.
 pub async fn get(url: &str) -> (u16, String, Vec<u8>) {
-    let response = reqwest::get(url).await.unwrap();
+    let response = http_client().get(url).send().await.unwrap();
     let status = response.status().as_u16();
     let content_type =
         response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
@@ -104,7 +111,7 @@ pub async fn get(url: &str) -> (u16, String, Vec<u8>) {
 
 /// A raw `POST` to the simulator with the given headers; status and body text.
 pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut request = upstream::transport::client_builder().build().unwrap().post(url).body(body.to_owned());
+    let mut request = http_client().post(url).body(body.to_owned());
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

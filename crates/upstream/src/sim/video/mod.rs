@@ -106,7 +106,7 @@ fn switches(text: &str) -> Result<VideoSwitches, String> {
 
 /// Whether `url` is http(s) to a loopback host.
 pub(crate) fn is_loopback_url(url: &str) -> bool {
-    match reqwest::Url::parse(url) {
+    match url::Url::parse(url) {
         Ok(u) => {
             matches!(u.scheme(), "http" | "https") && matches!(u.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"))
         }

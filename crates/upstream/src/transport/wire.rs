@@ -1,0 +1,436 @@
+//! HTTP/1.1 framing for the upstream client ([`super::client`]): the request head it writes, the
+//! response head it parses, and the body decoder (a length, chunks, or up to the close).
+//!
+//! Pure code over byte slices, so every edge is unit-tested without a socket.
+
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+
+/// Largest response head accepted, in bytes.
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Most header lines in a response head.
+pub(crate) const MAX_HEADERS: usize = 100;
+/// Longest chunk-size line (with its extensions) of a chunked body.
+const MAX_CHUNK_LINE: usize = 1024;
+/// Most bytes of trailer lines after a chunked body's last chunk.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+/// A parsed response head and how its body is framed.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Decoder,
+    /// Whether the connection may carry another request once the body is read to its end.
+    pub(crate) reusable: bool,
+}
+
+/// What [`parse_head`] found at the front of the buffer.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    /// Not a complete head yet: read more.
+    Partial,
+    /// A complete `1xx` head of this many bytes, to skip (the real answer follows).
+    Informational(usize),
+    /// The head, and its length in bytes.
+    Complete(Head, usize),
+}
+
+/// Parses the response head at the front of `buf`, for a request made with `method`.
+pub(crate) fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, String> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut slots);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+            return Err(format!("response head larger than {MAX_HEAD_BYTES} bytes"));
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(e) => return Err(format!("malformed response head: {e}")),
+    };
+    let status = response
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or_else(|| "malformed response status".to_owned())?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err("unexpected switch of protocols".to_owned());
+    }
+    if status.is_informational() {
+        return Ok(Parsed::Informational(len));
+    }
+    let mut close = response.version != Some(1);
+    let (mut length, mut chunked, mut encoded) = (None::<u64>, false, false);
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for header in response.headers.iter() {
+        let name = HeaderName::from_bytes(header.name.as_bytes()).map_err(|_| "malformed header name".to_owned())?;
+        let value = HeaderValue::from_bytes(header.value).map_err(|_| "malformed header value".to_owned())?;
+        if name == CONTENT_LENGTH {
+            let text = std::str::from_utf8(header.value).unwrap_or("").trim();
+            let n = text
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| text.parse::<u64>().ok())
+                .flatten()
+                .ok_or_else(|| "malformed content-length".to_owned())?;
+            if length.is_some_and(|seen| seen != n) {
+                return Err("conflicting content-length values".to_owned());
+            }
+            length = Some(n);
+        } else if name == TRANSFER_ENCODING {
+            encoded = true;
+            let last = header.value.rsplit(|b| *b == b',').next().unwrap_or_default();
+            chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if name == CONNECTION {
+            for token in header.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && response.version == Some(0) {
+                    close = false;
+                }
+            }
+        }
+        headers.append(name, value);
+    }
+    let body = if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        Decoder::Length(0)
+    } else if encoded {
+        // A transfer coding other than chunked last runs to the close (RFC 9112 §6.3).
+        if chunked {
+            Decoder::Chunked(Chunk::Size)
+        } else {
+            close = true;
+            Decoder::Close
+        }
+    } else if let Some(n) = length {
+        Decoder::Length(n)
+    } else {
+        close = true;
+        Decoder::Close
+    };
+    Ok(Parsed::Complete(Head { status, headers, body, reusable: !close }, len))
+}
+
+/// Where a body's framing stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decoder {
+    /// This many bytes are still to come.
+    Length(u64),
+    /// A chunked body, at this point of its framing.
+    Chunked(Chunk),
+    /// Everything up to the connection's close.
+    Close,
+    /// The body has ended.
+    Done,
+}
+
+/// Where a chunked body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk's data, with this many bytes to come.
+    Data(u64),
+    /// Expecting the line end after a chunk's data.
+    DataEnd,
+    /// After the last chunk: trailer lines up to an empty one, with this many bytes seen.
+    Trailers(usize),
+}
+
+/// One step of decoding: framing bytes to skip first, then data or what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Skip `skip` framing bytes; the `len` bytes after them are body data.
+    Data { skip: usize, len: usize },
+    /// Skip `skip` framing bytes; more input is needed.
+    NeedMore { skip: usize },
+    /// Skip `skip` framing bytes; the body has ended.
+    End { skip: usize },
+}
+
+impl Decoder {
+    /// The next step over `buf`, the unread input (which must start where the last step ended).
+    pub(crate) fn decode(&mut self, buf: &[u8]) -> Result<Step, String> {
+        let mut skip = 0;
+        loop {
+            let rest = &buf[skip..];
+            match *self {
+                Decoder::Done | Decoder::Length(0) => {
+                    *self = Decoder::Done;
+                    return Ok(Step::End { skip });
+                }
+                Decoder::Length(n) => {
+                    if rest.is_empty() {
+                        return Ok(Step::NeedMore { skip });
+                    }
+                    let len = usize::try_from(n).map_or(rest.len(), |n| n.min(rest.len()));
+                    *self = Decoder::Length(n - len as u64);
+                    return Ok(Step::Data { skip, len });
+                }
+                Decoder::Close => {
+                    return Ok(if rest.is_empty() {
+                        Step::NeedMore { skip }
+                    } else {
+                        Step::Data { skip, len: rest.len() }
+                    });
+                }
+                Decoder::Chunked(Chunk::Size) => {
+                    let Some((line, used)) = line(rest, MAX_CHUNK_LINE)? else {
+                        return Ok(Step::NeedMore { skip });
+                    };
+                    let size = chunk_size(line)?;
+                    skip += used;
+                    *self = Decoder::Chunked(if size == 0 { Chunk::Trailers(0) } else { Chunk::Data(size) });
+                }
+                Decoder::Chunked(Chunk::Data(n)) => {
+                    if rest.is_empty() {
+                        return Ok(Step::NeedMore { skip });
+                    }
+                    let len = usize::try_from(n).map_or(rest.len(), |n| n.min(rest.len()));
+                    let left = n - len as u64;
+                    *self = Decoder::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
+                    return Ok(Step::Data { skip, len });
+                }
+                Decoder::Chunked(Chunk::DataEnd) => match rest {
+                    [] | [b'\r'] => return Ok(Step::NeedMore { skip }),
+                    [b'\n', ..] => {
+                        skip += 1;
+                        *self = Decoder::Chunked(Chunk::Size);
+                    }
+                    [b'\r', b'\n', ..] => {
+                        skip += 2;
+                        *self = Decoder::Chunked(Chunk::Size);
+                    }
+                    _ => return Err("malformed chunked body: no line end after a chunk".to_owned()),
+                },
+                Decoder::Chunked(Chunk::Trailers(seen)) => {
+                    let Some((line, used)) = line(rest, MAX_TRAILER_BYTES - seen)? else {
+                        return Ok(Step::NeedMore { skip });
+                    };
+                    skip += used;
+                    if line.is_empty() {
+                        *self = Decoder::Done;
+                        return Ok(Step::End { skip });
+                    }
+                    *self = Decoder::Chunked(Chunk::Trailers(seen + used));
+                }
+            }
+        }
+    }
+
+    /// What the connection's close means here: the end of a body that runs to the close, an
+    /// error for a body cut short.
+    pub(crate) fn at_eof(&mut self) -> Result<(), String> {
+        match *self {
+            Decoder::Close | Decoder::Done | Decoder::Length(0) => {
+                *self = Decoder::Done;
+                Ok(())
+            }
+            Decoder::Length(n) => Err(format!("connection closed {n} bytes before the end of the body")),
+            Decoder::Chunked(_) => Err("connection closed inside a chunked body".to_owned()),
+        }
+    }
+}
+
+/// The first line of `buf` without its line end (`\r\n` or `\n`), and the bytes it took with
+/// the line end; `None` while no line end is in sight; an error past `max` bytes.
+fn line(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, String> {
+    match buf.iter().take(max.saturating_add(1)).position(|b| *b == b'\n') {
+        Some(end) => {
+            let text = &buf[..end];
+            Ok(Some((text.strip_suffix(b"\r").unwrap_or(text), end + 1)))
+        }
+        None if buf.len() > max => Err("malformed chunked body: line too long".to_owned()),
+        None => Ok(None),
+    }
+}
+
+/// The size of a chunk-size line (hexadecimal, then optional `;` extensions).
+fn chunk_size(line: &[u8]) -> Result<u64, String> {
+    let digits = line.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
+    let bad = || "malformed chunked body: bad chunk size".to_owned();
+    if digits.is_empty() || digits.len() > 16 {
+        return Err(bad());
+    }
+    digits.iter().try_fold(0u64, |size, b| {
+        let digit = char::from(*b).to_digit(16).ok_or_else(bad)?;
+        Ok(size << 4 | u64::from(digit))
+    })
+}
+
+/// Writes a request head: the request line, `Host` (unless `lines` has one), the caller's header
+/// lines, and the body's length when it has one.
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    host: Option<&str>,
+    lines: &[u8],
+    body: Option<usize>,
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(lines);
+    if let Some(len) = body {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(len.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends the header line `name: value` to `lines`.
+pub(crate) fn header_line(lines: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    lines.extend_from_slice(name.as_str().as_bytes());
+    lines.extend_from_slice(b": ");
+    lines.extend_from_slice(value.as_bytes());
+    lines.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Head {
+        match parse_head(text.as_bytes(), &Method::POST) {
+            Ok(Parsed::Complete(head, len)) => {
+                assert_eq!(len, text.len());
+                head
+            }
+            other => unreachable!("{other:?}"),
+        }
+    }
+
+    /// Decodes `input` fed in pieces of `piece` bytes; the body and whether it ended.
+    fn decode_all(mut decoder: Decoder, input: &[u8], piece: usize) -> Result<(Vec<u8>, bool), String> {
+        let (mut buf, mut body, mut fed) = (Vec::new(), Vec::new(), 0);
+        loop {
+            match decoder.decode(&buf)? {
+                Step::Data { skip, len } => {
+                    body.extend_from_slice(&buf[skip..skip + len]);
+                    buf.drain(..skip + len);
+                }
+                Step::NeedMore { skip } => {
+                    buf.drain(..skip);
+                    if fed == input.len() {
+                        decoder.at_eof()?;
+                        return Ok((body, false));
+                    }
+                    let next = (fed + piece).min(input.len());
+                    buf.extend_from_slice(&input[fed..next]);
+                    fed = next;
+                }
+                Step::End { skip } => {
+                    buf.drain(..skip);
+                    assert!(buf.is_empty() || fed <= input.len());
+                    return Ok((body, true));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn heads_and_their_framing() {
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\n\r\n");
+        assert_eq!((h.status, h.body, h.reusable), (StatusCode::OK, Decoder::Length(5), true));
+        assert_eq!(h.headers.get("x-a").map(HeaderValue::as_bytes), Some(&b"1"[..]));
+        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!((h.body, h.reusable), (Decoder::Chunked(Chunk::Size), true));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\n");
+        assert_eq!((h.body, h.reusable), (Decoder::Close, false));
+        let h = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!((h.body, h.reusable), (Decoder::Close, false));
+        let h = head("HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 0\r\n\r\n");
+        assert!(!h.reusable);
+        let h = head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n");
+        assert!(!h.reusable);
+        let h = head("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\ncontent-length: 0\r\n\r\n");
+        assert!(h.reusable);
+        let h = head("HTTP/1.1 204 No Content\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!(h.body, Decoder::Length(0));
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 7\r\ncontent-length: 7\r\n\r\n");
+        assert_eq!(h.body, Decoder::Length(7));
+    }
+
+    #[test]
+    fn bad_and_partial_heads() {
+        let parse = |text: &str| parse_head(text.as_bytes(), &Method::GET);
+        assert!(matches!(parse("HTTP/1.1 200 OK\r\ncontent-le"), Ok(Parsed::Partial)));
+        assert!(matches!(parse("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), Ok(Parsed::Informational(25))));
+        for bad in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "SMTP 220 hello\r\n\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
+        assert!(parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n")).is_err(), "one header too many");
+        let fits: String = (0..MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
+        assert!(matches!(parse(&format!("HTTP/1.1 200 OK\r\n{fits}\r\n")), Ok(Parsed::Complete(..))));
+        let huge = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES));
+        assert!(parse(&huge).is_err(), "an endless head is cut at the bound");
+        let below = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES - 40));
+        assert!(matches!(parse(&below), Ok(Parsed::Partial)), "a long head below the bound waits");
+        assert_eq!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", &Method::HEAD)
+                .ok()
+                .and_then(|p| if let Parsed::Complete(h, _) = p { Some(h.body) } else { None }),
+            Some(Decoder::Length(0))
+        );
+    }
+
+    #[test]
+    fn lengths_chunks_and_closes_in_any_pieces() {
+        let chunked = b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: t\r\n\r\n";
+        for piece in [1, 2, 3, 7, 100] {
+            let (body, ended) = decode_all(Decoder::Chunked(Chunk::Size), chunked, piece).unwrap_or_default();
+            assert_eq!((body.as_slice(), ended), (&b"hello 0123456789"[..], true), "pieces of {piece}");
+            let (body, ended) = decode_all(Decoder::Length(5), b"hello", piece).unwrap_or_default();
+            assert_eq!((body.as_slice(), ended), (&b"hello"[..], true));
+            let (body, ended) = decode_all(Decoder::Close, b"to the end", piece).unwrap_or_default();
+            assert_eq!((body.as_slice(), ended), (&b"to the end"[..], false));
+        }
+        let bare_lf = b"3\nabc\n0\n\n";
+        assert_eq!(decode_all(Decoder::Chunked(Chunk::Size), bare_lf, 2).map(|r| r.0), Ok(b"abc".to_vec()));
+    }
+
+    #[test]
+    fn bodies_cut_short_or_malformed() {
+        assert!(decode_all(Decoder::Length(10), b"short", 3).is_err());
+        assert!(decode_all(Decoder::Chunked(Chunk::Size), b"5\r\nhel", 2).is_err());
+        assert!(decode_all(Decoder::Chunked(Chunk::Size), b"5\r\nhello\r\n", 4).is_err(), "no last chunk");
+        for bad in [&b"zz\r\n"[..], b"\r\n", b"5\r\nhelloXX", b"11111111111111111\r\n"] {
+            assert!(decode_all(Decoder::Chunked(Chunk::Size), bad, 4).is_err(), "{bad:?}");
+        }
+        let long_line = [&b"5;"[..], &[b'x'; MAX_CHUNK_LINE]].concat();
+        assert!(decode_all(Decoder::Chunked(Chunk::Size), &long_line, 64).is_err());
+        let trailers = [&b"0\r\n"[..], &b"x: y\r\n".repeat(MAX_TRAILER_BYTES / 6 + 1), b"\r\n"].concat();
+        assert!(decode_all(Decoder::Chunked(Chunk::Size), &trailers, 512).is_err());
+        assert_eq!(chunk_size(b"ffffffffffffffff"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn request_heads() {
+        let mut lines = Vec::new();
+        header_line(&mut lines, &http::header::ACCEPT, &HeaderValue::from_static("text/event-stream"));
+        let mut out = Vec::new();
+        write_head(&mut out, &Method::POST, "/v1/x?a=1", Some("h:8080"), &lines, Some(12));
+        assert_eq!(
+            out,
+            b"POST /v1/x?a=1 HTTP/1.1\r\nhost: h:8080\r\naccept: text/event-stream\r\ncontent-length: 12\r\n\r\n"
+        );
+        out.clear();
+        write_head(&mut out, &Method::GET, "/", None, b"", None);
+        assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
+    }
+}
