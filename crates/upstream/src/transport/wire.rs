@@ -94,7 +94,10 @@ pub(crate) fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, String> 
     let body = if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         Decoder::Length(0)
     } else if encoded {
-        // A transfer coding other than chunked last runs to the close (RFC 9112 §6.3).
+        // A length beside a transfer coding is ignored, and the connection is not used again
+        // (RFC 9112 §6.3: such a message may be an attempt at request smuggling).
+        close |= length.is_some();
+        // A transfer coding other than chunked last runs to the close.
         if chunked {
             Decoder::Chunked(Chunk::Size)
         } else {
@@ -344,6 +347,8 @@ mod tests {
         assert_eq!((h.body, h.reusable), (Decoder::Chunked(Chunk::Size), true));
         let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\n");
         assert_eq!((h.body, h.reusable), (Decoder::Close, false));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n");
+        assert_eq!((h.body, h.reusable), (Decoder::Chunked(Chunk::Size), false), "length and coding: used once");
         let h = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!((h.body, h.reusable), (Decoder::Close, false));
         let h = head("HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 0\r\n\r\n");
