@@ -524,6 +524,27 @@ pub struct KeyObject {
     pub calls: i64,
     /// When it was revoked; `null`: it works.
     pub revoked_at: Option<DateTime>,
+    /// The key that minted it through `POST /api/v1/keys` (its limits are within that key's, its
+    /// calls count against that key's budget too, and it ends with that key); `null` for a key an
+    /// operator issued.
+    pub parent_id: Option<String>,
+    /// The limits its requests meet, its own folded with those of every key above it.
+    pub effective: EffectiveObject,
+}
+
+/// A key's limits folded with those of the keys that minted it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct EffectiveObject {
+    /// Whether requests with it are served: neither it nor a key above it revoked or expired.
+    pub active: bool,
+    /// The earliest expiry of it and the keys above it; `null`: never.
+    pub expires_at: Option<DateTime>,
+    /// The lowest calls-per-minute limit of it and the keys above it; `null`: none.
+    pub rpm: Option<u32>,
+    /// The lowest tokens-per-minute limit of it and the keys above it; `null`: none.
+    pub tpm: Option<u32>,
+    /// The keys whose budgets its calls count against, nearest first (each must cover a call).
+    pub budget_key_ids: Vec<String>,
 }
 
 /// A key's budget as of now.
@@ -569,6 +590,14 @@ pub fn key(v: &KeyView) -> KeyObject {
         spent_usd: v.spent.into(),
         calls: v.calls,
         revoked_at: k.revoked_at.map(Into::into),
+        parent_id: k.parent_id.as_ref().map(|p| p.as_str().to_owned()),
+        effective: EffectiveObject {
+            active: v.effective.active,
+            expires_at: v.effective.expires_at.map(Into::into),
+            rpm: v.effective.rates.rpm.map(std::num::NonZeroU32::get),
+            tpm: v.effective.rates.tpm.map(std::num::NonZeroU32::get),
+            budget_key_ids: v.effective.budget_keys.keys().iter().map(|k| k.as_str().to_owned()).collect(),
+        },
     }
 }
 

@@ -328,7 +328,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
             actual: None,
             balance_after: None,
             usage_json: None,
-            budget_key: None,
+            budget_keys: domain::BudgetKeys::NONE,
         },
         output_url: None,
         last_frame_url: None,

@@ -158,14 +158,14 @@ pub struct Expect {
     pub user: UserId,
     /// The amount held.
     pub amount: UsdAmount,
-    /// The key whose budget the hold counts against, if any.
-    pub budget: Option<domain::ApiKeyId>,
+    /// The keys whose budgets the hold counts against (empty: none).
+    pub budget: domain::BudgetKeys,
 }
 
 impl Expect {
     /// A hold of `amount` on `user`'s balance that counts against no key's budget.
     pub fn of(user: &UserId, amount: UsdAmount) -> Expect {
-        Expect { user: user.clone(), amount, budget: None }
+        Expect { user: user.clone(), amount, budget: domain::BudgetKeys::NONE }
     }
 }
 

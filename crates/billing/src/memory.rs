@@ -59,7 +59,7 @@ impl State {
         let holds: HashMap<TaskId, Held> =
             keys.tasks.iter().filter_map(|t| Some((t.clone(), self.holds.get(t)?.clone()))).collect();
         let mut budget_keys = keys.budgets;
-        budget_keys.extend(holds.values().filter_map(|h| h.budget.clone()));
+        budget_keys.extend(holds.values().flat_map(|h| h.budget.keys().iter().cloned()));
         BookState {
             balances: users.into_iter().filter_map(|u| Some((u.clone(), self.accounts.get(&u)?.balance))).collect(),
             tasks: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.tasks.get(t)?.clone()))).collect(),

@@ -150,6 +150,51 @@ pub struct KeySpend {
     pub held: UsdAmount,
 }
 
+/// The keys whose spend budgets one hold counts against: the key that made the call, then those
+/// of its ancestors (the key that minted it, that key's own maker, …) that have a budget, nearest
+/// first, each once. Empty: only the balance limits the hold. Stored as one text, the ids joined
+/// by `,` (a key id never contains one), so that a reservation keeps the chain it was held on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct BudgetKeys(Vec<crate::ApiKeyId>);
+
+impl BudgetKeys {
+    /// No key: only the balance.
+    pub const NONE: BudgetKeys = BudgetKeys(Vec::new());
+
+    /// The chain `keys`, nearest first; a repeated key is kept once.
+    pub fn new(keys: impl IntoIterator<Item = crate::ApiKeyId>) -> BudgetKeys {
+        let mut chain: Vec<crate::ApiKeyId> = Vec::new();
+        for key in keys {
+            if !chain.contains(&key) {
+                chain.push(key);
+            }
+        }
+        BudgetKeys(chain)
+    }
+
+    /// Whether no key's budget is involved.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The keys, nearest first.
+    pub fn keys(&self) -> &[crate::ApiKeyId] {
+        &self.0
+    }
+
+    /// The stored text (`None` when empty).
+    pub fn to_column(&self) -> Option<String> {
+        (!self.0.is_empty()).then(|| self.0.iter().map(crate::ApiKeyId::as_str).collect::<Vec<_>>().join(","))
+    }
+
+    /// Reads the stored text back (`None` or empty: no key).
+    pub fn from_column(text: Option<&str>) -> BudgetKeys {
+        BudgetKeys::new(
+            text.unwrap_or_default().split(',').filter(|id| !id.is_empty()).map(|id| crate::ApiKeyId(id.to_owned())),
+        )
+    }
+}
+
 /// A key's budget with its counters, as the ledger plan decides on them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct KeyBudgetState {
@@ -224,6 +269,11 @@ impl IpAllowList {
             }
         }
         Ok(IpAllowList(nets))
+    }
+
+    /// The networks, in the order given.
+    pub fn networks(&self) -> &[ipnet::IpNet] {
+        &self.0
     }
 
     /// Whether the list has no entry (only [`IpAllowList::default`]).

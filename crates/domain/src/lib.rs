@@ -23,8 +23,8 @@ pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};
 pub use key_limits::{
-    BadAllowList, BadIpList, BudgetPeriod, IpAllowList, KeyBudget, KeyBudgetState, KeyLimits, KeyLimitsChange,
-    KeySpend, ModelAllowList, ModelRule,
+    BadAllowList, BadIpList, BudgetKeys, BudgetPeriod, IpAllowList, KeyBudget, KeyBudgetState, KeyLimits,
+    KeyLimitsChange, KeySpend, ModelAllowList, ModelRule,
 };
 pub use key_rates::{
     BadRateLimit, KeyRates, RATE_WINDOW_MS, RateAsk, RateGrant, RateLeases, RateLimitKind, RateUse, rate_window,

@@ -155,6 +155,9 @@ pub struct ApiKey {
     pub rates: crate::KeyRates,
     /// The client addresses it may be used from; `None`: any.
     pub allow_ips: Option<crate::IpAllowList>,
+    /// The key that minted it through the API (its limits are within that key's, and it ends
+    /// with it); `None` for a key an operator issued.
+    pub parent_id: Option<ApiKeyId>,
 }
 
 impl ApiKey {
@@ -219,9 +222,9 @@ pub struct TaskBilling {
     pub balance_after: Option<UsdAmount>,
     /// Usage reported by the upstream, as JSON text.
     pub usage_json: Option<String>,
-    /// The key whose spend budget the reservation counts against (the key that made the task,
-    /// when it had a budget then); `None`: only the balance.
-    pub budget_key: Option<ApiKeyId>,
+    /// The keys whose spend budgets the reservation counts against (the key that made the task
+    /// and its ancestors that had a budget then); empty: only the balance.
+    pub budget_keys: crate::BudgetKeys,
 }
 
 /// A unit of billable work: a video task, or one synchronous call.

@@ -141,6 +141,18 @@ impl Gateway {
         name: &str,
         limits: KeyLimits,
     ) -> Result<CreatedKey, ServiceError> {
+        self.issue_key(user, scopes, name, limits, None).await
+    }
+
+    /// Issues a key as [`Gateway::create_key`] does, the child of `parent` when a key mints it.
+    pub(crate) async fn issue_key(
+        &self,
+        user: &UserId,
+        scopes: Vec<Scope>,
+        name: &str,
+        limits: KeyLimits,
+        parent: Option<&ApiKeyId>,
+    ) -> Result<CreatedKey, ServiceError> {
         if scopes.is_empty() {
             return Err(ServiceError::InvalidRequest("a key needs at least one scope".into()));
         }
@@ -162,6 +174,7 @@ impl Gateway {
             spend: domain::KeySpend::default(),
             rates,
             allow_ips,
+            parent_id: parent.cloned(),
         };
         let key = self.ports.accounts.create_key(key).await?;
         Ok(CreatedKey { key, secret: fresh.secret })

@@ -51,8 +51,9 @@ pub(crate) struct CallSpec {
     pub user: UserId,
     /// The key that makes the call.
     pub key: ApiKeyId,
-    /// The key whose budget the hold also counts against (the caller's, when it has one).
-    pub budget_key: Option<ApiKeyId>,
+    /// The keys whose budgets the hold also counts against (the caller's and its ancestors' that
+    /// have one).
+    pub budget_keys: domain::BudgetKeys,
     /// The model's catalog entry (shared with the catalog snapshot).
     pub def: std::sync::Arc<ModelDef>,
     /// The price version the call is billed at.
@@ -83,8 +84,8 @@ struct CallState {
     gateway: Gateway,
     task_id: TaskId,
     user_id: UserId,
-    /// The key whose budget the hold counts against, if any.
-    budget_key: Option<ApiKeyId>,
+    /// The keys whose budgets the hold counts against.
+    budget_keys: domain::BudgetKeys,
     /// The model (its public name for metrics, its upstream id for routing).
     def: std::sync::Arc<ModelDef>,
     /// The upstream endpoint that served the call and the attempts it made, once it was sent.
@@ -254,7 +255,7 @@ impl Gateway {
                 actual: None,
                 balance_after: None,
                 usage_json: None,
-                budget_key: spec.budget_key.clone(),
+                budget_keys: spec.budget_keys.clone(),
             },
             output_url: None,
             last_frame_url: None,
@@ -279,7 +280,7 @@ impl Gateway {
             gateway: self.clone(),
             task_id: task_id.clone(),
             user_id: spec.user,
-            budget_key: spec.budget_key,
+            budget_keys: spec.budget_keys,
             _in_flight: self.metrics.call_opened(&spec.def.name),
             def: spec.def,
             via: None,
@@ -383,7 +384,7 @@ impl CallState {
         let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message, via: self.via };
         let calls = &self.gateway.ports.calls;
         let held =
-            billing::Expect { user: self.user_id.clone(), amount: self.estimate, budget: self.budget_key.clone() };
+            billing::Expect { user: self.user_id.clone(), amount: self.estimate, budget: self.budget_keys.clone() };
         let ended = calls.close_call(&self.task_id, &held, charge, outcome).await?;
         let model = self.def.name.clone();
         self.gateway.metrics.call_ended(&self.task_id, &model, ended.status, ended.actual, self.estimate);
@@ -397,7 +398,7 @@ impl CallState {
                 actual: Some(ended.actual),
                 balance_after: Some(ended.balance_after),
                 usage_json,
-                budget_key: self.budget_key,
+                budget_keys: self.budget_keys,
             },
         })
     }
@@ -662,6 +663,8 @@ mod tests {
             rates: domain::KeyRates::default(),
             allow_ips: None,
             role: domain::Role::User,
+            ancestors: Vec::new(),
+            budget_keys: domain::BudgetKeys::NONE,
         }
     }
 
@@ -671,7 +674,7 @@ mod tests {
         let spec = CallSpec {
             user: user.clone(),
             key: domain::ApiKeyId("key_test".into()),
-            budget_key: None,
+            budget_keys: domain::BudgetKeys::NONE,
             def,
             pricing,
             estimate: UsdAmount::from_micros(micros),
@@ -720,7 +723,7 @@ mod tests {
         let spec = CallSpec {
             user: user.clone(),
             key: domain::ApiKeyId("key_test".into()),
-            budget_key: None,
+            budget_keys: domain::BudgetKeys::NONE,
             def,
             pricing,
             estimate: UsdAmount::from_micros(2_000_000),

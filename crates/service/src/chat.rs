@@ -178,7 +178,7 @@ impl Gateway {
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
-            budget_key: who.budget_key().cloned(),
+            budget_keys: who.budget_keys.clone(),
             def,
             pricing,
             estimate,

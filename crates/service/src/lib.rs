@@ -14,6 +14,7 @@ mod error;
 mod idempotency;
 mod image;
 mod keys;
+mod lineage;
 mod manage;
 mod metrics;
 mod native;
@@ -42,10 +43,11 @@ pub use cache::CACHE_TTL;
 pub use error::ServiceError;
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
+pub use lineage::{Ancestor, MAX_KEY_GENERATIONS};
 pub use manage::{Page, UsageReport};
 pub use metrics::{Health, METRICS_CONTENT_TYPE};
 pub use operator::{Operator, UserDetail};
-pub use reads::{KeyView, ModelView, Overview, TaskPage};
+pub use reads::{EffectiveLimits, KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, Quote, StreamFailure, StreamItem};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;
@@ -169,23 +171,35 @@ pub struct Principal {
     /// The key's spend budget, as last read (see `cache::CACHE_TTL`); its calls' holds count
     /// against it when it has one.
     pub budget: Option<domain::KeyBudget>,
-    /// The key's requests- and tokens-per-minute limits.
+    /// The key's requests- and tokens-per-minute limits, each the lowest of its own and its
+    /// ancestors'.
     pub rates: KeyRates,
     /// The client addresses the key may be used from; `None`: any.
     pub allow_ips: Option<domain::IpAllowList>,
     /// The owner's role: only an `admin`'s key with the `admin` scope reaches the operator routes.
     pub role: domain::Role,
+    /// The keys that minted this one, nearest first (empty for an operator's key): their model and
+    /// address lists bind this key's requests too (`lineage.rs`).
+    pub ancestors: Vec<Ancestor>,
+    /// The keys whose budgets this caller's holds count against: the key itself when it has a
+    /// budget, then each ancestor that has one.
+    pub budget_keys: domain::BudgetKeys,
 }
 
 impl Principal {
-    /// The key whose budget this caller's holds count against, if it has one.
-    pub fn budget_key(&self) -> Option<&ApiKeyId> {
-        self.budget.is_some().then_some(&self.key_id)
-    }
-
-    /// Whether the key may use model `name` of `kind`.
+    /// Whether the key, and every key it descends from, may use model `name` of `kind`.
     pub fn may_use(&self, name: &str, kind: ModelKind) -> bool {
         self.models.as_ref().is_none_or(|list| list.allows(name, kind))
+            && self.ancestors.iter().all(|a| a.models.as_ref().is_none_or(|list| list.allows(name, kind)))
+    }
+
+    /// Whether the key, and every key it descends from, may be used from `client` (`None`: an
+    /// address that could not be told, which no address list allows).
+    pub fn may_connect_from(&self, client: Option<std::net::IpAddr>) -> bool {
+        let allows = |list: &Option<domain::IpAllowList>| {
+            list.as_ref().is_none_or(|list| client.is_some_and(|ip| list.allows(ip)))
+        };
+        allows(&self.allow_ips) && self.ancestors.iter().all(|a| allows(&a.allow_ips))
     }
 }
 
@@ -338,16 +352,27 @@ impl Gateway {
                     // Not cached: an operator who enables the account again is heard at once.
                     return Err(ServiceError::KeyRefused("this account is disabled; ask the operator".into()));
                 }
+                let lineage = self.lineage(&key).await?;
+                if lineage.ended {
+                    // A key ends with the key that minted it.
+                    return Err(ServiceError::InvalidApiKey);
+                }
+                let budget_keys = lineage::budget_keys(&key, &lineage.ancestors);
                 let principal = Principal {
                     user_id: key.user_id,
                     key_id: key.id,
                     scopes: key.scopes,
-                    expires_at: key.expires_at,
+                    expires_at: match (key.expires_at, lineage.expires_at) {
+                        (Some(own), Some(inherited)) => Some(own.min(inherited)),
+                        (own, inherited) => own.or(inherited),
+                    },
                     models: key.models,
                     budget: key.budget,
-                    rates: key.rates,
+                    rates: lineage::lowest_rates(key.rates, lineage.rates),
                     allow_ips: key.allow_ips,
                     role: user.role,
+                    ancestors: lineage.ancestors,
+                    budget_keys,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal
@@ -362,9 +387,7 @@ impl Gateway {
             self.metrics.key_refused(metrics::KeyRefusal::Expired);
             return Err(ServiceError::KeyRefused(format!("this API key expired at {expires_at}")));
         }
-        if let Some(list) = &principal.allow_ips
-            && !client.is_some_and(|ip| list.allows(ip))
-        {
+        if !principal.may_connect_from(client) {
             self.metrics.key_refused(metrics::KeyRefusal::Ip);
             let from = client.map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string());
             return Err(ServiceError::KeyRefused(format!("this API key may not be used from {from}")));

@@ -98,13 +98,15 @@ impl Gateway {
         Ok(Page { items, page: query.page, total })
     }
 
-    /// A key for the caller's own account with `scopes`, each of which the calling key carries:
-    /// a key never grants more than the key that made it.
+    /// A key for the caller's own account with `scopes`, each of which the calling key carries,
+    /// and `asked` limits within the calling key's (see `lineage.rs`): a key never grants more
+    /// than the key that made it. The new key is the calling key's child; its creation is audited.
     pub async fn create_own_key(
         &self,
         who: &Principal,
         name: &str,
         scopes: &[String],
+        asked: KeyLimits,
     ) -> Result<CreatedKey, ServiceError> {
         let name = name.trim();
         if name.is_empty() {
@@ -126,24 +128,40 @@ impl Gateway {
             }
         }
         granted.sort();
-        self.create_key(&who.user_id, granted, name, KeyLimits::default()).await
+        let limits = self.child_limits(who, asked).await?;
+        let created = self.issue_key(&who.user_id, granted, name, limits, Some(&who.key_id)).await?;
+        let after = crate::operator::key_state(&created.key);
+        self.record_audit(&Gateway::key_actor(who), "key.create", created.key.id.as_str(), None, Some(after)).await?;
+        Ok(created)
     }
 
-    /// Revokes one of the caller's keys (the one in use too: its next request is refused);
-    /// another user's key is `NotFound`, like a missing one.
+    /// Revokes one of the caller's keys (the one in use too: its next request is refused), and so
+    /// every key it minted; another user's key is `NotFound`, like a missing one. Audited.
     pub async fn revoke_own_key(&self, who: &Principal, id: &str) -> Result<crate::KeyView, ServiceError> {
         let id = ApiKeyId(id.to_owned());
-        let owned = self.ports.accounts.keys_of_user(&who.user_id).await?.into_iter().any(|k| k.id == id);
-        if !owned {
+        let before = self.ports.accounts.keys_of_user(&who.user_id).await?.into_iter().find(|k| k.id == id);
+        let Some(before) = before else {
             return Err(ServiceError::NotFound(format!("key {id}")));
+        };
+        if !who.ancestors.is_empty() && !self.descends_from(&before, &who.key_id).await? {
+            return Err(ServiceError::InvalidRequest(format!(
+                "key {id} was not minted by the key making this request, which may revoke only itself and the keys it minted"
+            )));
         }
         let key = self.revoke_key(&id).await?;
+        let (before, after) = (crate::operator::key_state(&before), crate::operator::key_state(&key));
+        self.record_audit(&Gateway::key_actor(who), "key.revoke", id.as_str(), Some(before), Some(after)).await?;
         Ok(self.view_key(key, None))
     }
 
-    /// Replaces the caller's webhook secret; the new one is returned, shown this once.
+    /// Replaces the caller's webhook secret; the new one is returned, shown this once. Audited
+    /// (without the secret).
     pub async fn rotate_own_webhook_secret(&self, who: &Principal) -> Result<String, ServiceError> {
-        self.rotate_webhook_secret(&who.user_id).await
+        let secret = self.rotate_webhook_secret(&who.user_id).await?;
+        let after = serde_json::json!({"rotated": true});
+        self.record_audit(&Gateway::key_actor(who), "user.webhook_secret", who.user_id.as_str(), None, Some(after))
+            .await?;
+        Ok(secret)
     }
 }
 

@@ -37,8 +37,10 @@ fn user_state(user: &User) -> Value {
     })
 }
 
-fn key_state(key: &ApiKey) -> Value {
+/// A key's audited state (never its secret or hash).
+pub(crate) fn key_state(key: &ApiKey) -> Value {
     json!({
+        "parent_id": key.parent_id.as_ref().map(|p| p.as_str()),
         "user_id": key.user_id.as_str(),
         "name": key.name,
         "scopes": key.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
@@ -67,13 +69,42 @@ impl Gateway {
         Operator { gateway: self, actor }
     }
 
+    /// The actor behind any key: its owner and the key's id.
+    pub fn key_actor(who: &Principal) -> Actor {
+        Actor::Key { user: who.user_id.clone(), key: who.key_id.as_str().to_owned() }
+    }
+
     /// The operator behind a management API key: the key's owner must have the `admin` role (its
     /// scope was checked when it authenticated); anyone else's key is `InvalidApiKey`.
     pub fn operator_actor(&self, who: &Principal) -> Result<Actor, ServiceError> {
         if who.role != Role::Admin || !who.scopes.contains(&Scope::Admin) {
             return Err(ServiceError::InvalidApiKey);
         }
-        Ok(Actor::Key { user: who.user_id.clone(), key: who.key_id.as_str().to_owned() })
+        Ok(Gateway::key_actor(who))
+    }
+}
+
+impl Gateway {
+    /// Records one change in the audit trail: who (`actor`), what (`action`), on what (`target`),
+    /// and the state before and after as JSON (never a secret). Every door that changes
+    /// credentials, secrets, limits, balances, users, models, prices or maintenance calls it.
+    pub(crate) async fn record_audit(
+        &self,
+        actor: &Actor,
+        action: &str,
+        target: &str,
+        before: Option<Value>,
+        after: Option<Value>,
+    ) -> Result<(), ServiceError> {
+        let entry = NewAuditEntry {
+            actor: actor.clone(),
+            action: action.to_owned(),
+            target: target.to_owned(),
+            before: before.map(|v| v.to_string()),
+            after: after.map(|v| v.to_string()),
+        };
+        self.ports.manage.record_audit(entry).await?;
+        Ok(())
     }
 }
 
@@ -85,15 +116,7 @@ impl Operator<'_> {
         before: Option<Value>,
         after: Option<Value>,
     ) -> Result<(), ServiceError> {
-        let entry = NewAuditEntry {
-            actor: self.actor.clone(),
-            action: action.to_owned(),
-            target: target.to_owned(),
-            before: before.map(|v| v.to_string()),
-            after: after.map(|v| v.to_string()),
-        };
-        self.gateway.ports.manage.record_audit(entry).await?;
-        Ok(())
+        self.gateway.record_audit(self.actor, action, target, before, after).await
     }
 
     async fn user(&self, id: &UserId) -> Result<User, ServiceError> {

@@ -55,6 +55,21 @@ pub struct KeyView {
     pub spent: UsdAmount,
     /// How many settled calls that is.
     pub calls: i64,
+    /// The limits its requests are held to with its ancestors' (see `lineage.rs`).
+    pub effective: EffectiveLimits,
+}
+
+/// A key's limits folded with those of the keys that minted it, as a request with it meets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveLimits {
+    /// Whether requests with it are served: neither it nor any ancestor revoked or expired.
+    pub active: bool,
+    /// The earliest expiry of it and its ancestors.
+    pub expires_at: Option<domain::Timestamp>,
+    /// The lowest rates of it and its ancestors.
+    pub rates: domain::KeyRates,
+    /// The keys whose budgets its calls count against, nearest first.
+    pub budget_keys: domain::BudgetKeys,
 }
 
 /// One page of the caller's tasks.
@@ -116,13 +131,42 @@ impl Gateway {
     pub(crate) async fn keys_of(&self, user: &domain::UserId) -> Result<Vec<KeyView>, ServiceError> {
         let keys = self.ports.accounts.keys_of_user(user).await?;
         let totals = self.ports.accounts.spend_by_key(user).await?;
+        let effective: Vec<EffectiveLimits> = keys.iter().map(|key| self.effective(key, Some(&keys))).collect();
         Ok(keys
             .into_iter()
-            .map(|key| {
+            .zip(effective)
+            .map(|(key, effective)| {
                 let total = totals.iter().find(|t| t.key == key.id);
-                self.view_key(key, total)
+                KeyView { effective, ..self.view_key(key, total) }
             })
             .collect())
+    }
+
+    /// `key`'s limits folded with its ancestors' among `all` (a user's keys: a key's ancestors
+    /// are its owner's); a missing ancestor, or a chain past its bound, ends it. Without `all`,
+    /// the key's own limits.
+    fn effective(&self, key: &ApiKey, all: Option<&[ApiKey]>) -> EffectiveLimits {
+        let now = self.ports.clock.now();
+        let mut chain = vec![key];
+        let mut ended = false;
+        let mut next = all.and(key.parent_id.as_ref());
+        while let Some(id) = next {
+            match all.unwrap_or_default().iter().find(|k| k.id == *id) {
+                Some(parent) if chain.len() < crate::MAX_KEY_GENERATIONS && !chain.iter().any(|k| k.id == *id) => {
+                    chain.push(parent);
+                    next = parent.parent_id.as_ref();
+                }
+                _ => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        let expires_at = chain.iter().filter_map(|k| k.expires_at).min();
+        let rates = chain.iter().fold(domain::KeyRates::default(), |r, k| crate::lineage::lowest_rates(r, k.rates));
+        let budget_keys = domain::BudgetKeys::new(chain.iter().filter(|k| k.budget.is_some()).map(|k| k.id.clone()));
+        let active = !ended && chain.iter().all(|k| k.revoked_at.is_none()) && expires_at.is_none_or(|t| now < t);
+        EffectiveLimits { active, expires_at, rates, budget_keys }
     }
 
     /// `key` as of now, with its all-time `total` when known.
@@ -130,6 +174,7 @@ impl Gateway {
         let now = self.ports.clock.now();
         let budget = key.budget_state().at(now);
         KeyView {
+            effective: self.effective(&key, None),
             remaining: budget.remaining(now),
             budget,
             spent: total.map_or(UsdAmount::ZERO, |t| t.spent),

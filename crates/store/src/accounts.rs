@@ -69,6 +69,7 @@ pub(crate) fn key_from_row(row: api_keys::Model) -> Result<ApiKey, StoreError> {
         },
         rates,
         allow_ips,
+        parent_id: row.parent_id.map(ApiKeyId),
     })
 }
 
@@ -189,6 +190,7 @@ impl AccountStore for Store {
             rpm: Set(rate_column(key.rates.rpm)),
             tpm: Set(rate_column(key.rates.tpm)),
             allow_ips: Set(key.allow_ips.as_ref().map(ToString::to_string)),
+            parent_id: Set(key.parent_id.as_ref().map(|p| p.0.clone())),
         };
         let row = row.insert(self.db.writes()).await.map_err(|e| {
             if is_unique_violation(&e) { StoreError::Conflict("key already exists".into()) } else { backend_err(e) }

@@ -68,6 +68,8 @@ pub mod api_keys {
         pub tpm: Option<i64>,
         /// The client address list (migration 0014).
         pub allow_ips: Option<String>,
+        /// The key that minted it through the API (migration 0019).
+        pub parent_id: Option<String>,
     }
     no_relations!();
 }

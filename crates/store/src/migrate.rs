@@ -98,6 +98,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0018_management.sql"),
         include_str!("../../../migrations/postgres/0018_management.sql"),
     ),
+    (
+        19,
+        include_str!("../../../migrations/sqlite/0019_key_parents.sql"),
+        include_str!("../../../migrations/postgres/0019_key_parents.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use billing::book::{BookOp, BookState, Held};
 use domain::UsdAmount;
-use domain::{BillingStatus, TaskStatus};
+use domain::{BillingStatus, BudgetKeys, TaskStatus};
 
 /// The balance [`assumed`] gives every user: far above any real one, so that every hold fits.
 /// The plan's running balances are counted from it, and a write that finds the real balance
@@ -34,15 +34,22 @@ pub(crate) fn assumed<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> Option<B
     for op in ops {
         match op {
             // A key's budget counters are read, never assumed: the batch takes the reading path.
-            _ if op.budget_key().is_some() => return None,
+            _ if !op.budget_keys().is_empty() => return None,
             BookOp::Hold { user, task, .. } => {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
                 named.insert(task).then_some(())?;
             }
-            BookOp::End { task, expect: Some(billing::Expect { user, amount, budget: None }), then, .. } => {
+            BookOp::End { task, expect: Some(billing::Expect { user, amount, budget }), then, .. }
+                if budget.is_empty() =>
+            {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
                 named.insert(task).then_some(())?;
-                let held = Held { user: user.clone(), amount: *amount, status: BillingStatus::Reserved, budget: None };
+                let held = Held {
+                    user: user.clone(),
+                    amount: *amount,
+                    status: BillingStatus::Reserved,
+                    budget: BudgetKeys::NONE,
+                };
                 state.holds.insert(task.clone(), held);
                 if let Some(change) = then {
                     let from = change.from.unwrap_or(TaskStatus::Processing);
@@ -88,7 +95,7 @@ mod tests {
         let budgeted = BookOp::End {
             task: TaskId("t".into()),
             expect: Some(billing::Expect {
-                budget: Some(domain::ApiKeyId("key_1".into())),
+                budget: BudgetKeys::new([domain::ApiKeyId("key_1".into())]),
                 ..billing::Expect::of(&user, UsdAmount::from_micros(9))
             }),
             charge: None,

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use billing::book::{self, BookOp, BookState, Held, Plan};
-use domain::{ApiKeyId, TaskId, UsdAmount, UserId};
+use domain::{ApiKeyId, BudgetKeys, TaskId, UsdAmount, UserId};
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{self, Connection, Executor, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::{Mutex, mpsc};
@@ -61,7 +61,7 @@ const LOCK_AND_READ: &str = "WITH u AS (SELECT id, balance_micros FROM users WHE
                                ORDER BY id COLLATE \"C\" FOR NO KEY UPDATE), \
                              kb AS (SELECT id, budget_micros, budget_period, budget_period_start, budget_spent_micros, \
                                budget_held_micros FROM api_keys WHERE id IN (SELECT unnest($3::text[]) \
-                               UNION SELECT budget_key FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL) \
+                               UNION SELECT unnest(string_to_array(budget_key, ',')) FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL) \
                                ORDER BY id COLLATE \"C\" FOR NO KEY UPDATE) \
                              SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount, ''::text AS status, \
                                NULL::text AS extra, 0::int8 AS n1, 0::int8 AS n2, 0::int8 AS n3 FROM u \
@@ -79,7 +79,7 @@ const READ: &str = "SELECT 'u' AS k, id, id AS user_id, balance_micros AS amount
                     UNION ALL SELECT 't', id, user_id, 0::int8, status, NULL, 0, 0, 0 FROM tasks WHERE id = ANY($2) \
                     UNION ALL SELECT 'k', id, '', budget_micros, '', budget_period, budget_period_start, \
                       budget_spent_micros, budget_held_micros FROM api_keys WHERE id IN (SELECT unnest($3::text[]) \
-                      UNION SELECT budget_key FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL)";
+                      UNION SELECT unnest(string_to_array(budget_key, ',')) FROM reservations WHERE task_id = ANY($2) AND budget_key IS NOT NULL)";
 
 /// Every planned row of a batch in one statement (parameters: `pg_rows`). `bal` adds each user's
 /// change to the balance it finds, if within the plan's bounds, and returns the shift (found −
@@ -449,9 +449,10 @@ async fn read<'a>(
             }
             "r" => {
                 let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
-                state
-                    .holds
-                    .insert(TaskId(id), Held { user: UserId(user), amount, status, budget: extra.map(ApiKeyId) });
+                state.holds.insert(
+                    TaskId(id),
+                    Held { user: UserId(user), amount, status, budget: BudgetKeys::from_column(extra.as_deref()) },
+                );
             }
             _ => {
                 let status = status.parse().map_err(|e| bad_row("task status", e))?;

@@ -29,8 +29,8 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(e.iter().map(|r| r.user.as_str()).collect::<Vec<_>>())
         .bind(e.iter().map(|r| micros(r.amount)).collect::<Vec<_>>())
         .bind(plan.task_writes.iter().map(|m| m.owner.as_str()).collect::<Vec<_>>())
-        .bind(plan.new_holds.iter().map(|h| h.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
-        .bind(e.iter().map(|r| r.budget.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>())
+        .bind(plan.new_holds.iter().map(|h| h.budget.to_column()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.budget.to_column()).collect::<Vec<_>>())
         .bind(plan.new_tasks.iter().map(|n| n.task.key_id.as_ref().map(ApiKeyId::as_str)).collect::<Vec<_>>());
     let query = bind_budgets(query, plan);
     let attempts = |via: Option<&domain::ports::Via>| via.map(|v| i32::try_from(v.attempts).unwrap_or(i32::MAX));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use billing::book::{self, BookOp, BookState, Held, Plan};
 use domain::ports::StoreError;
-use domain::{ApiKeyId, KeyBudgetState, KeySpend, Task, TaskId, Timestamp, UsdAmount, UserId};
+use domain::{ApiKeyId, BudgetKeys, KeyBudgetState, KeySpend, Task, TaskId, Timestamp, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
@@ -275,7 +275,8 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
                 let status = status.parse().map_err(|e| bad_row("reservation status", e))?;
                 let amount = UsdAmount::from_micros(amount);
                 let budget: Option<String> = budget;
-                let held = Held { user: UserId(user), amount, status, budget: budget.map(ApiKeyId) };
+                let held =
+                    Held { user: UserId(user), amount, status, budget: BudgetKeys::from_column(budget.as_deref()) };
                 state.holds.insert(task.clone(), held);
             }
             let row = tasks
@@ -298,7 +299,7 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
         }
     }
     let mut budget_keys = keys.budgets;
-    budget_keys.extend(state.holds.values().filter_map(|h| h.budget.clone()));
+    budget_keys.extend(state.holds.values().flat_map(|h| h.budget.keys().iter().cloned()));
     if !budget_keys.is_empty() {
         let mut budget = txn.prepare_cached(
             "SELECT budget_micros, budget_period, budget_period_start, budget_spent_micros, budget_held_micros \
@@ -363,7 +364,7 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
             actual,
             h.balance_after.micros(),
             now,
-            h.budget.as_ref().map(ApiKeyId::as_str)
+            h.budget.to_column()
         ])
         .map_err(fail_sql)?;
     }

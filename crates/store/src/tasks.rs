@@ -33,7 +33,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
             actual: None,
             balance_after: None,
             usage_json: task.usage.clone(),
-            budget_key: None,
+            budget_keys: domain::BudgetKeys::NONE,
         });
     };
     Ok(TaskBilling {
@@ -43,7 +43,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
         actual: hold.actual_micros.map(UsdAmount::from_micros),
         balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
         usage_json: task.usage.clone(),
-        budget_key: hold.budget_key.clone().map(ApiKeyId),
+        budget_keys: domain::BudgetKeys::from_column(hold.budget_key.as_deref()),
     })
 }
 

@@ -15,8 +15,8 @@ use billing::{CallBook, Expect, LedgerError};
 use common::{TestDb, call_task, name, new_task, usd, user_with};
 use domain::ports::AccountStore;
 use domain::{
-    ApiKey, ApiKeyId, BudgetPeriod, Clock, KeyBudget, KeySpend, Scope, TaskEvent, TaskStatus, TaskTransition,
-    Timestamp, UserId,
+    ApiKey, ApiKeyId, BudgetKeys, BudgetPeriod, Clock, KeyBudget, KeySpend, Scope, TaskEvent, TaskStatus,
+    TaskTransition, Timestamp, UserId,
 };
 use sea_orm::{ConnectionTrait, Database, Statement};
 use store::Store;
@@ -41,6 +41,7 @@ async fn budget_key(store: &Store, user: &UserId, id: &str, budget: KeyBudget) -
         spend: KeySpend::default(),
         rates: domain::KeyRates::default(),
         allow_ips: None,
+        parent_id: None,
     };
     store.create_key(key).await.unwrap_or_else(|e| panic!("{}: key: {e}", name(store))).id
 }
@@ -49,7 +50,7 @@ async fn budget_key(store: &Store, user: &UserId, id: &str, budget: KeyBudget) -
 fn task_of(user: &UserId, key: &ApiKeyId) -> domain::Task {
     let mut task = call_task(user, &new_task());
     task.key_id = Some(key.clone());
-    task.billing.budget_key = Some(key.clone());
+    task.billing.budget_keys = BudgetKeys::new([key.clone()]);
     task
 }
 
@@ -100,7 +101,7 @@ async fn two_hundred_calls_over_two_replicas_never_pass_a_keys_budget() {
                     Ok(_) => {
                         let charge = (i % 4 != 0).then(|| usd(hold - (i * 13) % hold));
                         let event = if charge.is_some() { TaskEvent::Succeeded } else { TaskEvent::Failed };
-                        let held = Expect { budget: Some(key.clone()), ..Expect::of(&user, usd(hold)) };
+                        let held = Expect { budget: BudgetKeys::new([key.clone()]), ..Expect::of(&user, usd(hold)) };
                         let change = TaskTransition::new(TaskStatus::Processing, event);
                         let ended = closer.close_task(&id, &held, charge, change).await;
                         let ended = ended.unwrap_or_else(|e| panic!("close {id}: {e}"));
@@ -167,7 +168,7 @@ async fn a_daily_budget_starts_over_at_the_utc_boundary() {
         let close = |id: domain::TaskId, hold: i64, charge: i64| {
             let (store, key, user) = (store.clone(), key.clone(), user.clone());
             async move {
-                let held = Expect { budget: Some(key), ..Expect::of(&user, usd(hold)) };
+                let held = Expect { budget: BudgetKeys::new([key]), ..Expect::of(&user, usd(hold)) };
                 let change = TaskTransition::new(TaskStatus::Processing, TaskEvent::Succeeded);
                 store.close_task(&id, &held, Some(usd(charge)), change).await.expect("close");
             }
@@ -192,6 +193,85 @@ async fn a_daily_budget_starts_over_at_the_utc_boundary() {
         assert_eq!((spend.period_start, spend.spent, spend.held), (midnight, usd(950), usd(0)), "{db_name}");
         common::balance_is_ledger_sum(&store, &user).await;
         store.close().await.expect("close");
+        db.cleanup().await;
+    }
+}
+
+/// Children minted from one budgeted key share its budget: 120 calls through ten children (each
+/// with a budget of its own far above the parent's), opened and closed over two replicas, never
+/// charge more than the parent's budget together, and every counter ends as the ledger says.
+#[tokio::test]
+async fn children_of_a_budgeted_key_share_its_budget_over_two_replicas() {
+    const PARENT: i64 = 20_000;
+    for db in TestDb::all("key_budget_chain").await {
+        let a = db.open().await;
+        let b = Store::connect(&db.url).await.expect("second replica");
+        let db_name = name(&a);
+        let user = user_with(&a, usd(100_000_000)).await;
+        let total = BudgetPeriod::Total;
+        let parent = budget_key(&a, &user, "key_parent", KeyBudget { limit: usd(PARENT), period: total }).await;
+        let mut children = Vec::new();
+        for c in 0..10 {
+            let id = format!("key_child_{c}");
+            children.push(budget_key(&a, &user, &id, KeyBudget { limit: usd(BUDGET * 10), period: total }).await);
+        }
+        let stores = Arc::new([a.clone(), b.clone()]);
+        let start = Arc::new(tokio::sync::Barrier::new(120));
+        let mut calls = Vec::new();
+        for i in 0..120_i64 {
+            let child = children[(i % 10) as usize].clone();
+            let chain = BudgetKeys::new([child.clone(), parent.clone()]);
+            let (stores, start, user) = (Arc::clone(&stores), Arc::clone(&start), user.clone());
+            calls.push(tokio::spawn(async move {
+                let (opener, closer) = (&stores[(i % 2) as usize], &stores[((i / 2) % 2) as usize]);
+                let hold = 400 + (i * 37) % 300;
+                let mut task = task_of(&user, &child);
+                task.billing.budget_keys = chain.clone();
+                let id = task.id.clone();
+                start.wait().await;
+                match opener.open_call(task, usd(hold)).await {
+                    Ok(_) => {
+                        let charge = (i % 4 != 0).then(|| usd(hold - (i * 13) % hold));
+                        let event = if charge.is_some() { TaskEvent::Succeeded } else { TaskEvent::Failed };
+                        let held = Expect { budget: chain, ..Expect::of(&user, usd(hold)) };
+                        let change = TaskTransition::new(TaskStatus::Processing, event);
+                        let ended = closer.close_task(&id, &held, charge, change).await;
+                        Some(ended.unwrap_or_else(|e| panic!("close {id}: {e}")).actual.micros())
+                    }
+                    Err(LedgerError::KeyBudgetExceeded { limit, .. }) => {
+                        assert_eq!(limit, usd(PARENT), "only the parent's budget can refuse");
+                        None
+                    }
+                    Err(e) => panic!("open {id}: {e}"),
+                }
+            }));
+        }
+        let (mut charged, mut granted, mut refused) = (0, 0, 0);
+        for call in calls {
+            match call.await.expect("call") {
+                Some(actual) => {
+                    granted += 1;
+                    charged += actual;
+                }
+                None => refused += 1,
+            }
+        }
+        assert!(granted > 5 && refused > 0, "{db_name}: {granted} granted, {refused} refused");
+        let spend = spend_of(&a, "key_parent").await;
+        assert_eq!(spend.held, usd(0), "{db_name}: every hold ended");
+        assert!(spend.spent <= usd(PARENT), "{db_name}: the children spent {} of {PARENT} micro-USD", spend.spent);
+        assert_eq!(spend.spent, usd(charged), "{db_name}: the parent's total is what its children were charged");
+        let mut children_spent = 0;
+        for c in 0..10 {
+            let child = spend_of(&a, &format!("key_child_{c}")).await;
+            assert_eq!(child.held, usd(0), "{db_name}: child {c} holds nothing");
+            children_spent += child.spent.micros();
+        }
+        assert_eq!(children_spent, charged, "{db_name}: each child counted its own calls");
+        let balance = common::balance_is_ledger_sum(&a, &user).await;
+        assert_eq!(balance, usd(100_000_000 - charged), "{db_name}");
+        b.close().await.expect("close b");
+        a.close().await.expect("close a");
         db.cleanup().await;
     }
 }

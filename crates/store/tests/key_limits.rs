@@ -27,6 +27,7 @@ fn key(user: &domain::UserId, id: &str) -> ApiKey {
         spend: domain::KeySpend::default(),
         rates: KeyRates { rpm: NonZeroU32::new(60), tpm: NonZeroU32::new(100_000) },
         allow_ips: Some(domain::IpAllowList::parse("203.0.113.0/24,2001:db8::/32").expect("list")),
+        parent_id: Some(ApiKeyId("key_parent".into())),
     }
 }
 

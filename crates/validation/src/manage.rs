@@ -37,6 +37,68 @@ pub struct NewKeyBody {
     /// `keys:manage`, `admin`.
     #[validate(length(min = 1, max = 16))]
     pub scopes: Vec<String>,
+    /// RFC 3339 time from which the key is refused as expired: in the future, and no later than
+    /// the calling key's own expiry (which it inherits when absent).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Comma-separated model names and kinds the key may reach, within the calling key's list
+    /// (which it inherits when absent).
+    #[serde(default)]
+    pub models: Option<String>,
+    /// The most the key may spend per `budget_period`, USD as a decimal string, at most the
+    /// calling key's budget. Whatever it is, the new key's calls also count against the budget of
+    /// the calling key and of every key above it.
+    #[serde(default)]
+    pub budget_usd: Option<String>,
+    /// `total` (the default), `day`, `week` or `month`, in UTC; only with `budget_usd`.
+    #[serde(default)]
+    pub budget_period: Option<String>,
+    /// Generation calls per UTC minute, at most the calling key's (which it inherits when absent).
+    #[serde(default)]
+    #[validate(range(min = 1, max = 4_294_967_295_i64))]
+    pub rpm: Option<i64>,
+    /// Language tokens per UTC minute, at most the calling key's (which it inherits when absent).
+    #[serde(default)]
+    #[validate(range(min = 1, max = 4_294_967_295_i64))]
+    pub tpm: Option<i64>,
+    /// Comma-separated client networks (CIDR) or addresses, each inside the calling key's list
+    /// (which it inherits when absent).
+    #[serde(default)]
+    pub allow_ips: Option<String>,
+}
+
+impl NewKeyBody {
+    /// The limits it asks for, read by the same parser as an operator's key limits.
+    pub fn limits(&self) -> Result<domain::KeyLimits, ValidationError> {
+        let asked = KeyLimitsBody {
+            expires_at: self.expires_at.clone(),
+            models: self.models.clone(),
+            budget_usd: self.budget_usd.clone(),
+            budget_period: self.budget_period.clone(),
+            rpm: self.rpm,
+            tpm: self.tpm,
+            allow_ips: self.allow_ips.clone(),
+            clear: None,
+        };
+        if asked.expires_at.is_none()
+            && asked.models.is_none()
+            && asked.budget_usd.is_none()
+            && asked.budget_period.is_none()
+            && asked.rpm.is_none()
+            && asked.tpm.is_none()
+            && asked.allow_ips.is_none()
+        {
+            return Ok(domain::KeyLimits::default());
+        }
+        let change = asked.change()?;
+        Ok(domain::KeyLimits {
+            expires_at: change.expires_at.flatten(),
+            models: change.models.flatten(),
+            budget: change.budget.flatten(),
+            rates: domain::KeyRates { rpm: change.rpm.flatten(), tpm: change.tpm.flatten() },
+            allow_ips: change.allow_ips.flatten(),
+        })
+    }
 }
 
 /// `POST /api/v1/admin/users`. No additional properties.

@@ -6,7 +6,7 @@
 pub(crate) mod openapi;
 pub mod wire;
 
-use domain::{Actor, ApiKeyId, KeyLimits, Scope, UsdAmount, UserChange, UserId};
+use domain::{Actor, ApiKeyId, Scope, UsdAmount, UserChange, UserId};
 use http::request::Parts;
 use http::{Method, StatusCode};
 use hyper::body::Incoming;
@@ -216,7 +216,8 @@ pub(crate) async fn handle(
         ManageRoute::CreateKey => {
             let who = auth(gateway, &parts, Scope::KeysManage).await?;
             let req: NewKeyBody = body(state, &parts, &who, incoming).await?;
-            let created = gateway.create_own_key(&who, &req.name, &req.scopes).await?;
+            let limits = req.limits().map_err(service::ServiceError::from)?;
+            let created = gateway.create_own_key(&who, &req.name, &req.scopes, limits).await?;
             Ok(json_response(StatusCode::CREATED, &wire::created_key(gateway, &created)))
         }
         ManageRoute::RevokeKey(id) => {
@@ -329,8 +330,8 @@ pub(crate) async fn handle(
             let req: NewKeyBody = body(state, &parts, &who, incoming).await?;
             let scopes =
                 Scope::parse_list(&req.scopes.join(",")).map_err(|e| ApiError::invalid(format!("scopes: {e}")))?;
-            let created =
-                gateway.operator(&actor).create_key(&UserId(id), scopes, req.name.trim(), KeyLimits::default()).await?;
+            let limits = req.limits().map_err(service::ServiceError::from)?;
+            let created = gateway.operator(&actor).create_key(&UserId(id), scopes, req.name.trim(), limits).await?;
             Ok(json_response(StatusCode::CREATED, &wire::created_key(gateway, &created)))
         }
         ManageRoute::RevokeAnyKey(id) => {

@@ -391,7 +391,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
             actual: None,
             balance_after: None,
             usage_json: None,
-            budget_key: None,
+            budget_keys: domain::BudgetKeys::NONE,
         },
         output_url: (status == TaskStatus::Succeeded).then(|| "https://cdn.example.com/out.mp4".to_owned()),
         last_frame_url: None,

@@ -14,16 +14,16 @@
 //! - a task changes state only through [`TaskTransition::target`] (the domain's transition
 //!   table, compare-and-set on the expected state); a terminal state comes together with the end
 //!   of the task's reservation, never before it;
-//! - a key's budget is a second balance inside the same decision: a hold counted against a key
-//!   (its task's `billing.budget_key`) is refused when the key's limit, less what it spent in the
+//! - a key's budget is a second balance inside the same decision: a hold counted against keys
+//!   (its task's `billing.budget_keys`: the calling key and its budgeted ancestors), each of which is refused when the key's limit, less what it spent in the
 //!   current period and what its open holds keep, is below it; its end takes the hold off the key
 //!   and adds the charge to the key's spend of the period it ends in ([`KeyBudgetState`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use domain::{
-    ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp,
-    UsdAmount, UserId,
+    ApiKeyId, BillingStatus, BudgetKeys, LedgerEntry, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate,
+    Timestamp, UsdAmount, UserId,
 };
 
 pub use crate::ledger::Expect;
@@ -41,8 +41,8 @@ pub enum BookOp {
         task: TaskId,
         /// The amount to hold (≥ 0).
         amount: UsdAmount,
-        /// The task row to store with the hold (`CallBook::open_call`); its `billing.budget_key`
-        /// names the key whose budget the hold also counts against.
+        /// The task row to store with the hold (`CallBook::open_call`); its `billing.budget_keys`
+        /// name the keys whose budgets the hold also counts against.
         record: Option<Box<Task>>,
     },
     /// Ends the hold of `task`: charges `charge`, or refunds it when `None`.
@@ -77,13 +77,13 @@ pub enum BookOp {
 }
 
 impl BookOp {
-    /// The key whose budget the operation moves, as far as the operation itself says: a hold's
-    /// task record's `budget_key`, an end's expected one.
-    pub fn budget_key(&self) -> Option<&ApiKeyId> {
+    /// The keys whose budgets the operation moves, as far as the operation itself says: a hold's
+    /// task record's `budget_keys`, an end's expected ones.
+    pub fn budget_keys(&self) -> &[ApiKeyId] {
         match self {
-            BookOp::Hold { record, .. } => record.as_ref().and_then(|r| r.billing.budget_key.as_ref()),
-            BookOp::End { expect, .. } => expect.as_ref().and_then(|e| e.budget.as_ref()),
-            BookOp::Credit { .. } | BookOp::Move { .. } => None,
+            BookOp::Hold { record: Some(r), .. } => r.billing.budget_keys.keys(),
+            BookOp::End { expect: Some(e), .. } => e.budget.keys(),
+            BookOp::Hold { .. } | BookOp::End { .. } | BookOp::Credit { .. } | BookOp::Move { .. } => &[],
         }
     }
 }
@@ -97,8 +97,8 @@ pub struct Held {
     pub amount: UsdAmount,
     /// Where it stands.
     pub status: BillingStatus,
-    /// The key whose budget it counts against, if any.
-    pub budget: Option<ApiKeyId>,
+    /// The keys whose budgets it counts against (empty: none).
+    pub budget: BudgetKeys,
 }
 
 /// A key whose budget counters the batch changes (guard: they are still as read).
@@ -148,9 +148,7 @@ pub struct BookKeys {
 pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
     let mut keys = BookKeys::default();
     for op in ops {
-        if let Some(key) = op.budget_key() {
-            keys.budgets.insert(key.clone());
-        }
+        keys.budgets.extend(op.budget_keys().iter().cloned());
         match op {
             BookOp::Hold { user, task, .. } => {
                 keys.users.insert(user.clone());
@@ -247,8 +245,8 @@ pub struct NewHold {
     pub actual: Option<UsdAmount>,
     /// The balance after its last movement.
     pub balance_after: UsdAmount,
-    /// The key whose budget it counts against, if any.
-    pub budget: Option<ApiKeyId>,
+    /// The keys whose budgets it counts against (empty: none).
+    pub budget: BudgetKeys,
 }
 
 /// A stored reservation that ends (guard: it is still `reserved`).
@@ -266,8 +264,8 @@ pub struct EndedHold {
     pub actual: UsdAmount,
     /// The balance right after.
     pub balance_after: UsdAmount,
-    /// The key whose budget it counted against (guard: the stored reservation's).
-    pub budget: Option<ApiKeyId>,
+    /// The keys whose budgets it counted against (guard: the stored reservation's).
+    pub budget: BudgetKeys,
 }
 
 /// A ledger entry to append; entries are appended in plan order.

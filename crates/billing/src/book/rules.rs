@@ -148,11 +148,13 @@ impl Book {
         if self.holds.contains_key(task) || (record.is_some() && self.tasks.contains_key(task)) {
             return Err(LedgerError::DuplicateReservation(task.clone()));
         }
-        let budget = record.and_then(|r| r.billing.budget_key.clone());
-        let key_after = match &budget {
-            Some(key) => Some(self.budget_hold(key, amount)?),
-            None => None,
-        };
+        let budget = record.map(|r| r.billing.budget_keys.clone()).unwrap_or_default();
+        // Every key of the chain must cover the hold; the first that cannot refuses it.
+        let keys_after = budget
+            .keys()
+            .iter()
+            .map(|key| Ok((key.clone(), self.budget_hold(key, amount)?)))
+            .collect::<Result<Vec<_>, LedgerError>>()?;
         if available < amount {
             self.rely(user, Relies::Exactly);
             return Err(LedgerError::InsufficientBalance { needed: amount, available });
@@ -162,8 +164,8 @@ impl Book {
         // The hold still fits in any starting balance at least `read − after` (`after` ≥ 0).
         let least = self.read.get(user).and_then(|read| read.checked_sub(after).ok());
         self.rely(user, least.map_or(Relies::Exactly, Relies::AtLeast));
-        if let (Some(key), Some(state)) = (&budget, key_after) {
-            self.budgets.entry(key.clone()).and_modify(|b| b.1 = state);
+        for (key, state) in keys_after {
+            self.budgets.entry(key).and_modify(|b| b.1 = state);
         }
         let held = Held { user: user.clone(), amount, status: BillingStatus::Reserved, budget };
         self.holds
@@ -228,10 +230,12 @@ impl Book {
             )));
         }
         let (user, reserved, budget) = (hold.held.user.clone(), hold.held.amount, hold.held.budget.clone());
-        let key_after = match &budget {
-            Some(key) => self.budget_end(key, reserved, charge)?,
-            None => None,
-        };
+        let mut keys_after = Vec::with_capacity(budget.keys().len());
+        for key in budget.keys() {
+            if let Some(state) = self.budget_end(key, reserved, charge)? {
+                keys_after.push((key.clone(), state));
+            }
+        }
         let actual = charge.unwrap_or(UsdAmount::ZERO);
         let back = settle_delta(reserved, actual)?;
         self.balance(&user)?.checked_add(back).map_err(|_| LedgerError::Overflow)?;
@@ -249,8 +253,8 @@ impl Book {
         let kind = if charge.is_some() { LedgerKind::Settle } else { LedgerKind::Refund };
         let after = self.book(&user, Some(task), kind, back, end_note(status, reserved, actual))?;
         self.spent.insert(user.clone(), spent);
-        if let (Some(key), Some(state)) = (&budget, key_after) {
-            self.budgets.entry(key.clone()).and_modify(|b| b.1 = state);
+        for (key, state) in keys_after {
+            self.budgets.entry(key).and_modify(|b| b.1 = state);
         }
         if let Some(hold) = self.holds.get_mut(task) {
             hold.held.status = status;

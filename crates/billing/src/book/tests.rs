@@ -47,7 +47,7 @@ fn a_plan_says_what_it_assumed_of_each_balance() {
     let mut read = state(&[("u", 100), ("v", 7), ("w", 10)]);
     read.holds.insert(
         TaskId("t0".into()),
-        Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved, budget: None },
+        Held { user: UserId("v".into()), amount: usd(3), status: BillingStatus::Reserved, budget: BudgetKeys::NONE },
     );
     let plan = plan(&ops, read, Timestamp(7));
     let relies: Vec<(&str, i64, i64, Relies)> =
@@ -144,7 +144,7 @@ fn budget(limit: i64, period: domain::BudgetPeriod, start: Timestamp, spent: i64
 fn budgeted_hold(user: &str, task: &str, amount: i64) -> BookOp {
     let (user, task) = (UserId(user.into()), TaskId(task.into()));
     let mut record = crate::conformance::running_task(&user, &task, usd(amount), TaskStatus::Processing);
-    record.billing.budget_key = Some(ApiKeyId("k".into()));
+    record.billing.budget_keys = BudgetKeys::new([ApiKeyId("k".into())]);
     BookOp::Hold { user, task, amount: usd(amount), record: Some(Box::new(record)) }
 }
 
@@ -170,7 +170,7 @@ fn a_key_budget_refuses_the_hold_that_would_pass_it_whatever_the_balance() {
     let written: Vec<_> =
         plan.budgets.iter().map(|b| (b.key.clone(), b.from.spend.held, b.to.spend.held, b.to.spend.spent)).collect();
     assert_eq!(written, vec![(k.clone(), usd(0), usd(70), usd(30))]);
-    assert!(plan.new_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "each reservation names its key");
+    assert!(plan.new_holds.iter().all(|h| h.budget.keys() == [k.clone()]), "each reservation names its key");
     assert_eq!(plan.balances[0].to, usd(930), "the balance moved only for the granted holds");
 }
 
@@ -183,14 +183,14 @@ fn an_end_takes_its_hold_off_the_key_and_adds_the_charge() {
             user: UserId("u".into()),
             amount: usd(45),
             status: BillingStatus::Reserved,
-            budget: Some(k.clone()),
+            budget: BudgetKeys::new([k.clone()]),
         };
         read.holds.insert(TaskId(task.into()), held);
     }
     let plan = plan(&[end("t1", Some(20)), end("t2", None)], read, Timestamp(7));
     assert_eq!(plan.budgets.len(), 1);
     assert_eq!((plan.budgets[0].to.spend.held, plan.budgets[0].to.spend.spent), (usd(0), usd(20)));
-    assert!(plan.ended_holds.iter().all(|h| h.budget.as_ref() == Some(&k)), "the guard names the key");
+    assert!(plan.ended_holds.iter().all(|h| h.budget.keys() == [k.clone()]), "the guard names the key");
 }
 
 #[test]
@@ -202,7 +202,12 @@ fn a_period_that_moved_on_starts_over_and_open_holds_still_count() {
     let k = ApiKeyId("k".into());
     // Yesterday's 90 spent no longer counts; the 10 still held (a hold from yesterday) does.
     let mut read = with_budget(state(&[("u", 1_000)]), budget(100, day, yesterday, 90, 10));
-    let old = Held { user: UserId("u".into()), amount: usd(10), status: BillingStatus::Reserved, budget: Some(k) };
+    let old = Held {
+        user: UserId("u".into()),
+        amount: usd(10),
+        status: BillingStatus::Reserved,
+        budget: BudgetKeys::new([k]),
+    };
     read.holds.insert(TaskId("t0".into()), old);
     let ops = [budgeted_hold("u", "t1", 91), budgeted_hold("u", "t2", 90), end("t0", Some(4))];
     let plan = plan(&ops, read, now);
@@ -237,4 +242,42 @@ fn utc_periods_start_where_they_should() {
     );
     assert_eq!(b(domain::BudgetPeriod::Week).at(now).spend.period_start, "2026-11-23T00:00:00Z".parse().expect("time"));
     assert_eq!(b(domain::BudgetPeriod::Day).remaining(now), Some(usd(1)));
+}
+
+/// A hold for `task` of `user` counted against the chain `keys` (nearest first).
+fn chained_hold(user: &str, task: &str, amount: i64, keys: &[&str]) -> BookOp {
+    let BookOp::Hold { user, task, amount, record: Some(mut record) } = budgeted_hold(user, task, amount) else {
+        unreachable!("budgeted_hold makes a hold with a record")
+    };
+    record.billing.budget_keys = BudgetKeys::new(keys.iter().map(|k| ApiKeyId((*k).into())));
+    BookOp::Hold { user, task, amount, record: Some(record) }
+}
+
+#[test]
+fn a_hold_counts_against_every_key_of_its_chain_and_the_tightest_refuses() {
+    let total = domain::BudgetPeriod::Total;
+    let mut read = state(&[("u", 1_000)]);
+    // The child has 50 left of its own, its parent only 30 (shared with the parent's other children).
+    read.budgets.insert(ApiKeyId("child".into()), budget(100, total, Timestamp(0), 50, 0));
+    read.budgets.insert(ApiKeyId("parent".into()), budget(40, total, Timestamp(0), 10, 0));
+    let ops = [
+        chained_hold("u", "t1", 31, &["child", "parent"]),
+        chained_hold("u", "t2", 30, &["child", "parent"]),
+        chained_hold("u", "t3", 1, &["sibling_without_budget", "parent"]),
+    ];
+    read.budgets.insert(ApiKeyId("sibling_without_budget".into()), KeyBudgetState::default());
+    let plan = plan(&ops, read, Timestamp(7));
+    let answers = plan.clone().answers(&[]);
+    assert!(
+        matches!(answers[0], Err(LedgerError::KeyBudgetExceeded { limit, .. }) if limit == usd(40)),
+        "the parent's budget refuses what the child's own would allow: {:?}",
+        answers[0]
+    );
+    assert!(matches!(answers[1], Ok(BookAnswer::Held(_))), "exactly what the parent has left fits");
+    assert!(matches!(answers[2], Err(LedgerError::KeyBudgetExceeded { .. })), "a sibling shares the parent's budget");
+    let held: Vec<(String, UsdAmount)> =
+        plan.budgets.iter().map(|b| (b.key.as_str().to_owned(), b.to.spend.held)).collect();
+    assert_eq!(held, vec![("child".to_owned(), usd(30)), ("parent".to_owned(), usd(30))]);
+    let keys: Vec<&[ApiKeyId]> = plan.new_holds.iter().map(|h| h.budget.keys()).collect();
+    assert_eq!(keys, vec![&[ApiKeyId("child".into()), ApiKeyId("parent".into())][..]]);
 }

@@ -170,6 +170,6 @@ pub(crate) fn held_of(task: &domain::Task) -> billing::Expect {
     billing::Expect {
         user: task.user_id.clone(),
         amount: task.billing.estimated,
-        budget: task.billing.budget_key.clone(),
+        budget: task.billing.budget_keys.clone(),
     }
 }
