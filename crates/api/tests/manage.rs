@@ -180,7 +180,7 @@ async fn a_caller_manages_its_own_keys_and_webhook_secret() {
             ("no scope", json!({"name": "x", "scopes": []})),
             ("no name", json!({"name": "", "scopes": ["overview:read"]})),
             ("a name of 101 characters", json!({"name": "n".repeat(101), "scopes": ["overview:read"]})),
-            ("an unknown field", json!({"name": "x", "scopes": ["overview:read"], "rpm": 5})),
+            ("an unknown field", json!({"name": "x", "scopes": ["overview:read"], "burst": 5})),
         ] {
             server.send_json(Method::POST, "/api/v1/keys", Some(&manager), &body).await.assert_error(
                 400,
