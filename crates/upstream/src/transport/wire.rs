@@ -54,9 +54,12 @@ pub(crate) enum Parsed {
 pub(crate) fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, String> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut slots);
-    let len = match response.parse(buf) {
+    // Only the first MAX_HEAD_BYTES are looked at: a longer head is refused even when it came
+    // whole in one read.
+    let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+    let len = match response.parse(window) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+        Ok(httparse::Status::Partial) if window.len() == MAX_HEAD_BYTES => {
             return Err(format!("response head larger than {MAX_HEAD_BYTES} bytes"));
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
@@ -235,7 +238,9 @@ impl Decoder {
                     // The room left for this line with its line end: the section stays under
                     // MAX_TRAILER_BYTES (`bytes` is below it, so this never wraps; checked anyway).
                     let room = (MAX_TRAILER_BYTES - 1).checked_sub(bytes).ok_or_else(too_many_trailers)?;
-                    let Some((line, used)) = line(rest, room).map_err(|_| too_many_trailers())? else {
+                    let found =
+                        line(rest, room).map_err(|e| if e == LINE_TOO_LONG { too_many_trailers() } else { e })?;
+                    let Some((line, used)) = found else {
                         return Ok(Step::NeedMore { skip });
                     };
                     skip += used;
@@ -279,6 +284,9 @@ fn take(want: u64, have: usize) -> (usize, u64) {
     }
 }
 
+/// The error of a line longer than its bound.
+const LINE_TOO_LONG: &str = "malformed chunked body: line too long";
+
 fn too_many_trailers() -> String {
     format!("malformed chunked body: trailers over {MAX_TRAILER_BYTES} bytes or {MAX_TRAILERS} lines")
 }
@@ -295,7 +303,7 @@ fn line(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, String> {
             }
             Ok(Some((text, end + 1)))
         }
-        None if buf.len() >= max => Err("malformed chunked body: line too long".to_owned()),
+        None if buf.len() >= max => Err(LINE_TOO_LONG.to_owned()),
         None => Ok(None),
     }
 }
@@ -465,6 +473,11 @@ mod tests {
         assert!(matches!(parse(&format!("HTTP/1.1 200 OK\r\n{fits}\r\n")), Ok(Parsed::Complete(..))));
         let huge = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES));
         assert!(parse(&huge).is_err(), "an endless head is cut at the bound");
+        let whole = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
+        assert!(parse(&whole).is_err(), "a head over the bound is refused even when it is all in");
+        let fits = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES - 24));
+        assert_eq!(fits.len(), MAX_HEAD_BYTES);
+        assert!(matches!(parse(&fits), Ok(Parsed::Complete(_, len)) if len == MAX_HEAD_BYTES), "exactly the bound");
         let below = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES - 40));
         assert!(matches!(parse(&below), Ok(Parsed::Partial)), "a long head below the bound waits");
         assert_eq!(
