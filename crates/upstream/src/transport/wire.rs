@@ -578,12 +578,14 @@ mod tests {
 
     #[test]
     fn the_trailer_attack_is_refused_within_its_bound() {
-        // A first trailer line that ends exactly at byte 16,384 of the section, then a line that
-        // never ends: refused once the bound is passed, with the buffer never above the bound.
-        let first = trailer_section(MAX_TRAILER_BYTES + 2, 1);
-        let first = &first[..MAX_TRAILER_BYTES];
-        assert_eq!(first.len(), MAX_TRAILER_BYTES);
-        for piece in [101, 4096, 65_536] {
+        // A first trailer line whose line end is the section's byte 16,384 (counted from 0: the
+        // line that made the old count pass the bound and wrap), or its 16,384th, then a line
+        // that never ends: refused once the bound is passed, the buffer never above the bound.
+        for (first, piece) in [MAX_TRAILER_BYTES + 1, MAX_TRAILER_BYTES].into_iter().flat_map(|len| {
+            let line = trailer_section(len + 2, 1);
+            [101, 4096, 65_536].map(|piece| (line[..len].to_vec(), piece))
+        }) {
+            assert_eq!(first.last(), Some(&b'\n'));
             let mut decoder = Decoder::chunked();
             let mut buf = b"0\r\n".to_vec();
             let endless = std::iter::repeat_n(b'a', 20 * 1024 * 1024);
@@ -605,7 +607,7 @@ mod tests {
                     Ok(other) => unreachable!("{other:?}"),
                 }
             };
-            assert!(refused, "pieces of {piece}");
+            assert!(refused, "a first line of {} bytes, pieces of {piece}", first.len());
             assert!(fed <= MAX_TRAILER_BYTES + piece, "refused after {fed} bytes, pieces of {piece}");
             assert!(most <= MAX_TRAILER_BYTES + piece, "{most} bytes buffered, pieces of {piece}");
         }
