@@ -16,5 +16,7 @@ mod memory;
 mod multipart;
 #[path = "hostile/ops.rs"]
 mod ops;
+#[path = "hostile/upstream_framing.rs"]
+mod upstream_framing;
 #[path = "hostile/worker.rs"]
 mod worker;

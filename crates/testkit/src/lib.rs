@@ -49,6 +49,13 @@ fn name(cn: &str) -> openssl::x509::X509Name {
 
 /// A test root (PEM) and a `localhost` / `127.0.0.1` / `::1` server identity signed by it.
 pub fn test_pki() -> (Vec<u8>, native_tls::Identity) {
+    test_pki_for(&["localhost", "127.0.0.1", "::1"])
+}
+
+/// A test root (PEM) and a server identity signed by it for `names` (each an IP address or a DNS
+/// name), such as a name no test connects to, for the tests of what a refused certificate's
+/// error says.
+pub fn test_pki_for(names: &[&str]) -> (Vec<u8>, native_tls::Identity) {
     let ca_key = key();
     let mut ca = X509::builder().unwrap();
     ca.set_version(2).unwrap();
@@ -67,17 +74,20 @@ pub fn test_pki() -> (Vec<u8>, native_tls::Identity) {
     let mut leaf = X509::builder().unwrap();
     leaf.set_version(2).unwrap();
     leaf.set_serial_number(&BigNum::from_u32(2).unwrap().to_asn1_integer().unwrap()).unwrap();
-    leaf.set_subject_name(&name("localhost")).unwrap();
+    leaf.set_subject_name(&name(names.first().copied().unwrap_or("localhost"))).unwrap();
     leaf.set_issuer_name(ca.subject_name()).unwrap();
     leaf.set_pubkey(&leaf_key).unwrap();
     leaf.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
     leaf.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
-    let san = SubjectAlternativeName::new()
-        .dns("localhost")
-        .ip("127.0.0.1")
-        .ip("::1")
-        .build(&leaf.x509v3_context(Some(&ca), None))
-        .unwrap();
+    let mut san = SubjectAlternativeName::new();
+    for name in names {
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            san.ip(name);
+        } else {
+            san.dns(name);
+        }
+    }
+    let san = san.build(&leaf.x509v3_context(Some(&ca), None)).unwrap();
     leaf.append_extension(san).unwrap();
     leaf.append_extension(KeyUsage::new().critical().digital_signature().key_agreement().build().unwrap()).unwrap();
     leaf.append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap()).unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use http::{HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use upstream::transport::{Client, ClientConfig, ErrorKind, Response};
+use upstream::transport::{Client, ClientConfig, ErrorKind, INITIAL_READ, MAX_READ, Response};
 use url::Url;
 
 /// A server that answers each request on a connection with the next of `answers` (the same
@@ -261,4 +261,56 @@ async fn https_with_a_private_ca() {
     assert!(
         Client::new(ClientConfig { extra_ca_pem: Some(b"no pem here".to_vec()), ..ClientConfig::default() }).is_err()
     );
+}
+
+#[tokio::test]
+async fn a_certificate_s_names_never_reach_the_error() {
+    // The test CA is trusted, but its certificate is for a name we do not connect to: rustls's
+    // own text would list the names the certificate holds.
+    let (ca, identity) = testkit::test_pki_for(&["secret-internal-name.example"]);
+    let (addr, _log) = testkit::receiver("127.0.0.1:0", identity).await.unwrap();
+    let trusting =
+        Client::new(ClientConfig { connect_timeout: Duration::from_secs(2), extra_ca_pem: Some(ca) }).unwrap();
+    for url in [format!("https://127.0.0.1:{}/ok", addr.port()), format!("https://localhost:{}/ok", addr.port())] {
+        let error = get(&trusting, &url).await.unwrap_err();
+        let text = error.to_string();
+        println!("{url}: {text}");
+        assert_eq!(error.kind(), ErrorKind::Connect, "{text}");
+        assert_eq!(text, "error sending request: cannot connect: upstream TLS handshake failed");
+        for secret in ["secret", "internal", "example", "localhost", "127.0.0.1"] {
+            assert!(!text.contains(secret) && !format!("{error:?}").contains(secret), "{secret} in {error:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_read_buffer_grows_with_the_bytes_not_the_declared_length() {
+    // A length of 1 GB declared, ten bytes sent, then the close: the buffer stays at its first
+    // size. A large body read quickly: the buffer grows to one read at most.
+    let declared = scripted(vec![Answer {
+        close: true,
+        ..answer("HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n0123456789")
+    }])
+    .await;
+    let client = client();
+    let mut response = client.request(Method::GET, &Url::parse(&declared.url).unwrap()).send().await.unwrap();
+    assert_eq!(response.content_length(), Some(1_000_000_000));
+    assert_eq!(response.chunk().await.unwrap(), Some(&b"0123456789"[..]));
+    assert_eq!(response.chunk().await.unwrap_err().kind(), ErrorKind::Receive);
+    println!("1 GB declared, 10 bytes sent: buffer peak {} bytes", response.peak_buffer_capacity());
+    assert_eq!(response.peak_buffer_capacity(), INITIAL_READ);
+
+    let big = vec![b'x'; 4 * 1024 * 1024];
+    let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}", big.len(), String::from_utf8_lossy(&big));
+    let fast = scripted(vec![answer(&text)]).await;
+    let mut response = client.request(Method::GET, &Url::parse(&fast.url).unwrap()).send().await.unwrap();
+    let mut read = 0;
+    let mut peak = 0;
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        read += chunk.len();
+        peak = peak.max(response.peak_buffer_capacity());
+    }
+    println!("4 MiB read: buffer peak {peak} bytes");
+    assert_eq!(read, big.len());
+    assert!(peak <= MAX_READ, "{peak}");
 }

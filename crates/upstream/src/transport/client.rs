@@ -36,7 +36,9 @@ use url::Url;
 use super::wire::{self, Decoder, Parsed, Step};
 
 /// Bytes reserved for a connection's first read; reads that fill the buffer double it, up to
-/// [`MAX_READ`].
+/// [`MAX_READ`]. Room is reserved for the next read only, never from a length the upstream
+/// declares: the buffer holds at most what the framing leaves unread (a head under 64 KiB, a
+/// chunk-size line, a trailer line under 16 KiB) plus one read.
 pub const INITIAL_READ: usize = 2 * 1024;
 /// Largest read.
 pub const MAX_READ: usize = 64 * 1024;
@@ -250,6 +252,7 @@ impl Client {
         if conn.buf.capacity() > KEEP_BUFFER {
             conn.buf = BytesMut::new();
             conn.read_size = INITIAL_READ;
+            conn.peak = 0;
         }
         let mut idle = self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.entry(origin).or_default();
@@ -273,15 +276,16 @@ impl Client {
                         .map_err(|_| Error::new(ErrorKind::Config, "the host is not a valid TLS name"))?,
                 };
                 let tls = self.tls()?.connect(name, tcp).await.map_err(|e| {
-                    // rustls may name the host it expected; the text stays ours.
-                    let text = e.to_string().replace(&origin.host, "the upstream host");
-                    Error::new(ErrorKind::Connect, format!("TLS handshake failed: {text}"))
+                    // rustls's text may carry the names the certificate holds, or the host we
+                    // expected: none of it goes into the error, whose text is fixed.
+                    tracing::debug!(reason = tls_reason(&e), "upstream TLS handshake failed");
+                    Error::new(ErrorKind::Connect, TLS_FAILED)
                 })?;
                 Io::Tls(Box::new(tls))
             } else {
                 Io::Plain(tcp)
             };
-            Ok(Conn { io, buf: BytesMut::new(), read_size: INITIAL_READ })
+            Ok(Conn { io, buf: BytesMut::new(), read_size: INITIAL_READ, peak: 0 })
         };
         if self.shared.connect_timeout.is_zero() {
             return attempt.await;
@@ -290,6 +294,21 @@ impl Client {
             Ok(result) => result,
             Err(_) => Err(Error::new(ErrorKind::ConnectTimeout, "")),
         }
+    }
+}
+
+/// The whole text of a failed TLS handshake's error.
+const TLS_FAILED: &str = "upstream TLS handshake failed";
+
+/// A fixed word on why a handshake failed, for the debug log: never rustls's text, which may
+/// name hosts.
+fn tls_reason(error: &io::Error) -> &'static str {
+    match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_)) => "the certificate was refused",
+        Some(rustls::Error::AlertReceived(_)) => "the upstream sent an alert",
+        Some(rustls::Error::PeerIncompatible(_)) => "no protocol or cipher in common",
+        Some(_) => "a TLS protocol error",
+        None => "the connection failed during the handshake",
     }
 }
 
@@ -502,6 +521,14 @@ impl Response {
         Ok(self.conn.as_ref().map(|conn| &conn.buf[..len]))
     }
 
+    /// The most bytes the connection's read buffer has held room for so far (for the tests of
+    /// its bounds).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn peak_buffer_capacity(&self) -> usize {
+        self.conn.as_ref().map_or(0, |conn| conn.peak)
+    }
+
     /// The body has ended: the connection goes back for reuse when it may, else it closes.
     fn finish(&mut self) {
         if let Some(conn) = self.conn.take()
@@ -519,14 +546,23 @@ struct Conn {
     buf: BytesMut,
     /// Bytes to reserve for the next read.
     read_size: usize,
+    /// The buffer's largest capacity so far.
+    peak: usize,
 }
 
 impl Conn {
     /// Reads what the socket has into the buffer; 0 at the connection's close.
+    ///
+    /// The buffer grows to exactly what it holds plus one read: room already allocated (in
+    /// front of what was consumed) is used again first, and a new allocation is never doubled
+    /// as `BytesMut::reserve` may double it.
     async fn read(&mut self) -> Result<usize, Error> {
-        if self.buf.capacity() - self.buf.len() < self.read_size / 4 {
-            self.buf.reserve(self.read_size);
+        if self.buf.capacity() - self.buf.len() < self.read_size / 4 && !self.buf.try_reclaim(self.read_size) {
+            let mut grown = BytesMut::with_capacity(self.buf.len().saturating_add(self.read_size));
+            grown.extend_from_slice(&self.buf);
+            self.buf = grown;
         }
+        self.peak = self.peak.max(self.buf.capacity());
         let spare = self.buf.capacity() - self.buf.len();
         let n = self.io.read_buf(&mut self.buf).await.map_err(|e| Error::new(ErrorKind::Receive, e.to_string()))?;
         if n == spare && self.read_size < MAX_READ {

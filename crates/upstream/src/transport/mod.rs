@@ -40,15 +40,18 @@ pub(crate) fn truncate_lossy(bytes: &[u8], limit: usize) -> String {
 }
 
 /// The whole body, at most `limit` bytes (a larger one is `Malformed`, unread past the limit).
+///
+/// Memory is taken as the bytes arrive, never from the announced length: an upstream that
+/// announces 32 MB and sends ten bytes costs ten bytes (and the vector's growth).
 pub(crate) async fn read_limited(mut response: Response, limit: usize) -> Result<Vec<u8>, UpstreamError> {
     let too_large = || UpstreamError::Malformed(format!("answer larger than {limit} bytes"));
-    let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
-    if announced.is_some_and(|n| n > limit) {
+    if response.content_length().is_some_and(|n| u64::try_from(limit).is_ok_and(|limit| n > limit)) {
         return Err(too_large());
     }
-    let mut answer = Vec::with_capacity(announced.unwrap_or(0));
+    let mut answer = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| map_error(&e))? {
-        if answer.len() + chunk.len() > limit {
+        // `answer` never holds more than `limit`: the difference cannot wrap.
+        if chunk.len() > limit - answer.len() {
             return Err(too_large());
         }
         answer.extend_from_slice(chunk);
