@@ -21,6 +21,6 @@ pub mod wire;
 pub use body::{BodyBudget, BufferedBody, Pace};
 pub use error::ApiError;
 pub use response::{Body, Response};
-pub use routes::Route;
+pub use routes::{Effect, Route, route};
 pub use server::serve;
 pub use state::{AppState, Limits};

@@ -72,6 +72,47 @@ impl Route {
     }
 }
 
+/// What a route does to the gateway's state, declared with the route: a test
+/// (`crates/api/tests/every_door.rs`) walks every operation of the OpenAPI document and holds each
+/// route to its declaration, so a route that changes state without an audit row fails it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Reads only (a quote, too: nothing is held).
+    Read,
+    /// Billable work: money moves only through holds and settlements, each in the ledger.
+    Billed,
+    /// Changes credentials, secrets, limits, balances, users, models, prices or maintenance: each
+    /// success writes one audit row with this action.
+    Audited(&'static str),
+}
+
+impl Route {
+    /// What the route does to the gateway's state.
+    pub const fn effect(&self) -> Effect {
+        match self {
+            Route::Healthz
+            | Route::Readyz
+            | Route::Metrics
+            | Route::OpenApi
+            | Route::ListModels
+            | Route::Overview
+            | Route::ListKeys
+            | Route::ListTasks
+            | Route::GetTask(_)
+            | Route::Media(_)
+            | Route::Console(_) => Effect::Read,
+            Route::CreateTask
+            | Route::CancelTask(_)
+            | Route::ChatCompletions
+            | Route::ImageGenerations
+            | Route::AudioGenerations
+            | Route::Messages
+            | Route::Responses => Effect::Billed,
+            Route::Manage(route) => route.effect(),
+        }
+    }
+}
+
 /// The `route` label of a request that matched no route (404, 405).
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 

@@ -290,13 +290,16 @@ impl Gateway {
         Ok(self.ports.models.seed_models(seeds).await?)
     }
 
-    /// On a store without users, creates a demo user with `balance` and an all-scopes key.
+    /// On a store without users, creates a demo user with `balance` and an all-scopes key, both
+    /// recorded in the audit trail as the command line's (`serve` on the operator's machine).
     /// Returns `None` when users exist already.
     pub async fn ensure_demo_account(&self, balance: UsdAmount) -> Result<Option<DemoAccount>, ServiceError> {
         if self.ports.accounts.count_users().await? > 0 {
             return Ok(None);
         }
-        let user = self
+        let actor = domain::Actor::Cli;
+        let operator = self.operator(&actor);
+        let user = operator
             .create_user(NewUserRequest {
                 name: "Demo".into(),
                 email: "demo@example.com".into(),
@@ -307,7 +310,7 @@ impl Gateway {
             })
             .await?
             .user;
-        let key = self.create_key(&user.id, Scope::ALL.to_vec(), "demo", KeyLimits::default()).await?;
+        let key = operator.create_key(&user.id, Scope::ALL.to_vec(), "demo", KeyLimits::default()).await?;
         Ok(Some(DemoAccount { user, key }))
     }
 }

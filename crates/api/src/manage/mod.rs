@@ -104,6 +104,36 @@ impl ManageRoute {
     }
 }
 
+impl ManageRoute {
+    /// What the route does to the gateway's state (see [`crate::routes::Effect`]).
+    pub const fn effect(&self) -> crate::routes::Effect {
+        use crate::routes::Effect::{Audited, Read};
+        match self {
+            ManageRoute::Usage
+            | ManageRoute::Ledger
+            | ManageRoute::Users
+            | ManageRoute::User(_)
+            | ManageRoute::Models
+            | ManageRoute::Maintenance
+            | ManageRoute::Audit
+            | ManageRoute::Health
+            | ManageRoute::AdminTask(_)
+            | ManageRoute::QuoteChat
+            | ManageRoute::QuoteImage => Read,
+            ManageRoute::CreateKey | ManageRoute::CreateUserKey(_) => Audited("key.create"),
+            ManageRoute::RevokeKey(_) | ManageRoute::RevokeAnyKey(_) => Audited("key.revoke"),
+            ManageRoute::ChangeKey(_) => Audited("key.limits"),
+            ManageRoute::RotateWebhookSecret | ManageRoute::RotateUserSecret(_) => Audited("user.webhook_secret"),
+            ManageRoute::CreateUser => Audited("user.create"),
+            ManageRoute::ChangeUser(_) => Audited("user.change"),
+            ManageRoute::Topup(_) => Audited("user.topup"),
+            ManageRoute::ChangeModel(_) => Audited("model.set"),
+            ManageRoute::SetPrice(_) => Audited("model.price"),
+            ManageRoute::SetMaintenance => Audited("maintenance"),
+        }
+    }
+}
+
 /// The management route for `method` and the path's `segments` (after `/api/v1/`): `None` when
 /// the path is not one of them, `Err` (405 with `Allow`) for a known path and another method.
 /// `GET /api/v1/keys` stays a route of its own; only its `POST` is here.
