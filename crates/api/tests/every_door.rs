@@ -101,7 +101,7 @@ async fn every_route_is_held_to_its_declared_effect() {
         for (template, item) in doc["paths"].as_object().expect("paths") {
             for (method, _) in item.as_object().expect("operations") {
                 let verb: Method = method.to_uppercase().parse().expect("method");
-                let concrete = template.replace('{', "").replace('}', "");
+                let concrete = template.replace(['{', '}'], "");
                 let route = api::route(&verb, &concrete).unwrap_or_else(|e| panic!("{method} {template}: {e:?}"));
                 let effect = route.effect();
                 let ctx = format!("{label}: {method} {template} ({effect:?})");
