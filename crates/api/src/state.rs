@@ -59,33 +59,41 @@ pub struct AppState {
 
 /// The client of a request that came from `peer` with `headers`: the peer itself, unless it is one
 /// of the `trusted` proxies; then, walking `X-Forwarded-For` from its right end, the first address
-/// that is not a trusted proxy (an entry that is no address stops the walk at the last hop read).
-fn client_behind(trusted: &domain::IpAllowList, peer: std::net::IpAddr, headers: &http::HeaderMap) -> std::net::IpAddr {
+/// that is not a trusted proxy. An entry that is no address makes the client unknown (`None`):
+/// stopping at the last trusted hop instead would hand the proxy's own address to whoever wrote the
+/// garbage, and a key limited to the proxy's network would pass.
+fn client_behind(
+    trusted: &domain::IpAllowList,
+    peer: std::net::IpAddr,
+    headers: &http::HeaderMap,
+) -> Option<std::net::IpAddr> {
     if trusted.is_empty() || !trusted.allows(peer) {
-        return peer;
+        return Some(peer);
     }
     let mut client = peer;
     for value in headers.get_all("x-forwarded-for").iter().rev() {
-        let Ok(text) = value.to_str() else { return client };
+        let text = value.to_str().ok()?;
         for item in text.rsplit(',') {
-            let Ok(ip) = item.trim().parse::<std::net::IpAddr>() else { return client };
+            let ip = item.trim().parse::<std::net::IpAddr>().ok()?;
             client = ip;
             if !trusted.allows(ip) {
-                return client;
+                return Some(client);
             }
         }
     }
-    client
+    Some(client)
 }
 
-/// The caller's address, as the edge determined it for each request (a request extension).
+/// The caller's address, as the edge determined it for each request (a request extension); `None`
+/// when a trusted proxy forwarded an address that could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientIp(pub std::net::IpAddr);
+pub(crate) struct ClientIp(pub Option<std::net::IpAddr>);
 
 /// The caller's address the edge recorded on the request (`None` for a request that did not come
-/// through the server's accept loop).
+/// through the server's accept loop, or whose forwarded address could not be read: no key's
+/// address list allows it).
 pub(crate) fn client_ip(parts: &http::request::Parts) -> Option<std::net::IpAddr> {
-    parts.extensions.get::<ClientIp>().map(|c| c.0)
+    parts.extensions.get::<ClientIp>().and_then(|c| c.0)
 }
 
 impl AppState {
@@ -148,7 +156,7 @@ impl AppState {
     }
 
     /// The client of a request that came from `peer` with `headers` ([`client_behind`]).
-    pub(crate) fn client_ip(&self, peer: std::net::IpAddr, headers: &http::HeaderMap) -> std::net::IpAddr {
+    pub(crate) fn client_ip(&self, peer: std::net::IpAddr, headers: &http::HeaderMap) -> Option<std::net::IpAddr> {
         client_behind(&self.trusted_proxies, peer, headers)
     }
 
@@ -193,16 +201,20 @@ mod tests {
     fn the_client_is_the_peer_unless_a_trusted_proxy_forwards_it() {
         let none = domain::IpAllowList::default();
         let spoofed = forwarded(&["203.0.113.9"]);
-        assert_eq!(client_behind(&none, ip("198.51.100.1"), &spoofed), ip("198.51.100.1"), "no proxy is trusted");
+        assert_eq!(client_behind(&none, ip("198.51.100.1"), &spoofed), Some(ip("198.51.100.1")), "no proxy is trusted");
         let trusted = domain::IpAllowList::parse("10.0.0.0/8,127.0.0.1").expect("list");
         let behind = |peer: &str, headers: &http::HeaderMap| client_behind(&trusted, ip(peer), headers);
-        assert_eq!(behind("198.51.100.1", &spoofed), ip("198.51.100.1"), "an untrusted peer");
+        assert_eq!(behind("198.51.100.1", &spoofed), Some(ip("198.51.100.1")), "an untrusted peer");
         let chain = forwarded(&["192.0.2.1, 203.0.113.9", "10.1.1.1"]);
-        assert_eq!(behind("10.0.0.5", &chain), ip("203.0.113.9"), "the spoofable left part is skipped");
-        assert_eq!(behind("127.0.0.1", &forwarded(&[])), ip("127.0.0.1"), "no header: the proxy");
+        assert_eq!(behind("10.0.0.5", &chain), Some(ip("203.0.113.9")), "the spoofable left part is skipped");
+        assert_eq!(behind("127.0.0.1", &forwarded(&[])), Some(ip("127.0.0.1")), "no header: the proxy");
         let junk = forwarded(&["203.0.113.9, not-an-ip, 10.2.2.2"]);
-        assert_eq!(behind("10.0.0.5", &junk), ip("10.2.2.2"), "the walk stops at garbage");
+        assert_eq!(behind("10.0.0.5", &junk), None, "garbage behind trusted hops: unknown, never the proxy");
+        let junk_first = forwarded(&["not-an-ip"]);
+        assert_eq!(behind("10.0.0.5", &junk_first), None, "garbage right after the proxy: unknown");
+        let junk_left = forwarded(&["not-an-ip, 203.0.113.9"]);
+        assert_eq!(behind("10.0.0.5", &junk_left), Some(ip("203.0.113.9")), "garbage beyond the client is not read");
         let mapped = forwarded(&["::ffff:203.0.113.7"]);
-        assert_eq!(behind("::ffff:10.0.0.5", &mapped), ip("::ffff:203.0.113.7"));
+        assert_eq!(behind("::ffff:10.0.0.5", &mapped), Some(ip("::ffff:203.0.113.7")));
     }
 }

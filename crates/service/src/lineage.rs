@@ -240,6 +240,36 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_address_fails_every_address_list_and_an_ancestors_list_binds() {
+        let mut who = Principal {
+            user_id: domain::UserId("u".into()),
+            key_id: ApiKeyId("k".into()),
+            scopes: Vec::new(),
+            expires_at: None,
+            models: None,
+            budget: None,
+            rates: KeyRates::default(),
+            allow_ips: None,
+            role: domain::Role::User,
+            ancestors: Vec::new(),
+            budget_keys: BudgetKeys::NONE,
+        };
+        let local: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+        assert!(who.may_connect_from(None), "a key without a list takes any caller");
+        who.ancestors.push(Ancestor {
+            id: ApiKeyId("p".into()),
+            models: Some(ModelAllowList::parse("image").expect("list")),
+            allow_ips: Some(IpAllowList::parse("10.0.0.0/8").expect("list")),
+            budget: None,
+        });
+        assert!(!who.may_connect_from(None), "an unknown address fails an ancestor's list");
+        assert!(!who.may_connect_from(Some(local)), "outside the ancestor's list");
+        assert!(who.may_connect_from(Some("10.9.9.9".parse().expect("ip"))));
+        assert!(!who.may_use("chat-1", ModelKind::Language), "outside the ancestor's models");
+        assert!(who.may_use("img-1", ModelKind::Image));
+    }
+
+    #[test]
     fn the_tighter_of_two_limits_wins() {
         assert_eq!(earliest(Some(Timestamp(5)), Some(Timestamp(3))), Some(Timestamp(3)));
         assert_eq!(earliest(None, Some(Timestamp(3))), Some(Timestamp(3)));
