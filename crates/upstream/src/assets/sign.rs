@@ -280,9 +280,8 @@ pub fn verify(access_key: &str, secret_key: &str, received: &Received<'_>) -> Re
     }
     let canonical = canonical_request(received.host, &canonical_query(received.query), received.x_date, &body_hash);
     let expected = signature_hex(secret_key, &auth.region, received.x_date, &canonical);
-    // Both are hex strings of the same length; compare without an early exit.
-    let same = expected.len() == auth.signature.len()
-        && expected.bytes().zip(auth.signature.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    // Compared without an early exit (a length mismatch is not secret).
+    let same: bool = subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), auth.signature.as_bytes()).into();
     if same { Ok(()) } else { Err(VerifyError::BadSignature) }
 }
 
