@@ -95,6 +95,10 @@ impl ApiError {
 /// `Retry-After` of a 503 `media_store_unavailable`, seconds.
 const MEDIA_RETRY_AFTER_SECS: u64 = 5;
 
+/// `Retry-After` of a 503 while the database is not answering, in seconds (a restarting database
+/// takes about that long to accept connections again).
+const STORE_RETRY_AFTER_SECS: u64 = 2;
+
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> ApiError {
         match e {
@@ -141,6 +145,17 @@ impl From<ServiceError> for ApiError {
             },
             ServiceError::Upstream { message, .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "upstream_request_failed", message)
+            }
+            ServiceError::StoreUnavailable(detail) => {
+                tracing::warn!(error = %detail, "database unavailable");
+                ApiError {
+                    retry_after: Some(STORE_RETRY_AFTER_SECS),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_busy",
+                        "the gateway's database is not answering; nothing was charged for a call not answered, try again shortly",
+                    )
+                }
             }
             ServiceError::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
@@ -191,6 +206,7 @@ mod tests {
             (ServiceError::Busy { message: "b".into(), retry_after_secs: 1 }, 503, "server_busy"),
             (ServiceError::MediaUnavailable("connection refused".into()), 503, "media_store_unavailable"),
             (ServiceError::Upstream { message: "u".into(), retryable: true }, 502, "upstream_request_failed"),
+            (ServiceError::StoreUnavailable("connection refused at 10.0.0.1".into()), 503, "server_busy"),
             (ServiceError::Internal("db down at 10.0.0.1".into()), 500, "internal_error"),
         ];
         for (e, status, code) in cases {

@@ -88,6 +88,11 @@ pub enum ServiceError {
         /// Whether a retry may succeed.
         retryable: bool,
     },
+    /// The database failed or could not be reached (503 `server_busy` with `Retry-After`: a
+    /// database restarting is not the caller's fault, and a retry soon may succeed); the text is
+    /// for the log, not for clients.
+    #[error("database unavailable: {0}")]
+    StoreUnavailable(String),
     /// A fault of the gateway itself; the text is for logs.
     #[error("internal error: {0}")]
     Internal(String),
@@ -114,7 +119,7 @@ impl From<StoreError> for ServiceError {
             StoreError::Invalid(what) => ServiceError::InvalidRequest(what),
             // Never the caller's fault: a 500 whose text (the cause included) only reaches the log.
             StoreError::Corrupt { .. } => ServiceError::Internal(e.chain()),
-            StoreError::Backend(what) => ServiceError::Internal(what),
+            StoreError::Backend(what) => ServiceError::StoreUnavailable(what),
         }
     }
 }
@@ -134,8 +139,8 @@ impl From<LedgerError> for ServiceError {
             | LedgerError::Overflow
             | LedgerError::NotTerminal(_)
             | LedgerError::TaskConflict { .. }
-            | LedgerError::ReservationOpen(_)
-            | LedgerError::Backend(_) => ServiceError::Internal(e.to_string()),
+            | LedgerError::ReservationOpen(_) => ServiceError::Internal(e.to_string()),
+            LedgerError::Backend(what) => ServiceError::StoreUnavailable(what),
         }
     }
 }
