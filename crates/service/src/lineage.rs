@@ -1,9 +1,10 @@
 //! Keys minted with keys: a key created through the API is the child of the key that made it. Its
 //! limits are within its parent's when it is made ([`Gateway::child_limits`]), and every request
 //! with it is also held to each ancestor's limits as they are now ([`Lineage`]): refused once an
-//! ancestor is revoked or expired, within each ancestor's model and address lists, at each
-//! ancestor's rates at most, and its holds count against every budgeted ancestor's budget in the
-//! same reservation that checks the balance.
+//! ancestor is revoked or expired, within each ancestor's model and address lists, counted against
+//! each rate-limited ancestor's rates (`rates.rs`: the keys a key mints share its rates), and its
+//! holds count against every budgeted ancestor's budget in the same reservation that checks the
+//! balance.
 
 use domain::{
     ApiKey, ApiKeyId, BudgetKeys, IpAllowList, KeyBudget, KeyLimits, KeyRates, ModelAllowList, ModelKind, ModelRule,
@@ -27,6 +28,8 @@ pub struct Ancestor {
     pub allow_ips: Option<IpAllowList>,
     /// Its budget, if it has one.
     pub budget: Option<KeyBudget>,
+    /// Its rate limits: the calls of every key it minted count against them too.
+    pub rates: KeyRates,
 }
 
 /// What a key's ancestors impose, folded from the chain read at authentication.
@@ -112,6 +115,7 @@ impl Gateway {
                 models: parent.models,
                 allow_ips: parent.allow_ips,
                 budget: parent.budget,
+                rates: parent.rates,
             });
         }
         Ok(lineage)
@@ -261,6 +265,7 @@ mod tests {
             models: Some(ModelAllowList::parse("image").expect("list")),
             allow_ips: Some(IpAllowList::parse("10.0.0.0/8").expect("list")),
             budget: None,
+            rates: KeyRates::default(),
         });
         assert!(!who.may_connect_from(None), "an unknown address fails an ancestor's list");
         assert!(!who.may_connect_from(Some(local)), "outside the ancestor's list");

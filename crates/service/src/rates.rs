@@ -34,17 +34,31 @@ pub(crate) struct RateClaim {
     pub rates: KeyRates,
     /// The tokens to reserve (language calls), or `None`: the call does not count against `tpm`.
     pub tokens: Option<u64>,
+    /// The rate-limited keys the key descends from, nearest first: the call counts against each
+    /// one's limits too, so the keys a key mints share its rates (empty for an operator's key,
+    /// which allocates nothing).
+    pub ancestors: Vec<(ApiKeyId, KeyRates)>,
 }
 
 impl RateClaim {
     /// A call of `who` that counts as one request and no tokens (image, audio, video).
     pub(crate) fn request(who: &Principal) -> RateClaim {
-        RateClaim { key: RateClaim::key_of(who), rates: who.rates, tokens: None }
+        RateClaim { key: RateClaim::key_of(who), rates: who.rates, tokens: None, ancestors: RateClaim::above(who) }
     }
 
     /// A language call of `who` that reserves `tokens` (its prompt bound and the output its hold covers).
     pub(crate) fn language(who: &Principal, tokens: u64) -> RateClaim {
-        RateClaim { key: RateClaim::key_of(who), rates: who.rates, tokens: Some(tokens) }
+        RateClaim {
+            key: RateClaim::key_of(who),
+            rates: who.rates,
+            tokens: Some(tokens),
+            ancestors: RateClaim::above(who),
+        }
+    }
+
+    /// The rate-limited ancestors of `who`'s key.
+    fn above(who: &Principal) -> Vec<(ApiKeyId, KeyRates)> {
+        who.ancestors.iter().filter(|a| a.rates.is_limited()).map(|a| (a.id.clone(), a.rates)).collect()
     }
 
     /// The key's id, copied only when the key has a limit (an empty id allocates nothing and is
@@ -166,6 +180,8 @@ pub(crate) struct RateTicket {
     window: i64,
     /// Tokens reserved and not yet settled.
     tokens: u64,
+    /// The tickets of the key's rate-limited ancestors (settled and dropped with this one).
+    above: Vec<RateTicket>,
 }
 
 impl std::fmt::Debug for RateTicket {
@@ -183,6 +199,23 @@ impl Rates {
     /// Admits `claim` against its key's limits: `None` (and no cost) for a key without limits, a
     /// ticket holding the call's token reservation, or a refusal naming the limit reached.
     pub(crate) async fn admit(&self, claim: &RateClaim) -> Result<Option<RateTicket>, ServiceError> {
+        let mut ticket = self.admit_one(claim).await?;
+        for (key, rates) in &claim.ancestors {
+            let above = RateClaim { key: key.clone(), rates: *rates, tokens: claim.tokens, ancestors: Vec::new() };
+            // A refusal drops the tickets taken so far: their tokens go back (a request counts once
+            // admitted, as everywhere).
+            if let Some(taken) = self.admit_one(&above).await? {
+                match ticket.as_mut() {
+                    Some(own) => own.above.push(taken),
+                    None => ticket = Some(taken),
+                }
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Admits `claim` against its own key's limits only.
+    async fn admit_one(&self, claim: &RateClaim) -> Result<Option<RateTicket>, ServiceError> {
         if !claim.rates.is_limited() {
             return Ok(None);
         }
@@ -248,6 +281,7 @@ impl Rates {
             tpm: claim.rates.tpm,
             window,
             tokens: tokens_counted(claim).unwrap_or(0),
+            above: Vec::new(),
         }
     }
 
@@ -283,6 +317,9 @@ impl RateTicket {
     /// Settles the reservation on `used` tokens (prompt + completion): the rest goes back to the
     /// block, and a block holding more than twice its headroom gives the excess back to the database.
     pub(crate) async fn settle(mut self, used: u64) {
+        for above in std::mem::take(&mut self.above) {
+            Box::pin(above.settle(used)).await;
+        }
         let reserved = std::mem::take(&mut self.tokens);
         if self.tpm.is_none() {
             return;

@@ -32,6 +32,7 @@ fn claim(key: &str, rpm: u32, tpm: u32, tokens: Option<u64>) -> RateClaim {
         key: ApiKeyId(key.to_owned()),
         rates: KeyRates { rpm: NonZeroU32::new(rpm), tpm: NonZeroU32::new(tpm) },
         tokens,
+        ancestors: Vec::new(),
     }
 }
 
@@ -77,6 +78,30 @@ async fn the_nth_request_of_a_minute_passes_and_the_next_waits_for_the_next_minu
         rates.admit(&limited).await.unwrap_or_else(|e| panic!("next minute, call {i}: {e}"));
     }
     refusal(rates.admit(&limited).await);
+}
+
+#[tokio::test]
+async fn children_share_their_parents_rates() {
+    let store = store().await;
+    let clock = Arc::new(HandClock(AtomicI64::new(MINUTE)));
+    let rates = rates_on(&store, &clock);
+    let parent = (ApiKeyId("key_parent".into()), KeyRates { rpm: NonZeroU32::new(5), tpm: NonZeroU32::new(1_000) });
+    let child =
+        |i: u32| RateClaim { ancestors: vec![parent.clone()], ..claim(&format!("key_child_{i}"), 5, 1_000, Some(150)) };
+    let mut tickets = Vec::new();
+    for i in 0..5 {
+        tickets.push(rates.admit(&child(i)).await.unwrap_or_else(|e| panic!("call {i}: {e}")).expect("a ticket"));
+    }
+    let (message, _) = refusal(rates.admit(&child(5)).await);
+    assert!(message.contains("5 requests per minute"), "the sixth call through a sixth child: {message}");
+    // Tokens: each ticket reserved 150 of the parent's 1,000; settling gives the unused part back.
+    for ticket in tickets {
+        ticket.settle(10).await;
+    }
+    clock.0.store(MINUTE + 60_000, Ordering::SeqCst);
+    let big = RateClaim { ancestors: vec![parent.clone()], ..claim("key_child_9", 0, 0, Some(1_001)) };
+    let (message, _) = refusal(rates.admit(&big).await);
+    assert!(message.contains("1000 tokens per minute"), "the parent's tpm binds a child without one: {message}");
 }
 
 #[tokio::test]
