@@ -6,6 +6,7 @@ mod admin;
 mod admission;
 mod answer;
 mod audio;
+mod audit;
 mod background;
 mod cache;
 mod call;

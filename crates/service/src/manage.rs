@@ -130,7 +130,7 @@ impl Gateway {
         granted.sort();
         let limits = self.child_limits(who, asked).await?;
         let created = self.issue_key(&who.user_id, granted, name, limits, Some(&who.key_id)).await?;
-        let after = crate::operator::key_state(&created.key);
+        let after = crate::audit::key_state(&created.key);
         self.record_audit(&Gateway::key_actor(who), "key.create", created.key.id.as_str(), None, Some(after)).await?;
         Ok(created)
     }
@@ -149,7 +149,7 @@ impl Gateway {
             )));
         }
         let key = self.revoke_key(&id).await?;
-        let (before, after) = (crate::operator::key_state(&before), crate::operator::key_state(&key));
+        let (before, after) = (crate::audit::key_state(&before), crate::audit::key_state(&key));
         self.record_audit(&Gateway::key_actor(who), "key.revoke", id.as_str(), Some(before), Some(after)).await?;
         Ok(self.view_key(key, None))
     }
