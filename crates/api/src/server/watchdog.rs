@@ -4,9 +4,9 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -15,7 +15,22 @@ use tokio::net::TcpStream;
 use crate::state::Limits;
 
 /// What the watchdog of one connection knows: requests in flight, when the connection last fell idle,
-/// and when the first byte after that arrived. Updated with relaxed atomics on the request path.
+/// when the first byte after that arrived, and which responses wait on the client to take their
+/// bytes. Updated with relaxed atomics on the request path.
+///
+/// **A response the client does not take counts as idle.** A request in flight is normally left
+/// alone however long it takes: a chat whose first token comes after a minute, a stream whose
+/// events are far apart, or a body still being read are the server's business or have their own
+/// bounds (the body's [`Pace`](crate::body::Pace)). But once our side has produced bytes for the
+/// client (the response's head is ready, or its body has yielded a frame), what happens next is
+/// the transport's: hyper polls the body again only when it has sent what came before (HTTP/1.1:
+/// its write buffer drained into the socket; HTTP/2: the stream has flow-control window and send
+/// buffer). A client that stops reading, or announces an HTTP/2 window of 0, therefore leaves the
+/// response *owed* ([`Activity::owed`]) and never polled again. Such a connection is closed when no
+/// owed response has moved for [`Limits::idle_timeout`]: bytes the client does not take are no
+/// more progress than bytes it does not send. PINGs and other control frames do not count as
+/// progress (a client that answers PINGs but opens no window holds its slot just the same), and a
+/// response that waits on our side (its body polled and pending) is never owed.
 pub(super) struct Activity {
     /// When the connection was accepted; the times below are milliseconds since then.
     opened: tokio::time::Instant,
@@ -25,20 +40,42 @@ pub(super) struct Activity {
     idle_since: AtomicU64,
     /// When the first byte after `idle_since` arrived, plus one; 0 while none has.
     first_byte: AtomicU64,
+    /// Responses that have produced bytes the transport has not taken yet (see above).
+    owed: AtomicUsize,
+    /// When an owed response last moved: the transport took its bytes (hyper polled it again), or
+    /// the first of them became owed.
+    moved: AtomicU64,
+    /// The watchdog's waker while it has no timer armed (requests in flight, none owed): a response
+    /// that becomes owed on another task (an HTTP/2 stream) wakes it.
+    parked: Mutex<Option<Waker>>,
     /// Whether the client speaks HTTP/2 (whose PINGs are not the start of a request); set from
-    /// [`opening`] before the connection is served.
-    pub(super) http2: AtomicBool,
+    /// `opening` before the connection is served.
+    http2: AtomicBool,
 }
 
 impl Activity {
+    /// A connection accepted now.
     pub(super) fn new() -> Activity {
         Activity {
             opened: tokio::time::Instant::now(),
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             first_byte: AtomicU64::new(0),
+            owed: AtomicUsize::new(0),
+            moved: AtomicU64::new(0),
+            parked: Mutex::new(None),
             http2: AtomicBool::new(false),
         }
+    }
+
+    /// The client speaks HTTP/2 (with prior knowledge), judged on its first bytes.
+    pub(super) fn set_http2(&self, http2: bool) {
+        self.http2.store(http2, Ordering::Relaxed);
+    }
+
+    /// Whether the client speaks HTTP/2.
+    pub(super) fn http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
     }
 
     fn now(&self) -> u64 {
@@ -56,35 +93,77 @@ impl Activity {
         }
     }
 
-    /// When the connection will have been idle, or stalled in a header, too long; `None` while a
-    /// request is in flight.
-    fn deadline(&self, limits: &Limits) -> Option<tokio::time::Instant> {
+    /// A response produced bytes for the client, polled with `waker`: it is owed until the transport
+    /// polls it again. The first owed response starts the clock and wakes a parked watchdog (unless
+    /// this is the watchdog's own task, which polls it right after the connection anyway).
+    fn owe(&self, waker: &Waker) {
+        if self.owed.load(Ordering::Relaxed) == 0 {
+            self.moved.store(self.now(), Ordering::Relaxed);
+        }
+        if self.owed.fetch_add(1, Ordering::AcqRel) == 0 {
+            let parked = self.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            if let Some(parked) = parked.filter(|p| !p.will_wake(waker)) {
+                parked.wake();
+            }
+        }
+    }
+
+    /// An owed response was polled again: the transport took what it had produced.
+    fn took(&self) {
+        self.moved.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// An owed response is owed no more (it waits on our side, ended or was dropped).
+    fn settled(&self) {
+        self.owed.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// When the connection will have been idle, stalled in a header or left owed too long, and why;
+    /// `None` while requests are in flight and none is owed.
+    fn deadline(&self, limits: &Limits) -> Option<(tokio::time::Instant, Wake)> {
         if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return None;
+            if self.owed.load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            return Some((self.at(self.moved.load(Ordering::Relaxed)) + limits.idle_timeout, Wake::Stuck));
         }
         let first = self.first_byte.load(Ordering::Relaxed);
         let idle = self.at(self.idle_since.load(Ordering::Relaxed)) + limits.idle_timeout;
-        Some(if first > 0 && !self.http2.load(Ordering::Relaxed) {
-            idle.min(self.at(first - 1) + limits.header_read_timeout)
+        Some(if first > 0 && !self.http2() {
+            (idle.min(self.at(first - 1) + limits.header_read_timeout), Wake::Stalled)
         } else {
-            idle
+            (idle, Wake::Stalled)
         })
+    }
+
+    /// Parks the watchdog's `waker` until a response becomes owed; false when one already is (the
+    /// watchdog then looks again instead of sleeping).
+    fn park(&self, waker: &Waker) -> bool {
+        let mut parked = self.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !parked.as_ref().is_some_and(|p| p.will_wake(waker)) {
+            *parked = Some(waker.clone());
+        }
+        self.owed.load(Ordering::Acquire) == 0
     }
 }
 
 /// Why a [`Watchdog`] woke its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wake {
-    /// Idle or stalled in a header for too long: close it.
+    /// Idle or stalled in a header for too long, nothing in flight: close it (HTTP/2 with a GOAWAY).
     Stalled,
+    /// Responses owed to a client that has taken none of their bytes for the idle timeout: drop it
+    /// (a goodbye it would not read either is pointless).
+    Stuck,
     /// A closing connection's time to finish is up: drop it.
     TimeUp,
 }
 
-/// A timer that completes when its connection has been idle, or stalled in a header, too long (and,
-/// once the connection is closing, when its time to finish is up). It re-arms itself from the
-/// connection's [`Activity`] each time it is polled, which is after every poll of the connection.
+/// A timer that completes when its connection has been idle, stalled in a header, or left owed too
+/// long (and, once the connection is closing, when its time to finish is up). It re-arms itself from
+/// the connection's [`Activity`] each time it is polled, which is after every poll of the connection.
 pub(super) struct Watchdog {
-    pub(super) activity: Arc<Activity>,
+    activity: Arc<Activity>,
     limits: Limits,
     sleep: Pin<Box<tokio::time::Sleep>>,
     armed: tokio::time::Instant,
@@ -92,9 +171,15 @@ pub(super) struct Watchdog {
 }
 
 impl Watchdog {
+    /// The watchdog of the connection whose `activity` it reads, under `limits`.
     pub(super) fn new(activity: Arc<Activity>, limits: Limits) -> Watchdog {
         let armed = tokio::time::Instant::now() + limits.header_read_timeout.min(limits.idle_timeout);
         Watchdog { activity, limits, sleep: Box::pin(tokio::time::sleep_until(armed)), armed, closing: None }
+    }
+
+    /// Whether the watched connection speaks HTTP/2.
+    pub(super) fn http2(&self) -> bool {
+        self.activity.http2()
     }
 
     /// From now on, complete (with [`Wake::TimeUp`]) at `at`.
@@ -121,20 +206,22 @@ impl Future for Watchdog {
         }
         loop {
             match this.activity.deadline(&this.limits) {
-                Some(at) => this.arm(at),
-                // A request in flight: nothing to time. The poll of the connection that ends it is
-                // followed by this one (the select is biased), which arms the timer then; HTTP/2
+                Some((at, _)) => this.arm(at),
+                // Requests in flight, none owed: nothing to time. The poll of the connection that
+                // ends one is followed by this one (the select is biased), which arms the timer then;
+                // a response that becomes owed on an HTTP/2 stream's own task wakes this one; HTTP/2
                 // streams that end on their own tasks are seen at the connection's next wake-up at
                 // the latest (a keep-alive PING wakes it).
-                None => return Poll::Pending,
+                None if this.activity.park(cx.waker()) => return Poll::Pending,
+                None => continue,
             }
             if this.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             match this.activity.deadline(&this.limits) {
-                Some(at) if at <= tokio::time::Instant::now() => return Poll::Ready(Wake::Stalled),
-                Some(at) => this.arm(at),
-                None => return Poll::Pending,
+                Some((at, why)) if at <= tokio::time::Instant::now() => return Poll::Ready(why),
+                Some((at, _)) => this.arm(at),
+                None => {}
             }
         }
     }
@@ -145,10 +232,18 @@ impl Future for Watchdog {
 pub(super) struct Busy(Arc<Activity>);
 
 impl Busy {
+    /// A request handed over on the connection of `activity`.
     pub(super) fn begin(activity: &Arc<Activity>) -> Busy {
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
         activity.first_byte.store(0, Ordering::Relaxed);
         Busy(Arc::clone(activity))
+    }
+
+    /// The response to this request, its head ready to be written (polled with `waker`): owed to the
+    /// client from now on, until hyper polls its body.
+    pub(super) fn respond(self, body: crate::response::Body, waker: &Waker) -> BusyBody {
+        self.0.owe(waker);
+        BusyBody { body, busy: self, owed: true }
     }
 }
 
@@ -161,10 +256,13 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its request counted as in flight until it is finished or dropped.
+/// A response body that keeps its request counted as in flight until it is finished or dropped, and
+/// tells the watchdog when it is owed: from when it has produced bytes (its head, a frame) until
+/// hyper polls it again.
 pub(super) struct BusyBody {
-    pub(super) body: crate::response::Body,
-    pub(super) _busy: Busy,
+    body: crate::response::Body,
+    busy: Busy,
+    owed: bool,
 }
 
 impl hyper::body::Body for BusyBody {
@@ -175,7 +273,19 @@ impl hyper::body::Body for BusyBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let this = &mut *self;
+        if this.owed {
+            this.busy.0.took();
+        }
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let owed = matches!(polled, Poll::Ready(Some(_)));
+        match (this.owed, owed) {
+            (false, true) => this.busy.0.owe(cx.waker()),
+            (true, false) => this.busy.0.settled(),
+            _ => {}
+        }
+        this.owed = owed;
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -187,10 +297,25 @@ impl hyper::body::Body for BusyBody {
     }
 }
 
+impl Drop for BusyBody {
+    fn drop(&mut self) {
+        if self.owed {
+            self.busy.0.settled();
+        }
+    }
+}
+
 /// The client's socket, telling the connection's [`Activity`] when bytes arrive.
 pub(super) struct Watched {
-    pub(super) inner: TcpStream,
-    pub(super) activity: Arc<Activity>,
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Watched {
+    /// `inner`, telling `activity` when bytes arrive.
+    pub(super) fn new(inner: TcpStream, activity: Arc<Activity>) -> Watched {
+        Watched { inner, activity }
+    }
 }
 
 impl AsyncRead for Watched {
