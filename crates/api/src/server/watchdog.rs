@@ -22,15 +22,19 @@ use crate::state::Limits;
 /// alone however long it takes: a chat whose first token comes after a minute, a stream whose
 /// events are far apart, or a body still being read are the server's business or have their own
 /// bounds (the body's [`Pace`](crate::body::Pace)). But once our side has produced bytes for the
-/// client (the response's head is ready, or its body has yielded a frame), what happens next is
-/// the transport's: hyper polls the body again only when it has sent what came before (HTTP/1.1:
-/// its write buffer drained into the socket; HTTP/2: the stream has flow-control window and send
-/// buffer). A client that stops reading, or announces an HTTP/2 window of 0, therefore leaves the
-/// response *owed* ([`Activity::owed`]) and never polled again. Such a connection is closed when no
-/// owed response has moved for [`Limits::idle_timeout`]: bytes the client does not take are no
-/// more progress than bytes it does not send. PINGs and other control frames do not count as
-/// progress (a client that answers PINGs but opens no window holds its slot just the same), and a
-/// response that waits on our side (its body polled and pending) is never owed.
+/// client (the response's head is ready, its body has yielded a frame, or the body woke up after it
+/// was pending), what happens next is the transport's: hyper polls the body again only when it has
+/// sent what came before (HTTP/1.1: its write buffer drained into the socket; HTTP/2: the stream has
+/// flow-control window and send buffer). A client that stops reading, or announces an HTTP/2 window
+/// of 0, therefore leaves the response *owed* ([`Flow`]). Such a connection is closed when, with a
+/// response owed, the client has taken nothing for [`Limits::idle_timeout`]: bytes the client does
+/// not take are no more progress than bytes it does not send. Taking is judged per protocol: for
+/// HTTP/1.1, bytes written into the socket (hyper's own buffer takes a few more frames whenever
+/// the connection is polled, so a poll of the body proves nothing); for HTTP/2, a poll of an owed
+/// body, which h2 allows only once the client's window and the stream's send buffer have room
+/// (socket writes would count PINGs and other control frames: a client that answers PINGs but
+/// opens no window holds its slot just the same). A response that waits on our side (its body
+/// polled and pending, not woken since) is never owed.
 pub(super) struct Activity {
     /// When the connection was accepted; the times below are milliseconds since then.
     opened: tokio::time::Instant,
@@ -42,8 +46,8 @@ pub(super) struct Activity {
     first_byte: AtomicU64,
     /// Responses that have produced bytes the transport has not taken yet (see above).
     owed: AtomicUsize,
-    /// When an owed response last moved: the transport took its bytes (hyper polled it again), or
-    /// the first of them became owed.
+    /// When the client last took an owed response's bytes ([`Activity::wrote`], [`Activity::took`]),
+    /// or the first owed response became owed.
     moved: AtomicU64,
     /// The watchdog's waker while it has no timer armed (requests in flight, none owed): a response
     /// that becomes owed on another task (an HTTP/2 stream) wakes it.
@@ -108,9 +112,22 @@ impl Activity {
         }
     }
 
-    /// An owed response was polled again: the transport took what it had produced.
+    /// HTTP/2: an owed response was polled again, which h2 does only once the client's window and
+    /// the stream's send buffer have room: the client took what it had produced.
     fn took(&self) {
-        self.moved.store(self.now(), Ordering::Relaxed);
+        if self.http2() {
+            self.moved.store(self.now(), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes went into the socket. HTTP/1.1: everything written is the answers' (HTTP/2 writes PINGs
+    /// and other control frames too, which are no progress of an answer: see [`Activity::took`]).
+    /// hyper's own write buffer takes a few more frames whenever the connection is polled, so for
+    /// HTTP/1.1 only the socket tells that the client took anything.
+    fn wrote(&self) {
+        if !self.http2() && self.owed.load(Ordering::Relaxed) > 0 {
+            self.moved.store(self.now(), Ordering::Relaxed);
+        }
     }
 
     /// An owed response is owed no more (it waits on our side, ended or was dropped).
@@ -242,8 +259,15 @@ impl Busy {
     /// The response to this request, its head ready to be written (polled with `waker`): owed to the
     /// client from now on, until hyper polls its body.
     pub(super) fn respond(self, body: crate::response::Body, waker: &Waker) -> BusyBody {
-        self.0.owe(waker);
-        BusyBody { body, busy: self, owed: true }
+        let flow = Arc::new(Flow {
+            activity: Arc::clone(&self.0),
+            owed: AtomicBool::new(false),
+            wakes: AtomicU64::new(0),
+            outer: Mutex::new(Some(waker.clone())),
+        });
+        flow.set(true, waker);
+        let inner = Waker::from(Arc::clone(&flow));
+        BusyBody { body, _busy: self, flow, inner }
     }
 }
 
@@ -257,12 +281,57 @@ impl Drop for Busy {
 }
 
 /// A response body that keeps its request counted as in flight until it is finished or dropped, and
-/// tells the watchdog when it is owed: from when it has produced bytes (its head, a frame) until
-/// hyper polls it again.
+/// tells the watchdog when it is owed ([`Flow`]).
 pub(super) struct BusyBody {
     body: crate::response::Body,
-    busy: Busy,
-    owed: bool,
+    _busy: Busy,
+    flow: Arc<Flow>,
+    /// The waker the body itself is polled with: `flow`'s.
+    inner: Waker,
+}
+
+/// Whether one response is owed to its client: from when it has bytes ready for the transport (its
+/// head, a frame it yielded, or a wake-up after it was pending: something is ready) until hyper
+/// polls it again. Only a poll that finds it pending (it waits on our side) or its end settles it.
+/// The body is polled with this as its waker, so that a body that becomes ready while the transport
+/// is blocked (hyper does not poll it until the transport takes what it has) counts as owed.
+struct Flow {
+    activity: Arc<Activity>,
+    owed: AtomicBool,
+    /// Wake-ups so far (a wake-up while the body is polled owes it again).
+    wakes: AtomicU64,
+    /// The waker of the task that polls the body (hyper's); `None` once the body is dropped.
+    outer: Mutex<Option<Waker>>,
+}
+
+impl Flow {
+    /// Owed or not from now on, the connection's count kept in step (polled with `waker`).
+    fn set(&self, owed: bool, waker: &Waker) {
+        if self.owed.swap(owed, Ordering::AcqRel) != owed {
+            if owed {
+                self.activity.owe(waker);
+            } else {
+                self.activity.settled();
+            }
+        }
+    }
+}
+
+impl std::task::Wake for Flow {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let outer = {
+            let outer = self.outer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some(outer) = outer.as_ref() else { return };
+            self.wakes.fetch_add(1, Ordering::AcqRel);
+            self.set(true, outer);
+            outer.clone()
+        };
+        outer.wake();
+    }
 }
 
 impl hyper::body::Body for BusyBody {
@@ -274,17 +343,27 @@ impl hyper::body::Body for BusyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Infallible>>> {
         let this = &mut *self;
-        if this.owed {
-            this.busy.0.took();
+        {
+            let mut outer = this.flow.outer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !outer.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *outer = Some(cx.waker().clone());
+            }
         }
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        let owed = matches!(polled, Poll::Ready(Some(_)));
-        match (this.owed, owed) {
-            (false, true) => this.busy.0.owe(cx.waker()),
-            (true, false) => this.busy.0.settled(),
-            _ => {}
+        if this.flow.owed.load(Ordering::Acquire) {
+            this.flow.activity.took();
         }
-        this.owed = owed;
+        // Owed stays owed while a frame follows a frame (no change the watchdog could see half-way);
+        // a body found pending is settled, unless it woke up while it was polled.
+        let wakes = this.flow.wakes.load(Ordering::Acquire);
+        let polled = Pin::new(&mut this.body).poll_frame(&mut Context::from_waker(&this.inner));
+        if matches!(polled, Poll::Ready(Some(_))) {
+            this.flow.set(true, cx.waker());
+        } else {
+            this.flow.set(false, cx.waker());
+            if matches!(polled, Poll::Pending) && this.flow.wakes.load(Ordering::Acquire) != wakes {
+                this.flow.set(true, cx.waker());
+            }
+        }
         polled
     }
 
@@ -299,13 +378,15 @@ impl hyper::body::Body for BusyBody {
 
 impl Drop for BusyBody {
     fn drop(&mut self) {
-        if self.owed {
-            self.busy.0.settled();
+        // Under the lock a late wake-up takes, so that none owes a body that is gone.
+        let mut outer = self.flow.outer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(waker) = outer.take() {
+            self.flow.set(false, &waker);
         }
     }
 }
 
-/// The client's socket, telling the connection's [`Activity`] when bytes arrive.
+/// The client's socket, telling the connection's [`Activity`] when bytes arrive and leave.
 pub(super) struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
@@ -331,7 +412,11 @@ impl AsyncRead for Watched {
 
 impl AsyncWrite for Watched {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
     }
 
     fn poll_write_vectored(
@@ -339,7 +424,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
