@@ -217,8 +217,8 @@ fn rapid_reset_and_continuation_settings_and_ping_floods_are_bounded() {
     report.push(format!(
         "rapid reset, 5,000 HEADERS+RST_STREAM in one write: GOAWAY {code:?} after {:?} ms, {answers} streams answered, \
          closed after {:?} ms, peak +{} KiB",
-        goaway.map(|g| g.as_secs_f64() * 1000.0),
-        closed.map(|c| c.as_secs_f64() * 1000.0),
+        goaway.map(|g| format!("{:.1}", g.as_secs_f64() * 1000.0)),
+        closed.map(|c| format!("{:.1}", c.as_secs_f64() * 1000.0)),
         after.saturating_sub(before)
     ));
     assert_eq!(code, Some(ENHANCE_YOUR_CALM), "{report:?}");
