@@ -69,7 +69,10 @@ def main():
     work = tempfile.mkdtemp(prefix="hostile-probe-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(GATEWAY_LISTEN="127.0.0.1:0", GATEWAY_DATABASE_URL=f"sqlite://{work}/gw.db?mode=rwc",
-               GATEWAY_MEDIA_DIR=f"{work}/media", GATEWAY_LOG="warn")
+               GATEWAY_MEDIA_DIR=f"{work}/media", GATEWAY_LOG="warn",
+               # Every probe connection comes from 127.0.0.1: its 2,000 idle ones need more than
+               # the per-address cap's default of 256.
+               GATEWAY_MAX_CONNECTIONS_PER_IP="8192")
     # The upstream simulator in a process of its own, so that the gateway's memory is the gateway's.
     sim = subprocess.Popen([binary, "sim-upstream", "--listen", "127.0.0.1:0"], env=env, cwd=work,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

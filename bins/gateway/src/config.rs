@@ -146,11 +146,15 @@ settings! {
         body_budget_bytes: u64 = 1024 * 1024 * 1024,
         /// Bytes of large request bodies one user may have buffered at once.
         body_budget_user_bytes: u64 = 640 * 1024 * 1024,
-        /// A request body must keep up with this many bytes per second after the grace period (0: no
-        /// pace).
+        /// A request body must keep up with this many bytes per second after the grace period,
+        /// averaged over a sliding window as long as the grace (0: no pace).
         body_min_rate_bytes: u64 = 32 * 1024,
-        /// The time every request body gets before its pace is checked.
+        /// The time every request body gets before its pace is checked, and the window the pace is
+        /// averaged over.
         body_grace_ms: u64 = 10_000,
+        /// A request body that brings no byte for this long is cut with 408, however much came
+        /// before (0: no such bound): a body sent fast and then held open keeps nobody's room.
+        body_stall_ms: u64 = 30_000,
         /// A request's header block must arrive within this time of its first byte.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         header_read_timeout_ms: u64 = 10_000,
@@ -164,6 +168,13 @@ settings! {
         /// Connections served at once; more wait in the kernel's accept queue.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         max_connections: usize = 8192,
+        /// Connections one client address may hold at once; past it a new one is closed at once.
+        /// The address is the TCP peer (not `X-Forwarded-For`); trusted proxies are not capped.
+        /// 256: far above what one client's pool opens (browsers 6 per host, SDK pools 10 to 100),
+        /// room for an office or a carrier NAT behind one address, and 1/32 of the default
+        /// `max_connections`, so one address cannot take them all.
+        #[serde(deserialize_with = "at_least::<1, _, _>")]
+        max_connections_per_ip: usize = 256,
         /// Opening balance of the first-run demo user, in USD.
         #[serde(deserialize_with = "usd")]
         demo_balance: UsdAmount = UsdAmount::from_micros(100_000_000),
@@ -244,8 +255,10 @@ impl Config {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             http2_keepalive: Duration::from_millis(self.http2_keepalive_ms),
             max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
             body_min_rate: self.body_min_rate_bytes,
             body_grace: Duration::from_millis(self.body_grace_ms),
+            body_stall: Duration::from_millis(self.body_stall_ms),
         }
     }
 

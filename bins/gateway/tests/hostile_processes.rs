@@ -8,6 +8,8 @@
 mod common;
 #[path = "hostile/connections.rs"]
 mod connections;
+#[path = "hostile/http2.rs"]
+mod http2;
 #[path = "hostile/large_bodies.rs"]
 mod large_bodies;
 #[path = "hostile/memory.rs"]
@@ -16,6 +18,10 @@ mod memory;
 mod multipart;
 #[path = "hostile/ops.rs"]
 mod ops;
+#[path = "hostile/stalled_bodies.rs"]
+mod stalled_bodies;
+#[path = "hostile/stuck.rs"]
+mod stuck;
 #[path = "hostile/upstream_framing.rs"]
 mod upstream_framing;
 #[path = "hostile/worker.rs"]

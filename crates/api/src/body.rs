@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use hyper::body::Body;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -44,8 +44,9 @@ pub const BUDGET_WAIT: Duration = Duration::from_secs(10);
 const UNIT: u64 = 64 * 1024;
 
 /// Bounds the memory that large request bodies take together, and each user's part of it: a body
-/// above [`SMALL_BODY_BYTES`] holds the bytes it has received in the budget (a megabyte at a time, as
-/// they arrive) while it is read and processed. A body that finds no room, in the budget or in its
+/// above [`SMALL_BODY_BYTES`] holds the bytes it has received in the budget (as they arrive, a
+/// megabyte or a quarter more at a time) while it is read and processed, and its buffer never grows
+/// past what it holds. A body that finds no room, in the budget or in its
 /// user's share, within [`BUDGET_WAIT`] answers 503 `server_busy`, so a burst of big uploads waits or
 /// is turned away instead of exhausting the process, and one user's uploads cannot take every
 /// other user's room. A slow body holds only what it has sent, and is cut by its [`Pace`].
@@ -194,42 +195,106 @@ struct Room {
     share: Share,
 }
 
-/// The pace a request body must keep: after a grace period, on average at least `min_rate` bytes per
-/// second (time spent waiting for room in the budget does not count). A body that falls behind is
-/// cut with 408 `request_timeout`.
+/// The pace a request body must keep, and how long it may stall.
+///
+/// - **Pace:** once the grace period has passed, every window as long as the grace must have brought
+///   at least `min_rate` bytes per second (`min_rate × grace` bytes): the rate is judged over a
+///   sliding window, not since the start, so bytes sent fast early buy no silence later. The first
+///   window is the grace itself. Time the reader spends waiting for room in the budget does not
+///   count (the body is not blamed for it).
+/// - **Stall:** a body that brings no byte for `stall` while the reader waits for one is cut,
+///   whatever came before.
+///
+/// Either way the body is cut with 408 `request_timeout`, and the room it held in the
+/// [`BodyBudget`] is given back at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     min_rate: u64,
     grace: Duration,
+    stall: Duration,
 }
 
+/// The sliding window counts arrivals in steps of this fraction of the window (an arrival counts as
+/// made at the end of its step: a body is never cut before the exact rule would, and at most a
+/// sixteenth of the window after).
+const WINDOW_STEPS: u64 = 16;
+
 impl Pace {
-    /// A pace of `min_rate` bytes per second after `grace`; a rate of 0 sets no deadline.
+    /// A pace of `min_rate` bytes per second over windows of `grace`, after `grace`; a rate of 0 sets
+    /// no pace. No stall bound until [`Pace::with_stall`].
     pub fn new(min_rate: u64, grace: Duration) -> Pace {
-        Pace { min_rate, grace }
+        Pace { min_rate, grace, stall: Duration::ZERO }
     }
 
-    /// When a body that started at `start`, has received `received` bytes and waited `waited` for room
-    /// must have received more.
-    fn deadline(&self, start: Instant, waited: Duration, received: u64) -> Option<Instant> {
-        if self.min_rate == 0 {
-            return None;
-        }
-        let earned = Duration::from_millis(received.saturating_mul(1000) / self.min_rate);
-        start.checked_add(self.grace)?.checked_add(waited)?.checked_add(earned)
+    /// The same pace, and a body that brings no byte for `stall` is cut (`Duration::ZERO`: never).
+    pub fn with_stall(mut self, stall: Duration) -> Pace {
+        self.stall = stall;
+        self
     }
 
-    /// The 408 of a body that fell behind this pace.
-    pub(crate) fn timeout(&self) -> ApiError {
-        ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
+    /// The window's length in milliseconds (at least one step each).
+    fn window_ms(&self) -> u64 {
+        domain::duration_millis(self.grace).unsigned_abs().max(WINDOW_STEPS)
+    }
+
+    /// Bytes every window must bring.
+    fn per_window(&self) -> u64 {
+        self.min_rate.saturating_mul(self.window_ms()) / 1000
+    }
+
+    /// The 408 of a body that fell behind this pace (`Slow`) or stopped (`Stalled`).
+    pub(crate) fn timeout(&self, why: BodyError) -> ApiError {
+        let message = if matches!(why, BodyError::Stalled) {
+            format!("the request body stopped: no byte arrived for {} ms", self.stall.as_millis())
+        } else {
             format!(
-                "the request body arrived too slowly: after the first {} s it must keep up with {} bytes per second",
-                self.grace.as_secs(),
-                self.min_rate
-            ),
-        )
+                "the request body arrived too slowly: it must bring {} bytes per second over every {} ms",
+                self.min_rate,
+                self.window_ms()
+            )
+        };
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message)
+    }
+}
+
+/// Arrivals of a body over its last window: (end of step, bytes received by then), on the body's own
+/// clock (milliseconds since its start, time excused not counted). At most `WINDOW_STEPS + 2`
+/// entries.
+#[derive(Debug, Default)]
+struct Arrivals {
+    /// The newest entry that has left the window (the count before it), `(0, 0)` at first.
+    base: (u64, u64),
+    steps: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl Arrivals {
+    /// `total` bytes have arrived by `now` (ms on the body's clock).
+    fn record(&mut self, now: u64, total: u64, window: u64) {
+        let step = (window / WINDOW_STEPS).max(1);
+        let end = now.div_ceil(step).saturating_mul(step);
+        match self.steps.back_mut() {
+            Some(last) if last.0 == end => last.1 = total,
+            _ => self.steps.push_back((end, total)),
+        }
+        while let Some(&first) = self.steps.front() {
+            if first.0.saturating_add(window) > now {
+                break;
+            }
+            self.base = first;
+            self.steps.pop_front();
+        }
+    }
+
+    /// When (ms on the body's clock) the last `window` will hold fewer than `need` bytes, `total`
+    /// received so far and none more: the end of the first arrival after which fewer than `need`
+    /// came, plus the window.
+    fn due(&self, total: u64, need: u64, window: u64) -> u64 {
+        let floor = total.saturating_sub(need);
+        let from = std::iter::once(&self.base)
+            .chain(self.steps.iter())
+            .find(|(_, by)| need > total || *by > floor)
+            .map_or(u64::MAX, |(at, _)| *at);
+        from.saturating_add(window)
     }
 }
 
@@ -238,17 +303,23 @@ impl Pace {
 pub(crate) enum BodyError {
     /// The body fell behind its [`Pace`].
     Slow,
+    /// No byte came for the pace's stall time.
+    Stalled,
     /// The connection failed.
     Read(String),
 }
 
-/// A request body read chunk by chunk under a [`Pace`]: each chunk must arrive by the pace's deadline.
+/// A request body read chunk by chunk under a [`Pace`]: by each deadline, more must have arrived.
 pub(crate) struct Paced<B> {
     body: B,
     pace: Pace,
     start: Instant,
     waited: Duration,
     received: u64,
+    arrivals: Arrivals,
+    /// Since when the reader has been waiting for a byte (`None` right after one arrived, until the
+    /// reader asks again: time the reader spends elsewhere is not the body's stall).
+    waiting: Option<Instant>,
     /// Armed only once the body makes the reader wait (a body that arrives with its headers sets none).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -260,12 +331,47 @@ where
 {
     /// `body`, from now on held to `pace`.
     pub(crate) fn new(body: B, pace: Pace) -> Paced<B> {
-        Paced { body, pace, start: Instant::now(), waited: Duration::ZERO, received: 0, sleep: None }
+        Paced {
+            body,
+            pace,
+            start: Instant::now(),
+            waited: Duration::ZERO,
+            received: 0,
+            arrivals: Arrivals::default(),
+            waiting: None,
+            sleep: None,
+        }
     }
 
     /// Time the reader spent not reading (waiting for room in the budget): the body is not blamed.
     pub(crate) fn excuse(&mut self, waited: Duration) {
         self.waited += waited;
+    }
+
+    /// Milliseconds on the body's clock (since its start, excused time not counted).
+    fn clock(&self, at: Instant) -> u64 {
+        domain::duration_millis(at.saturating_duration_since(self.start).saturating_sub(self.waited)).unsigned_abs()
+    }
+
+    /// When the body must have brought more, and what it is cut for if it has not.
+    fn deadline(&mut self, now: Instant) -> Option<(Instant, BodyError)> {
+        let waiting = *self.waiting.get_or_insert(now);
+        let stalled = (!self.pace.stall.is_zero())
+            .then(|| waiting.checked_add(self.pace.stall))
+            .flatten()
+            .map(|at| (at, BodyError::Stalled));
+        let slow = (self.pace.min_rate > 0)
+            .then(|| {
+                let window = self.pace.window_ms();
+                let due = self.arrivals.due(self.received, self.pace.per_window(), window);
+                self.start.checked_add(self.waited)?.checked_add(Duration::from_millis(due))
+            })
+            .flatten()
+            .map(|at| (at, BodyError::Slow));
+        match (stalled, slow) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next chunk of data (trailers skipped), `None` at the end.
@@ -275,6 +381,9 @@ where
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         self.received = self.received.saturating_add(data.len() as u64);
+                        let now = self.clock(Instant::now());
+                        self.arrivals.record(now, self.received, self.pace.window_ms());
+                        self.waiting = None;
                         return Poll::Ready(Some(Ok(data)));
                     }
                     Err(_) => continue, // trailers
@@ -284,7 +393,7 @@ where
                 Poll::Pending => break,
             }
         }
-        let Some(deadline) = self.pace.deadline(self.start, self.waited, self.received) else {
+        let Some((deadline, why)) = self.deadline(Instant::now()) else {
             return Poll::Pending;
         };
         let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
@@ -292,7 +401,7 @@ where
             sleep.as_mut().reset(deadline);
         }
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Slow))),
+            Poll::Ready(()) => Poll::Ready(Some(Err(why))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -305,8 +414,8 @@ where
     /// The error a reader answers for `e`.
     pub(crate) fn error(&self, e: BodyError) -> ApiError {
         match e {
-            BodyError::Slow => self.pace.timeout(),
             BodyError::Read(e) => ApiError::invalid(format!("the request body could not be read: {e}")),
+            why => self.pace.timeout(why),
         }
     }
 }
@@ -331,7 +440,8 @@ impl std::ops::Deref for BufferedBody {
 /// A non-JSON content type is 415. A declared `Content-Length` above the limit is 413 before
 /// any byte is read; an undeclared (chunked) body is cut off with 413 as soon as it passes the limit.
 /// Bodies above [`SMALL_BODY_BYTES`] take room in `budget` as they grow (503 `server_busy` when there
-/// is none); a body that falls behind `pace` is 408, and its room is given back at once.
+/// is none); a body that falls behind `pace` or stalls is 408, and its room is given back at once.
+/// The buffer grows with the bytes received ([`grown`]), never to the declared length up front.
 pub async fn read_json<B>(
     headers: &HeaderMap,
     body: B,
@@ -355,7 +465,7 @@ where
     let mut room = None;
     let mut reserved = 0;
     let mut body = Paced::new(body, pace);
-    let mut buffer = BytesMut::new();
+    let mut buffer: Vec<u8> = Vec::new();
     while let Some(data) = body.data().await {
         let data = data.map_err(|e| body.error(e))?;
         let len = buffer.len() as u64 + data.len() as u64;
@@ -363,20 +473,32 @@ where
             return Err(ApiError::too_large(limit));
         }
         if len > SMALL_BODY_BYTES && len > reserved {
-            // A large body takes room as it grows, a megabyte at a time.
-            let more = (len - reserved).max(SMALL_BODY_BYTES);
+            // A large body takes room as it grows: a megabyte, or a quarter of what it holds, at a time.
+            // Never more than the body can still bring (its declared length, else the limit).
+            let most = declared.unwrap_or(limit).min(limit).max(len) - reserved;
+            let more = (len - reserved).max(SMALL_BODY_BYTES).max(reserved / 4).min(most);
             let asked = Instant::now();
             budget.take(user, more, &mut room).await?;
             body.excuse(asked.elapsed());
             reserved += more;
         }
-        if buffer.capacity() == 0 {
-            // Sized once the first bytes are in: a client that sends nothing costs nothing.
-            buffer.reserve(usize::try_from(declared.unwrap_or(0).clamp(len, limit)).unwrap_or(0));
-        }
+        let capacity = grown(buffer.capacity() as u64, len, declared, reserved);
+        buffer.reserve_exact(usize::try_from(capacity).unwrap_or(usize::MAX).saturating_sub(buffer.len()));
         buffer.extend_from_slice(&data);
     }
-    Ok(BufferedBody { bytes: buffer.freeze(), _room: room })
+    Ok(BufferedBody { bytes: Bytes::from(buffer), _room: room })
+}
+
+/// The capacity a body buffer of `capacity` bytes gets for `len` bytes received: unchanged while they
+/// fit, else doubled (at least `len`), but never past what the body has taken in the budget
+/// (`reserved`; a small body: [`SMALL_BODY_BYTES`]) nor past its declared length. Memory follows
+/// the bytes that arrived, never a length a client merely declared (up to 600 MiB).
+fn grown(capacity: u64, len: u64, declared: Option<u64>, reserved: u64) -> u64 {
+    if len <= capacity {
+        return capacity;
+    }
+    let ceiling = reserved.max(SMALL_BODY_BYTES).min(declared.unwrap_or(u64::MAX));
+    capacity.saturating_mul(2).min(ceiling).max(len)
 }
 
 #[cfg(test)]
@@ -395,7 +517,7 @@ mod tests {
         h
     }
 
-    const PACE: Pace = Pace { min_rate: 1000, grace: Duration::from_secs(5) };
+    const PACE: Pace = Pace { min_rate: 1000, grace: Duration::from_secs(5), stall: Duration::from_secs(30) };
 
     /// Runs `f` on a runtime whose clock only moves when every task waits (so deadlines pass at once).
     fn run<F: std::future::Future>(f: F) -> F::Output {
@@ -490,15 +612,15 @@ mod tests {
         let mib = 1024 * 1024;
         let budget = BodyBudget::new(8 * mib);
         run(async {
-            // 2 MiB arrive at once, then nothing: the body is 408 once 5 s + 2 MiB / 1000 B/s have passed.
+            // 2 MiB arrive at once, then nothing: the sliding window (5 s at 1000 B/s) no longer holds
+            // 5,000 bytes 5 s later; the 2 MiB sent early buy no silence (the old average would have
+            // waited 5 s + 2 MiB / 1000 B/s, 35 minutes).
             let started = tokio::time::Instant::now();
             let body = Stalling(Some(Bytes::from(vec![b' '; 2 * 1024 * 1024])));
             let cut = read_json(&headers("application/json", Some(3 * mib)), body, 10 * mib, &budget, "t", PACE).await;
             let cut = cut.expect_err("a stalled body is cut");
             assert_eq!((cut.status.as_u16(), cut.code), (408, "request_timeout"));
-            let took = started.elapsed();
-            let due = Duration::from_secs(5) + Duration::from_millis(2 * 1024 * 1024);
-            assert!(took >= due && took < due + Duration::from_millis(10), "cut after {took:?}, due {due:?}");
+            assert_eq!(started.elapsed(), Duration::from_secs(5), "cut when the window runs dry");
             assert_eq!(budget.held_bytes(), 0, "the room is given back");
             // A body that sends nothing at all is cut after the grace period.
             let started = tokio::time::Instant::now();
@@ -507,6 +629,126 @@ mod tests {
             assert_eq!(cut.map(|b| b.len()).map_err(|e| e.status.as_u16()), Err(408));
             assert_eq!(started.elapsed(), Duration::from_secs(5));
         });
+    }
+
+    /// Reads `steps` (a pause, then that many bytes) under `pace`: the outcome and when it came.
+    fn read_script(pace: Pace, steps: Vec<(u64, usize)>) -> (Result<usize, String>, Duration) {
+        let total: usize = steps.iter().map(|(_, n)| n).sum();
+        let budget = BodyBudget::default();
+        run(async move {
+            let started = tokio::time::Instant::now();
+            let body = Script { steps, sleep: None };
+            let json = headers("application/json", Some(total as u64 + 1));
+            let read = read_json(&json, body, 1024 * 1024, &budget, "t", pace).await;
+            (read.map(|b| b.len()).map_err(|e| e.message), started.elapsed())
+        })
+    }
+
+    #[test]
+    fn the_pace_is_judged_over_a_sliding_window() {
+        // 1000 B/s over 5-s windows: 5,000 bytes every 5 s. No stall bound here.
+        let pace = Pace::new(1000, Duration::from_secs(5));
+        // Just inside: 1,000 bytes a second for 30 s, after 100 kB at once, is never cut.
+        let mut steady = vec![(0, 100_000)];
+        steady.extend((0..30).map(|_| (1000, 1000)));
+        steady.push((0, 0));
+        let (read, took) = read_script(pace, steady);
+        assert_eq!((read, took), (Ok(130_000), Duration::from_secs(30)));
+        // Just outside: 990 bytes a second after the same 100 kB burst is cut within two windows,
+        // though its average since the start stays far above the rate for 100 s.
+        let mut short = vec![(0, 100_000)];
+        short.extend((0..30).map(|_| (1000, 990)));
+        let (read, took) = read_script(pace, short);
+        assert!(read.as_ref().is_err_and(|m| m.contains("too slowly")), "{read:?}");
+        assert!(took >= Duration::from_secs(5) && took <= Duration::from_secs(11), "cut after {took:?}");
+        // The window is the grace: 4,999 bytes at once are cut exactly when the first window ends
+        // (plus at most one sixteenth of it), 5,000 are not.
+        let (read, took) = read_script(pace, vec![(0, 4999), (6000, 1)]);
+        assert!(read.is_err() && took == Duration::from_secs(5), "{read:?} after {took:?}");
+        let (read, took) = read_script(pace, vec![(0, 5000), (4900, 5000), (0, 0)]);
+        assert_eq!(read, Ok(10_000), "after {took:?}");
+    }
+
+    #[test]
+    fn a_stalled_body_is_cut_after_the_stall_time_whatever_came_before() {
+        // No pace at all, only the stall bound: 1.5 s.
+        let pace = Pace::new(0, Duration::from_secs(5)).with_stall(Duration::from_millis(1500));
+        // Just inside: gaps of 1,499 ms, a hundred of them (150 s in all), then the end.
+        let mut steps: Vec<(u64, usize)> = (0..100).map(|_| (1499, 10)).collect();
+        steps.push((0, 0));
+        let (read, took) = read_script(pace, steps);
+        assert_eq!(read, Ok(1000), "after {took:?}");
+        // Just outside: 1 MB at once, then a gap of 1,501 ms: cut 1,500 ms after the last byte.
+        let (read, took) = read_script(pace, vec![(0, 1_000_000), (1501, 10)]);
+        assert!(read.as_ref().is_err_and(|m| m.contains("no byte arrived for 1500 ms")), "{read:?}");
+        assert_eq!(took, Duration::from_millis(1500));
+        // The stall counts from the last byte, not from the start: 1,400 ms, 1,400 ms, then silence.
+        let (read, took) = read_script(pace, vec![(1400, 10), (1400, 10), (10_000, 1)]);
+        assert!(read.is_err(), "{read:?}");
+        assert_eq!(took, Duration::from_millis(2800 + 1500));
+    }
+
+    #[test]
+    fn the_buffer_grows_with_what_arrived_not_with_what_was_declared() {
+        let mib = 1024 * 1024;
+        // 600 MiB declared, ten bytes sent: ten bytes of buffer.
+        assert_eq!(grown(0, 10, Some(600 * mib), 0), 10);
+        // Doubling while small, never past 1 MiB without room in the budget.
+        assert_eq!(grown(10, 11, Some(600 * mib), 0), 20);
+        assert_eq!(grown(800 * 1024, 900 * 1024, None, 0), mib);
+        // A large body: never past the room it holds, nor past its declared length.
+        assert_eq!(grown(4 * mib, 4 * mib + 1, Some(600 * mib), 5 * mib), 5 * mib);
+        assert_eq!(grown(4 * mib, 4 * mib + 1, Some(4 * mib + 10), 5 * mib), 4 * mib + 10);
+        assert_eq!(grown(4 * mib, 4 * mib, Some(600 * mib), 5 * mib), 4 * mib, "unchanged while it fits");
+        // Whatever the numbers, the bytes received fit.
+        assert_eq!(grown(0, 3 * mib, Some(mib), 0), 3 * mib);
+    }
+
+    #[test]
+    fn a_large_body_takes_room_as_it_arrives_and_never_its_declared_length() {
+        let mib = 1024 * 1024;
+        let budget = BodyBudget::new(64 * mib);
+        run(async {
+            // 600 MiB declared, 3 MiB sent, then a stall: at most 3 MiB and a quarter held meanwhile.
+            let body = Script { steps: vec![(0, 3 * 1024 * 1024), (60_000, 1)], sleep: None };
+            let json = headers("application/json", Some(600 * mib));
+            let reading = read_json(&json, body, 600 * mib, &budget, "t", PACE);
+            let mut reading = std::pin::pin!(reading);
+            assert!(tokio::time::timeout(Duration::from_secs(1), reading.as_mut()).await.is_err());
+            let held = budget.held_bytes();
+            assert!(held >= 3 * mib && held <= 3 * mib + mib, "held {held} bytes for 3 MiB received");
+            assert!(reading.await.is_err(), "cut by its pace");
+            assert_eq!(budget.held_bytes(), 0);
+        });
+    }
+
+    /// A body that waits, then yields, step by step (a pause in ms, then that many bytes; 0 bytes:
+    /// the end), then never anything more.
+    struct Script {
+        steps: Vec<(u64, usize)>,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            let Some(&(pause, bytes)) = self.steps.first() else { return Poll::Pending };
+            let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(pause))));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+            self.steps.remove(0);
+            if bytes == 0 {
+                return Poll::Ready(None);
+            }
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b' '; bytes])))))
+        }
     }
 
     /// A body that yields its one chunk (if any), then never anything more.

@@ -1,12 +1,11 @@
 //! The accept loop: one hyper connection task per client, graceful shutdown, request ids, access logs.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request};
@@ -15,7 +14,6 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
@@ -23,6 +21,10 @@ use crate::handlers::handle;
 use crate::response::Response;
 use crate::routes::{UNMATCHED_ROUTE, route};
 use crate::state::{AppState, CallLog, Limits};
+
+mod watchdog;
+
+use watchdog::{Activity, Busy, BusyBody, Wake, Watchdog, Watched};
 
 /// What the connection's service answers a request with.
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<http::Response<BusyBody>, Infallible>> + Send>>;
@@ -34,12 +36,45 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// HTTP/2: streams one connection may have open at once (its requests in flight). Each is a task
+/// holding its request's headers and up to [`HTTP2_SEND_BUFFER`] of its answer; 100 is Envoy's
+/// default (nginx: 128) and far more than a client multiplexes in practice.
+const HTTP2_MAX_STREAMS: u32 = 100;
+
+/// HTTP/2: the largest header list a request may carry, decoded (16 KiB, hyper's default, stated
+/// here so that it is a choice). It also bounds a CONTINUATION flood: h2 refuses a header block
+/// spread over more frames than this size needs (plus a quarter) with a GOAWAY, and one that grows
+/// past it without decoding it.
+const HTTP2_MAX_HEADER_LIST: u32 = 16 * 1024;
+
+/// HTTP/2: streams the client may reset before the server has even accepted them, at once, before
+/// the connection is closed with GOAWAY `ENHANCE_YOUR_CALM` (the "rapid reset" attack,
+/// CVE-2023-44487: HEADERS then RST_STREAM, again and again, makes work without ever counting as
+/// open). 20 is h2's own default, stated here so that it is a choice.
+const HTTP2_MAX_PENDING_RESETS: usize = 20;
+
+/// HTTP/2: streams the server may reset for a client's protocol errors over the connection's life
+/// before it closes the connection with GOAWAY (RUSTSEC-2024-0003: a client that provokes resets in
+/// a loop). hyper's default, stated here so that it is a choice.
+const HTTP2_MAX_ERROR_RESETS: usize = 1024;
+
+/// HTTP/2: the most of one stream's answer buffered while the client's window or socket does not
+/// take it: 64 KiB (hyper's default is 400 KiB), so a connection's answers held back cost at most
+/// [`HTTP2_MAX_STREAMS`] times this, 6.4 MiB, until the watchdog cuts it.
+const HTTP2_SEND_BUFFER: usize = 64 * 1024;
+
 /// Serves HTTP/1.1 and HTTP/2 on `listener` until `shutdown` completes, then stops accepting,
 /// lets in-flight requests finish (up to 30 s) and returns.
 ///
 /// Each connection is watched ([`Activity`]): one that has no request in flight is closed when it
 /// has been silent for [`Limits::idle_timeout`], or when a request's header block has not arrived
-/// within [`Limits::header_read_timeout`] of its first byte.
+/// within [`Limits::header_read_timeout`] of its first byte; one whose client takes none of the
+/// bytes of the answers ready for it (a reader that stopped reading, an HTTP/2 window of 0) for the
+/// idle timeout is dropped. A client address may hold [`Limits::max_connections_per_ip`]
+/// connections at once (trusted proxies excepted); the next one from it is closed at once. HTTP/2
+/// is bounded by the `HTTP2_*` constants above (streams, header list, resets, send buffer); h2
+/// itself answers one SETTINGS or PING at a time and reads nothing more until that answer is
+/// written, so a flood of either is held back by the client's own socket.
 ///
 /// Which protocol a connection speaks is judged on its first bytes without reading them
 /// ([`opening`]), and it is then served by that protocol's own builder: hyper-util's `auto`
@@ -52,9 +87,15 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     http2
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(limits.http2_keepalive))
-        .keep_alive_timeout(limits.http2_keepalive);
+        .keep_alive_timeout(limits.http2_keepalive)
+        .max_concurrent_streams(HTTP2_MAX_STREAMS)
+        .max_header_list_size(HTTP2_MAX_HEADER_LIST)
+        .max_pending_accept_reset_streams(HTTP2_MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(HTTP2_MAX_ERROR_RESETS)
+        .max_send_buf_size(HTTP2_SEND_BUFFER);
     let http2 = Arc::new(http2);
     let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let peers = PeerSlots::new(limits.max_connections_per_ip);
     let (stop, stopped) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -78,6 +119,11 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
             },
             () = &mut shutdown => break,
         };
+        let Some(peer_slot) = peers.take(peer.ip(), &state) else {
+            tracing::debug!(%peer, "closing a connection past the per-address cap");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let service = {
@@ -93,7 +139,9 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 // (a stream then costs its connection nothing for it).
                 let responding: ServiceFuture = Box::pin(async move {
                     let response = respond(&state, req).await;
-                    Ok::<_, Infallible>(response.map(|body| BusyBody { body, _busy: busy }))
+                    // The head is ready: from now on the response is owed to the client.
+                    let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+                    Ok::<_, Infallible>(response.map(|body| busy.respond(body, &waker)))
                 });
                 responding
             })
@@ -101,7 +149,7 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         let (http1, http2) = (Arc::clone(&http1), Arc::clone(&http2));
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             let protocol = tokio::select! {
                 protocol = opening(&stream, &limits) => protocol,
                 _ = stopped.changed() => None,
@@ -110,8 +158,8 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
                 tracing::debug!(%peer, "closing a connection that never began a request");
                 return;
             };
-            activity.http2.store(protocol == Protocol::Http2, Ordering::Relaxed);
-            let io = TokioIo::new(Watched { inner: stream, activity: Arc::clone(&activity) });
+            activity.set_http2(protocol == Protocol::Http2);
+            let io = TokioIo::new(Watched::new(stream, Arc::clone(&activity)));
             let watchdog = Watchdog::new(activity, limits);
             // Boxed as `dyn` to spell out that it is `Send` (rustc cannot prove it here on its own).
             let serving: Pin<Box<dyn Future<Output = ()> + Send>> = match protocol {
@@ -129,6 +177,55 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
         () = tokio::time::sleep(DRAIN_TIMEOUT + CLOSE_GRACE) => tracing::warn!("drain timeout; closing remaining connections"),
     }
     Ok(())
+}
+
+/// Connections open from each client address, each at most `cap`. The address is the TCP peer's:
+/// `X-Forwarded-For` is a request header, not known when a connection is accepted, and anyone can
+/// write it. Peers among the trusted proxies are not capped (they carry many clients each).
+#[derive(Clone)]
+struct PeerSlots {
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    cap: usize,
+}
+
+impl PeerSlots {
+    fn new(cap: usize) -> PeerSlots {
+        PeerSlots { open: Arc::new(Mutex::new(HashMap::new())), cap: cap.max(1) }
+    }
+
+    /// A slot for one more connection from `ip`, held until dropped; `None` when `ip` is at the cap.
+    fn take(&self, ip: IpAddr, state: &AppState) -> Option<PeerSlot> {
+        let ip = ip.to_canonical();
+        if state.is_trusted_proxy(ip) {
+            return Some(PeerSlot { slots: None, ip });
+        }
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = open.entry(ip).or_insert(0);
+        if *mine >= self.cap {
+            return None;
+        }
+        *mine += 1;
+        Some(PeerSlot { slots: Some(self.clone()), ip })
+    }
+}
+
+/// One connection's place in its address's count in [`PeerSlots`] (none for a trusted proxy).
+struct PeerSlot {
+    slots: Option<PeerSlots>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let Some(slots) = &self.slots else { return };
+        let mut open = slots.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(mine) = open.get_mut(&self.ip) {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// The protocol a client opens its connection with.
@@ -201,7 +298,7 @@ where
                 watchdog.close_by(tokio::time::Instant::now() + DRAIN_TIMEOUT);
             }
             wake = &mut watchdog => match wake {
-                Wake::Stalled if watchdog.activity.http2.load(Ordering::Relaxed) => {
+                Wake::Stalled if watchdog.http2() => {
                     // Nothing in flight: a GOAWAY, and a moment for the client to read it.
                     tracing::debug!(%peer, "closing an idle HTTP/2 connection");
                     conn.as_mut().graceful_shutdown();
@@ -212,225 +309,15 @@ where
                     tracing::debug!(%peer, "closing an idle or stalled connection");
                     break;
                 }
+                Wake::Stuck => {
+                    // Responses ready that the client has not taken for the idle timeout (it stopped
+                    // reading, or opened no HTTP/2 window): it would not read a goodbye either.
+                    tracing::debug!(%peer, "closing a connection whose client takes no response bytes");
+                    break;
+                }
                 Wake::TimeUp => break, // it had its time to finish
             },
         }
-    }
-}
-
-/// What the watchdog of one connection knows: requests in flight, when the connection last fell idle,
-/// and when the first byte after that arrived. Updated with relaxed atomics on the request path.
-struct Activity {
-    /// When the connection was accepted; the times below are milliseconds since then.
-    opened: tokio::time::Instant,
-    /// Requests whose response has not been sent completely (HTTP/2 streams count one each).
-    in_flight: AtomicUsize,
-    /// When the last request ended (or the connection opened).
-    idle_since: AtomicU64,
-    /// When the first byte after `idle_since` arrived, plus one; 0 while none has.
-    first_byte: AtomicU64,
-    /// Whether the client speaks HTTP/2 (whose PINGs are not the start of a request); set from
-    /// [`opening`] before the connection is served.
-    http2: AtomicBool,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            opened: tokio::time::Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(0),
-            first_byte: AtomicU64::new(0),
-            http2: AtomicBool::new(false),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        domain::duration_millis(self.opened.elapsed()).unsigned_abs()
-    }
-
-    fn at(&self, millis: u64) -> tokio::time::Instant {
-        self.opened + Duration::from_millis(millis)
-    }
-
-    /// Bytes arrived: the first after a quiet spell starts the header clock.
-    fn read(&self) {
-        if self.in_flight.load(Ordering::Relaxed) == 0 && self.first_byte.load(Ordering::Relaxed) == 0 {
-            self.first_byte.store(self.now().saturating_add(1), Ordering::Relaxed);
-        }
-    }
-
-    /// When the connection will have been idle, or stalled in a header, too long; `None` while a
-    /// request is in flight.
-    fn deadline(&self, limits: &Limits) -> Option<tokio::time::Instant> {
-        if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        let first = self.first_byte.load(Ordering::Relaxed);
-        let idle = self.at(self.idle_since.load(Ordering::Relaxed)) + limits.idle_timeout;
-        Some(if first > 0 && !self.http2.load(Ordering::Relaxed) {
-            idle.min(self.at(first - 1) + limits.header_read_timeout)
-        } else {
-            idle
-        })
-    }
-}
-
-/// Why a [`Watchdog`] woke its connection.
-enum Wake {
-    /// Idle or stalled in a header for too long: close it.
-    Stalled,
-    /// A closing connection's time to finish is up: drop it.
-    TimeUp,
-}
-
-/// A timer that completes when its connection has been idle, or stalled in a header, too long (and,
-/// once the connection is closing, when its time to finish is up). It re-arms itself from the
-/// connection's [`Activity`] each time it is polled, which is after every poll of the connection.
-struct Watchdog {
-    activity: Arc<Activity>,
-    limits: Limits,
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    armed: tokio::time::Instant,
-    closing: Option<tokio::time::Instant>,
-}
-
-impl Watchdog {
-    fn new(activity: Arc<Activity>, limits: Limits) -> Watchdog {
-        let armed = tokio::time::Instant::now() + limits.header_read_timeout.min(limits.idle_timeout);
-        Watchdog { activity, limits, sleep: Box::pin(tokio::time::sleep_until(armed)), armed, closing: None }
-    }
-
-    /// From now on, complete (with [`Wake::TimeUp`]) at `at`.
-    fn close_by(&mut self, at: tokio::time::Instant) {
-        self.closing = Some(at);
-    }
-
-    fn arm(&mut self, at: tokio::time::Instant) {
-        if at != self.armed {
-            self.sleep.as_mut().reset(at);
-            self.armed = at;
-        }
-    }
-}
-
-impl Future for Watchdog {
-    type Output = Wake;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Wake> {
-        let this = self.get_mut();
-        if let Some(at) = this.closing {
-            this.arm(at);
-            return this.sleep.as_mut().poll(cx).map(|()| Wake::TimeUp);
-        }
-        loop {
-            match this.activity.deadline(&this.limits) {
-                Some(at) => this.arm(at),
-                // A request in flight: nothing to time. The poll of the connection that ends it is
-                // followed by this one (the select is biased), which arms the timer then; HTTP/2
-                // streams that end on their own tasks are seen at the connection's next wake-up at
-                // the latest (a keep-alive PING wakes it).
-                None => return Poll::Pending,
-            }
-            if this.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            match this.activity.deadline(&this.limits) {
-                Some(at) if at <= tokio::time::Instant::now() => return Poll::Ready(Wake::Stalled),
-                Some(at) => this.arm(at),
-                None => return Poll::Pending,
-            }
-        }
-    }
-}
-
-/// A request in flight on a connection, from the moment hyper hands it over until its response body
-/// has been sent or dropped.
-struct Busy(Arc<Activity>);
-
-impl Busy {
-    fn begin(activity: &Arc<Activity>) -> Busy {
-        activity.in_flight.fetch_add(1, Ordering::Relaxed);
-        activity.first_byte.store(0, Ordering::Relaxed);
-        Busy(Arc::clone(activity))
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let activity = &self.0;
-        activity.idle_since.store(activity.now(), Ordering::Relaxed);
-        activity.first_byte.store(0, Ordering::Relaxed);
-        activity.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A response body that keeps its request counted as in flight until it is finished or dropped.
-struct BusyBody {
-    body: crate::response::Body,
-    _busy: Busy,
-}
-
-impl hyper::body::Body for BusyBody {
-    type Data = bytes::Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// The client's socket, telling the connection's [`Activity`] when bytes arrive.
-struct Watched {
-    inner: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.read();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -25,11 +25,19 @@ pub struct Limits {
     /// Connections served at once; past it, new connections wait in the kernel's accept queue (and
     /// the kernel refuses them once that queue is full) until one closes.
     pub max_connections: usize,
-    /// A request body must keep up with this many bytes per second on average, after the grace
-    /// period (else 408 `request_timeout`).
+    /// Connections one client address (the TCP peer, not `X-Forwarded-For`; trusted proxies are not
+    /// capped) may hold at once; a connection past it is closed as soon as it is accepted, so one
+    /// address cannot take every slot of [`Limits::max_connections`].
+    pub max_connections_per_ip: usize,
+    /// A request body must keep up with this many bytes per second, averaged over a sliding window
+    /// as long as [`Limits::body_grace`], once that grace has passed (else 408 `request_timeout`).
     pub body_min_rate: u64,
-    /// The time every request body gets before [`Limits::body_min_rate`] applies.
+    /// The time every request body gets before [`Limits::body_min_rate`] applies, and the window it
+    /// is averaged over.
     pub body_grace: Duration,
+    /// A request body that brings no byte for this long while it is read is cut with 408, whatever
+    /// came before (`Duration::ZERO`: no such bound).
+    pub body_stall: Duration,
 }
 
 impl Default for Limits {
@@ -39,8 +47,10 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(75),
             http2_keepalive: Duration::from_secs(20),
             max_connections: 8192,
+            max_connections_per_ip: 256,
             body_min_rate: 32 * 1024,
             body_grace: Duration::from_secs(10),
+            body_stall: Duration::from_secs(30),
         }
     }
 }
@@ -132,7 +142,7 @@ impl AppState {
 
     /// The pace a request body must keep.
     pub(crate) fn pace(&self) -> Pace {
-        Pace::new(self.limits.body_min_rate, self.limits.body_grace)
+        Pace::new(self.limits.body_min_rate, self.limits.body_grace).with_stall(self.limits.body_stall)
     }
 
     /// The use cases.
@@ -158,6 +168,11 @@ impl AppState {
     /// The client of a request that came from `peer` with `headers` ([`client_behind`]).
     pub(crate) fn client_ip(&self, peer: std::net::IpAddr, headers: &http::HeaderMap) -> Option<std::net::IpAddr> {
         client_behind(&self.trusted_proxies, peer, headers)
+    }
+
+    /// Whether `peer` is one of the trusted proxies (which carry many clients' connections).
+    pub(crate) fn is_trusted_proxy(&self, peer: std::net::IpAddr) -> bool {
+        !self.trusted_proxies.is_empty() && self.trusted_proxies.allows(peer)
     }
 
     /// The digest of the token `/metrics` requires, if any.

@@ -241,6 +241,8 @@ struct FeedState {
 enum FeedFailure {
     /// The body fell behind its pace.
     Slow,
+    /// No byte of the body came for the pace's stall time.
+    Stalled,
     /// More than [`MULTIPART_OVERHEAD_LIMIT`] fed that is not field data.
     Overhead,
 }
@@ -253,7 +255,8 @@ impl FeedState {
     /// The client's answer for a multer error.
     fn error(&self, e: &multer::Error, limit: u64, pace: Pace) -> ApiError {
         match *self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
-            Some(FeedFailure::Slow) => return pace.timeout(),
+            Some(FeedFailure::Slow) => return pace.timeout(BodyError::Slow),
+            Some(FeedFailure::Stalled) => return pace.timeout(BodyError::Stalled),
             Some(FeedFailure::Overhead) => {
                 return ApiError::invalid(format!(
                     "the multipart body is malformed: no boundary or end of part headers within {MULTIPART_OVERHEAD_LIMIT} bytes"
@@ -330,6 +333,7 @@ impl futures_core::Stream for Feed {
                 Poll::Ready(Some(Ok(data)))
             }
             Poll::Ready(Some(Err(BodyError::Slow))) => self.fail(FeedFailure::Slow),
+            Poll::Ready(Some(Err(BodyError::Stalled))) => self.fail(FeedFailure::Stalled),
             Poll::Ready(Some(Err(BodyError::Read(_)))) => Poll::Ready(None),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,

@@ -153,8 +153,9 @@ fn idle_connections_and_connections_past_the_cap_do_not_stop_a_call() {
     let (_, key) = common::account(&sandbox, "10", "language:create");
     let body = json!({"model": "LangA-V4-flash", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
 
-    // 2,000 idle connections under the default cap.
-    let (server, addr) = common::serve_against(&sandbox, sim, "serve-idle", &[]);
+    // 2,000 idle connections under the default cap (all from 127.0.0.1: the per-address cap is lifted).
+    let per_ip = [("GATEWAY_MAX_CONNECTIONS_PER_IP", "8192".to_owned())];
+    let (server, addr) = common::serve_against(&sandbox, sim, "serve-idle", &per_ip);
     let idle: Vec<TcpStream> = (0..2000).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
     std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
