@@ -21,12 +21,13 @@ wait_port() {
 }
 
 # Exports the settings of a gateway on SQLite file $1 listening on port $2, every upstream at the
-# simulator.
+# simulator; every load comes from 127.0.0.1, so the per-address connection cap is lifted.
 gateway_env() {
   export GATEWAY_DATABASE_URL="sqlite://$1?mode=rwc" GATEWAY_LOG=warn GATEWAY_LISTEN="127.0.0.1:$2" \
     GATEWAY_UPSTREAM_URL="$SIM_URL/api/v3" GATEWAY_UPSTREAM_API_KEY=bench \
     GATEWAY_SPEECH_URL="$SIM_URL" GATEWAY_SPEECH_API_KEY=bench \
-    GATEWAY_MESSAGES_URL="$SIM_URL/api/compatible"
+    GATEWAY_MESSAGES_URL="$SIM_URL/api/compatible" \
+    GATEWAY_MAX_CONNECTIONS_PER_IP=65536
 }
 
 # Migrates the database of gateway_env and prints the key of a new account with every scope and

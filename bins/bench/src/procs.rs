@@ -187,6 +187,8 @@ impl Rig {
             ),
             ("GATEWAY_UPSTREAM_API_KEY", "bench".to_owned()),
             ("GATEWAY_CAPS", self.caps.to_string()),
+            // All load comes from 127.0.0.1: lift the per-address connection cap.
+            ("GATEWAY_MAX_CONNECTIONS_PER_IP", "65536".to_owned()),
         ];
         self.admin(&["migrate"], &env)?;
         let hot = self.account("hot", &env)?;
