@@ -10,11 +10,10 @@
 mod common;
 
 use api::Effect;
-use common::{Server, databases, unique};
-use domain::{Actor, Role, Scope, UsdAmount};
+use common::{Server, databases};
+use domain::{Actor, Scope};
 use http::Method;
 use serde_json::{Value, json};
-use service::NewUserRequest;
 
 /// The POST routes that only read (they quote a hold, and hold nothing).
 const READING_POSTS: [&str; 2] = ["/api/v1/chat/completions/quote", "/api/v1/images/generations/quote"];
@@ -29,21 +28,7 @@ async fn every_route_is_held_to_its_declared_effect() {
     for db in databases() {
         let server = Server::start(&db).await;
         let label = server.label;
-        let name = unique("admin_");
-        let admin = server
-            .gateway
-            .create_user(NewUserRequest {
-                name: name.clone(),
-                email: format!("{name}@example.com"),
-                role: Role::Admin.as_str().into(),
-                balance: UsdAmount::ZERO,
-                concurrency_limit: 8,
-                media_quota_bytes: 0,
-            })
-            .await
-            .expect("admin")
-            .user;
-        let admin_key = server.key(&admin.id, &Scope::ALL).await.secret;
+        let (admin, admin_key) = server.admin(&Scope::ALL).await;
         let customer = server.user("5").await;
         let spare = |scopes: &'static [Scope]| {
             let (server, user) = (&server, customer.id.clone());

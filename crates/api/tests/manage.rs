@@ -10,10 +10,9 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, Server, databases, unique};
-use domain::{Clock, Role, Scope, UsdAmount, UtcDay};
+use domain::{Clock, Scope, UsdAmount, UtcDay};
 use http::Method;
 use serde_json::{Value, json};
-use service::NewUserRequest;
 
 const MODEL: &str = "LangB-2.0-pro";
 
@@ -31,24 +30,6 @@ fn usd(v: &Value) -> UsdAmount {
 }
 
 /// An admin user with a key carrying `scopes`.
-async fn admin(server: &Server, scopes: &[Scope]) -> (domain::User, String) {
-    let name = unique("admin_");
-    let user = server
-        .gateway
-        .create_user(NewUserRequest {
-            name: name.clone(),
-            email: format!("{name}@example.com"),
-            role: Role::Admin.as_str().into(),
-            balance: UsdAmount::ZERO,
-            concurrency_limit: 8,
-            media_quota_bytes: 0,
-        })
-        .await
-        .expect("admin")
-        .user;
-    let key = server.key(&user.id, scopes).await.secret;
-    (user, key)
-}
 
 #[tokio::test]
 async fn usage_and_the_ledger_follow_settled_calls() {
@@ -244,7 +225,7 @@ async fn operators_manage_users_models_and_maintenance_and_every_change_is_audit
     for db in databases() {
         let server = Server::start(&db).await;
         let label = server.label;
-        let (operator, key) = admin(&server, &[Scope::Admin, Scope::OverviewRead]).await;
+        let (operator, key) = server.admin(&[Scope::Admin, Scope::OverviewRead]).await;
         let send = |method: Method, path: String, body: Value| {
             let (server, key) = (&server, key.clone());
             async move { server.send_json(method, &path, Some(&key), &body).await }
@@ -446,7 +427,7 @@ async fn quotes_health_operator_keys_and_the_kind_filter() {
         kinds("chat").await.assert_error(400, "invalid_request", &ctx("an unknown kind"));
 
         // Operator keys for any user, revoked by any operator; health from the metrics' sources.
-        let (_, admin_key) = admin(&env.server, &[Scope::Admin]).await;
+        let (_, admin_key) = env.server.admin(&[Scope::Admin]).await;
         let path = format!("/api/v1/admin/users/{}/keys", env.user.id);
         let body = json!({"name": "ops-made", "scopes": ["models:read", "admin"]});
         let made = env.server.send_json(Method::POST, &path, Some(&admin_key), &body).await;

@@ -199,6 +199,26 @@ impl Server {
             .expect("create user")
     }
 
+    /// A new operator: a user with role `admin` and no balance, and a key of it with `scopes`.
+    pub async fn admin(&self, scopes: &[Scope]) -> (User, String) {
+        let name = unique("admin_");
+        let user = self
+            .gateway
+            .create_user(NewUserRequest {
+                name: name.clone(),
+                email: format!("{name}@example.com"),
+                role: domain::Role::Admin.as_str().into(),
+                balance: domain::UsdAmount::ZERO,
+                concurrency_limit: 8,
+                media_quota_bytes: 0,
+            })
+            .await
+            .expect("admin")
+            .user;
+        let key = self.key(&user.id, scopes).await.secret;
+        (user, key)
+    }
+
     /// A key for `user` carrying `scopes`.
     pub async fn key(&self, user: &UserId, scopes: &[Scope]) -> CreatedKey {
         self.key_with(user, scopes, domain::KeyLimits::default()).await
