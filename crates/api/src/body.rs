@@ -441,7 +441,7 @@ impl std::ops::Deref for BufferedBody {
 /// any byte is read; an undeclared (chunked) body is cut off with 413 as soon as it passes the limit.
 /// Bodies above [`SMALL_BODY_BYTES`] take room in `budget` as they grow (503 `server_busy` when there
 /// is none); a body that falls behind `pace` or stalls is 408, and its room is given back at once.
-/// The buffer grows with the bytes received ([`grown`]), never to the declared length up front.
+/// The buffer grows with the bytes received ([`Segments`]), never to the declared length up front.
 pub async fn read_json<B>(
     headers: &HeaderMap,
     body: B,
@@ -465,40 +465,120 @@ where
     let mut room = None;
     let mut reserved = 0;
     let mut body = Paced::new(body, pace);
-    let mut buffer: Vec<u8> = Vec::new();
+    let mut buffer = Segments::default();
     while let Some(data) = body.data().await {
         let data = data.map_err(|e| body.error(e))?;
-        let len = buffer.len() as u64 + data.len() as u64;
+        let len = buffer.len() + data.len() as u64;
         if len > limit {
             return Err(ApiError::too_large(limit));
         }
         if len > SMALL_BODY_BYTES && len > reserved {
             // A large body takes room as it grows: a megabyte, or a quarter of what it holds, at a time.
             // Never more than the body can still bring (its declared length, else the limit).
+            // Once a quarter of a declared length has arrived, the body takes room for all of it, so
+            // that its bytes go into one buffer of its length and are never joined at the end.
             let most = declared.unwrap_or(limit).min(limit).max(len) - reserved;
-            let more = (len - reserved).max(SMALL_BODY_BYTES).max(reserved / 4).min(most);
+            let whole = declared.is_some_and(|d| len.saturating_mul(4) >= d);
+            let more = if whole { most } else { (len - reserved).max(SMALL_BODY_BYTES).max(reserved / 4).min(most) };
             let asked = Instant::now();
             budget.take(user, more, &mut room).await?;
             body.excuse(asked.elapsed());
             reserved += more;
         }
-        let capacity = grown(buffer.capacity() as u64, len, declared, reserved);
-        buffer.reserve_exact(usize::try_from(capacity).unwrap_or(usize::MAX).saturating_sub(buffer.len()));
-        buffer.extend_from_slice(&data);
+        let room = reserved.max(SMALL_BODY_BYTES).min(declared.unwrap_or(u64::MAX));
+        buffer.push(&data, room, declared == Some(room));
     }
-    Ok(BufferedBody { bytes: Bytes::from(buffer), _room: room })
+    Ok(BufferedBody { bytes: Bytes::from(buffer.into_vec()), _room: room })
 }
 
-/// The capacity a body buffer of `capacity` bytes gets for `len` bytes received: unchanged while they
-/// fit, else doubled (at least `len`), but never past what the body has taken in the budget
-/// (`reserved`; a small body: [`SMALL_BODY_BYTES`]) nor past its declared length. Memory follows
-/// the bytes that arrived, never a length a client merely declared (up to 600 MiB).
-fn grown(capacity: u64, len: u64, declared: Option<u64>, reserved: u64) -> u64 {
-    if len <= capacity {
-        return capacity;
+/// A body's bytes as they arrive, in segments that are never copied while the body grows.
+///
+/// Growing one buffer copies it at every step, and the allocator keeps the old blocks for a while:
+/// a 60 MiB body grown a quarter at a time left 160 MiB resident. Here a small body grows one
+/// buffer (at most [`SMALL_BODY_BYTES`]); past that, each new segment is exactly the room the body
+/// has taken in the budget and not yet filled. When the room is the body's whole declared length
+/// (taken once a quarter of it has arrived), what arrived so far is copied once into one buffer of
+/// that length and the rest goes straight into it; a body of unknown length is joined once, at the
+/// end. Memory follows the bytes that arrived (and the room they paid for), never a length a
+/// client merely declared (up to 600 MiB).
+#[derive(Debug, Default)]
+struct Segments {
+    /// Full segments, in order.
+    full: Vec<Vec<u8>>,
+    /// The bytes in `full`.
+    full_len: u64,
+    /// The segment being filled.
+    current: Vec<u8>,
+}
+
+impl Segments {
+    /// The bytes received so far.
+    fn len(&self) -> u64 {
+        self.full_len + self.current.len() as u64
     }
-    let ceiling = reserved.max(SMALL_BODY_BYTES).min(declared.unwrap_or(u64::MAX));
-    capacity.saturating_mul(2).min(ceiling).max(len)
+
+    /// The capacity held in all segments.
+    fn capacity(&self) -> u64 {
+        self.full.iter().map(|s| s.capacity() as u64).sum::<u64>() + self.current.capacity() as u64
+    }
+
+    /// Appends `data`. `room` is what the body may hold in all (the budget it has taken, at least
+    /// [`SMALL_BODY_BYTES`], at most its declared length), and `whole` says that `room` is the body's
+    /// entire length; the bytes received always fit, whatever `room` says.
+    fn push(&mut self, mut data: &[u8], room: u64, whole: bool) {
+        let spare = self.current.capacity() - self.current.len();
+        if data.len() <= spare {
+            self.current.extend_from_slice(data);
+            return;
+        }
+        if self.full.is_empty() && self.len() + data.len() as u64 <= SMALL_BODY_BYTES {
+            // Small: one buffer, doubling, never past what a small body may hold.
+            let want = (self.current.capacity() as u64 * 2).min(room).max(self.len() + data.len() as u64);
+            self.current.reserve_exact(usize::try_from(want).unwrap_or(usize::MAX) - self.current.len());
+            self.current.extend_from_slice(data);
+            return;
+        }
+        if whole {
+            // The last segment: the body's whole length, holding what came before.
+            let mut one =
+                Vec::with_capacity(usize::try_from(room.max(self.len() + data.len() as u64)).unwrap_or(usize::MAX));
+            for segment in
+                std::mem::take(&mut self.full).into_iter().chain(std::iter::once(std::mem::take(&mut self.current)))
+            {
+                one.extend_from_slice(&segment);
+            }
+            one.extend_from_slice(data);
+            self.full_len = 0;
+            self.current = one;
+            return;
+        }
+        // Fill what is left of this segment, then start one as large as the rest of the room.
+        let (head, tail) = data.split_at(spare);
+        self.current.extend_from_slice(head);
+        data = tail;
+        let next = room.saturating_sub(self.capacity()).max(data.len() as u64);
+        let next = Vec::with_capacity(usize::try_from(next).unwrap_or(usize::MAX));
+        let done = std::mem::replace(&mut self.current, next);
+        if !done.is_empty() {
+            self.full_len += done.len() as u64;
+            self.full.push(done);
+        }
+        self.current.extend_from_slice(data);
+    }
+
+    /// The body in one buffer of its length; a body that fit in one segment is not copied.
+    fn into_vec(self) -> Vec<u8> {
+        if self.full.is_empty() {
+            return self.current;
+        }
+        let mut out = Vec::with_capacity(usize::try_from(self.len()).unwrap_or(usize::MAX));
+        for segment in self.full.into_iter().chain(std::iter::once(self.current)) {
+            out.extend_from_slice(&segment);
+            // Each segment is given back as soon as it is copied.
+            drop(segment);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -692,16 +772,50 @@ mod tests {
     fn the_buffer_grows_with_what_arrived_not_with_what_was_declared() {
         let mib = 1024 * 1024;
         // 600 MiB declared, ten bytes sent: ten bytes of buffer.
-        assert_eq!(grown(0, 10, Some(600 * mib), 0), 10);
-        // Doubling while small, never past 1 MiB without room in the budget.
-        assert_eq!(grown(10, 11, Some(600 * mib), 0), 20);
-        assert_eq!(grown(800 * 1024, 900 * 1024, None, 0), mib);
-        // A large body: never past the room it holds, nor past its declared length.
-        assert_eq!(grown(4 * mib, 4 * mib + 1, Some(600 * mib), 5 * mib), 5 * mib);
-        assert_eq!(grown(4 * mib, 4 * mib + 1, Some(4 * mib + 10), 5 * mib), 4 * mib + 10);
-        assert_eq!(grown(4 * mib, 4 * mib, Some(600 * mib), 5 * mib), 4 * mib, "unchanged while it fits");
-        // Whatever the numbers, the bytes received fit.
-        assert_eq!(grown(0, 3 * mib, Some(mib), 0), 3 * mib);
+        let mut small = Segments::default();
+        small.push(&[1; 10], mib, false);
+        assert_eq!((small.len(), small.capacity()), (10, 10));
+        // Doubling while small, never past the room.
+        small.push(&[2], mib, false);
+        assert_eq!(small.capacity(), 20);
+        small.push(&vec![3; 900 * 1024], mib, false);
+        assert!(small.capacity() <= mib, "{}", small.capacity());
+        // A large body: segments as large as the room it took, never copied while it grows.
+        let mut large = Segments::default();
+        let mut sent = Vec::new();
+        let mut room = mib;
+        for i in 0..200u32 {
+            let chunk = vec![u8::try_from(i % 251).expect("byte"); 64 * 1024 + usize::try_from(i).expect("i")];
+            if large.len() + chunk.len() as u64 > room {
+                room += (large.len() + chunk.len() as u64 - room).max(mib).max(room / 4);
+            }
+            large.push(&chunk, room, false);
+            sent.extend_from_slice(&chunk);
+            assert!(large.capacity() <= room, "capacity {} past the room {room}", large.capacity());
+            assert!(large.capacity() >= large.len());
+        }
+        assert!(large.full.len() > 3, "{} segments", large.full.len());
+        assert_eq!(large.into_vec(), sent, "joined in order");
+        // Whatever the room says, the bytes received fit.
+        let mut odd = Segments::default();
+        odd.push(&vec![7; 3 * usize::try_from(mib).expect("mib")], mib, false);
+        assert_eq!(odd.into_vec().len() as u64, 3 * mib);
+        // Once the room is the whole declared length, one buffer of that length and no join.
+        let declared = 8 * mib;
+        let (mut known, mut sent, mut room) = (Segments::default(), Vec::new(), mib);
+        for i in 0..128u32 {
+            let chunk = vec![u8::try_from(i % 251).expect("byte"); 64 * 1024];
+            let len = known.len() + chunk.len() as u64;
+            if len > room {
+                room = if len * 4 >= declared { declared } else { room + (len - room).max(mib).max(room / 4) };
+            }
+            known.push(&chunk, room, room == declared);
+            sent.extend_from_slice(&chunk);
+            assert!(known.capacity() <= room.max(mib));
+        }
+        assert!(known.full.is_empty(), "{} segments", known.full.len());
+        assert_eq!(known.current.capacity() as u64, declared);
+        assert_eq!(known.into_vec(), sent);
     }
 
     #[test]

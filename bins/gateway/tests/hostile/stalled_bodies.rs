@@ -75,7 +75,9 @@ fn a_body_sent_fast_then_stopped_holds_its_room_only_for_the_stall_time() {
     );
     assert_eq!(a_end, Some(408), "A's stalled body is cut");
     assert_eq!(b_status, 200, "B is answered, not turned away: {}", b_answer.lines().last().unwrap_or_default());
-    assert!(b_took <= Duration::from_millis(1500 + 1000), "B waited {b_took:?}");
+    // B's wait is A's stall time plus B's own upload and call (a second alone; up to three with the
+    // rest of the hostile suite on two cores), not the minutes an average pace would have bought A.
+    assert!(b_took <= Duration::from_millis(1500 + 3000), "B waited {b_took:?}");
     assert!(a_cut <= Duration::from_millis(2500), "A was cut after {a_cut:?}");
 }
 
