@@ -31,7 +31,7 @@ pub struct ApiError {
     /// Human-readable text.
     pub message: String,
     /// `Allow` header value for 405.
-    pub allow: Option<&'static str>,
+    pub allow: Option<String>,
     /// `Retry-After` seconds for 429 and 503.
     pub retry_after: Option<u64>,
 }
@@ -53,11 +53,12 @@ impl ApiError {
     }
 
     /// 405 `method_not_allowed` with the methods the path takes.
-    pub fn method_not_allowed(allow: &'static str) -> ApiError {
-        ApiError {
-            allow: Some(allow),
-            ..ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("this path accepts {allow}"))
-        }
+    pub fn method_not_allowed(allow: impl Into<String>) -> ApiError {
+        let allow = allow.into();
+        let mut error =
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("this path accepts {allow}"));
+        error.allow = Some(allow);
+        error
     }
 
     /// 413 `request_too_large`.
@@ -82,8 +83,8 @@ impl ApiError {
     pub fn into_response(self) -> Response {
         let body = ErrorEnvelope { error: ErrorBody { code: self.code, message: &self.message } };
         let mut response = json_response(self.status, &body);
-        if let Some(allow) = self.allow {
-            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        if let Some(allow) = self.allow.as_deref().and_then(|a| HeaderValue::from_str(a).ok()) {
+            response.headers_mut().insert(header::ALLOW, allow);
         }
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));

@@ -1,35 +1,21 @@
-//! One function per route: authenticate with the route's scope, run the use case, shape the reply.
+//! The handlers of the service routes (health, models, overview, keys, tasks, the console) and of
+//! the billable calls, each an `async fn(Ctx) -> Result<Response, ApiError>` named in the route
+//! table; the caller is authenticated before they run.
 
 use bytes::Bytes;
-use domain::Scope;
 use domain::TaskId;
-use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::json;
 use service::{Answer, CallBilling, CallReply, Claim, Gateway, Principal, ServiceError};
 
-use crate::body::read_json;
+use crate::ctx::{Ctx, pairs};
 use crate::error::ApiError;
 use crate::headers::{bearer, digest, idempotency_key, replay};
 use crate::response::{Response, json_response, ok_json};
-use crate::routes::{Route, decode_query};
 use crate::sse::{SseBody, StreamFormat};
-use crate::state::client_ip;
 use crate::state::{AppState, CallLog};
 use crate::wire;
-
-/// Largest chat request body (also the native formats'): 100 MB.
-pub const CHAT_BODY_LIMIT: u64 = 100 * 1024 * 1024;
-
-/// Largest image request body: 600 MiB. The largest valid request carries 14 references of 30 MiB
-/// decoded (41,943,040 Base64 characters each, with their `data:` prefix about 587.2 MB together) and a
-/// 12,000-character prompt (at most 144 KB even fully escaped), so it fits with room for the other fields.
-pub const IMAGE_BODY_LIMIT: u64 = 600 * 1024 * 1024;
-
-/// Largest audio request body: 64 MiB. Three 10 MiB Base64 references take about 42 MB.
-pub const AUDIO_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// Whether two digests are equal, in time that does not depend on where they differ.
 fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
@@ -39,7 +25,7 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 /// `GET /metrics` with a token configured: 401 unless the request presents it as its bearer. The
 /// presented value is hashed and the digests compared in constant time, so neither the token's
 /// length nor its bytes show in the answer's timing.
-fn metrics_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn metrics_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = state.metrics_token() else { return Ok(()) };
     let presented = bearer(headers).map(|t| digest(t.as_bytes()));
     match presented {
@@ -52,73 +38,82 @@ fn metrics_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError
     }
 }
 
-async fn auth(gateway: &Gateway, parts: &Parts, scope: Scope) -> Result<Principal, ApiError> {
-    Ok(gateway.authenticate(bearer(&parts.headers), scope, client_ip(parts)).await?)
+/// `GET /healthz`.
+pub(crate) async fn healthz(_: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &crate::ops::Status { status: "ok".into() }))
 }
 
-/// Runs `route` for a request whose body has been set aside.
-pub(crate) async fn handle(state: &AppState, route: Route, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
-    let gateway = state.gateway();
-    match route {
-        Route::Healthz => Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
-        Route::Readyz => {
-            gateway.ready().await?;
-            Ok(json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})))
-        }
-        Route::Metrics => {
-            metrics_allowed(state, &parts.headers)?;
-            let mut response = http::Response::new(crate::response::full(gateway.metrics_text().await));
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(service::METRICS_CONTENT_TYPE));
-            Ok(response)
-        }
-        Route::OpenApi => {
-            let mut response = http::Response::new(crate::response::full(crate::openapi::document_bytes()));
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            Ok(response)
-        }
-        Route::ListModels => {
-            auth(gateway, &parts, Scope::ModelsRead).await?;
-            let models = gateway.list_models().await?;
-            Ok(ok_json(&wire::model_list(&models)))
-        }
-        Route::Overview => {
-            let who = auth(gateway, &parts, Scope::OverviewRead).await?;
-            let overview = gateway.overview(&who).await?;
-            Ok(ok_json(&wire::overview(&overview)))
-        }
-        Route::ListKeys => {
-            let who = auth(gateway, &parts, Scope::OverviewRead).await?;
-            let keys = gateway.my_keys(&who).await?;
-            Ok(ok_json(&wire::key_list(&keys)))
-        }
-        Route::ListTasks => {
-            let who = auth(gateway, &parts, Scope::TaskRead).await?;
-            let params = decode_query(parts.uri.query())?;
-            let page = gateway.list_tasks(&who, params.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await?;
-            Ok(ok_json(&wire::task_page(&page)))
-        }
-        Route::CreateTask => crate::tasks::create(state, parts, body).await,
-        Route::CancelTask(id) => crate::tasks::cancel(gateway, &parts, &id).await,
-        Route::Media(key) => crate::tasks::media(gateway, &parts, &key).await,
-        Route::GetTask(id) => {
-            let who = auth(gateway, &parts, Scope::TaskRead).await?;
-            let task = gateway.task(&who, &id).await?;
-            Ok(ok_json(&wire::task(&task)))
-        }
-        Route::ChatCompletions => billable(state, Billable::Chat, parts, body).await,
-        Route::ImageGenerations => billable(state, Billable::Image, parts, body).await,
-        Route::AudioGenerations => billable(state, Billable::Audio, parts, body).await,
-        Route::Messages => billable(state, Billable::Messages, parts, body).await,
-        Route::Responses => billable(state, Billable::Responses, parts, body).await,
-        Route::Manage(route) => crate::manage::handle(state, route, parts, body).await,
-        Route::Console(path) => Ok(crate::console::asset(&path)),
-    }
+/// `GET /readyz`.
+pub(crate) async fn readyz(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    ctx.gateway().ready().await?;
+    Ok(json_response(StatusCode::OK, &crate::ops::Status { status: "ready".into() }))
 }
 
-/// The billable POST routes: each has a scope, a body limit, a stable name for `Idempotency-Key`
-/// claims, and its own answer shape.
+/// `GET /metrics` (the token, if any, was checked by the dispatcher).
+pub(crate) async fn metrics(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    let mut response = http::Response::new(crate::response::full(ctx.gateway().metrics_text().await));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(service::METRICS_CONTENT_TYPE));
+    Ok(response)
+}
+
+/// `GET /api/v1/models`.
+pub(crate) async fn list_models(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(ok_json(&wire::model_list(&ctx.gateway().list_models().await?)))
+}
+
+/// `GET /api/v1/overview`.
+pub(crate) async fn overview(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(ok_json(&wire::overview(&ctx.gateway().overview(ctx.who()?).await?)))
+}
+
+/// `GET /api/v1/keys`.
+pub(crate) async fn list_keys(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(ok_json(&wire::key_list(&ctx.gateway().my_keys(ctx.who()?).await?)))
+}
+
+/// `GET /api/v1/tasks`.
+pub(crate) async fn list_tasks(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    let params = ctx.query()?;
+    Ok(ok_json(&wire::task_page(&ctx.gateway().list_tasks(ctx.who()?, pairs(&params)).await?)))
+}
+
+/// `GET /api/v1/tasks/{task_id}`.
+pub(crate) async fn get_task(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(ok_json(&wire::task(&ctx.gateway().task(ctx.who()?, ctx.param()).await?)))
+}
+
+/// `GET /console/…`.
+pub(crate) async fn console(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Ok(crate::console::asset(ctx.param()))
+}
+
+/// `POST /api/v1/chat/completions`.
+pub(crate) async fn chat(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Chat).await
+}
+
+/// `POST /api/v1/images/generations`.
+pub(crate) async fn image(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Image).await
+}
+
+/// `POST /api/v1/audio/generations`.
+pub(crate) async fn audio(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Audio).await
+}
+
+/// `POST /v1/messages`.
+pub(crate) async fn messages(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Messages).await
+}
+
+/// `POST /v1/responses`.
+pub(crate) async fn responses(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Responses).await
+}
+
+/// The billable POST routes: each has a stable name for `Idempotency-Key` claims, its own stream
+/// format and its own answer shape (their scopes and body limits are in the route table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Billable {
     /// `POST /api/v1/chat/completions`.
@@ -134,22 +129,6 @@ pub(crate) enum Billable {
 }
 
 impl Billable {
-    fn scope(self) -> Scope {
-        match self {
-            Billable::Chat | Billable::Messages | Billable::Responses => Scope::LanguageCreate,
-            Billable::Image => Scope::ImageCreate,
-            Billable::Audio => Scope::AudioCreate,
-        }
-    }
-
-    fn body_limit(self) -> u64 {
-        match self {
-            Billable::Chat | Billable::Messages | Billable::Responses => CHAT_BODY_LIMIT,
-            Billable::Image => IMAGE_BODY_LIMIT,
-            Billable::Audio => AUDIO_BODY_LIMIT,
-        }
-    }
-
     /// The route's name in `Idempotency-Key` claims.
     fn name(self) -> &'static str {
         match self {
@@ -178,15 +157,6 @@ impl Billable {
             Billable::Audio => gateway.audio(who, body).await,
             Billable::Messages => gateway.messages(who, body).await,
             Billable::Responses => gateway.responses(who, body).await,
-        }
-    }
-
-    /// The key presented: `Authorization: Bearer`, or for message-style calls also `x-api-key`.
-    fn presented_key(self, headers: &HeaderMap) -> Option<&str> {
-        let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
-        match self {
-            Billable::Messages => bearer(headers).or_else(x_api_key),
-            Billable::Chat | Billable::Image | Billable::Audio | Billable::Responses => bearer(headers),
         }
     }
 
@@ -228,18 +198,15 @@ struct Svc<'a> {
     billing: wire::Billing,
 }
 
-/// A billable call: authenticate, read the JSON body, honour `Idempotency-Key`, and run the call on a
-/// task of its own, so that a client that hangs up cannot stop it half-way: its reservation is always
-/// settled or refunded and its key completed or released.
-async fn billable(state: &AppState, route: Billable, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
-    let presented = route.presented_key(&parts.headers);
-    let who = state.gateway().authenticate(presented, route.scope(), client_ip(&parts)).await?;
-    route.check_headers(&parts.headers)?;
-    let bytes =
-        read_json(&parts.headers, body, route.body_limit(), state.body_budget(), who.user_id.as_str(), state.pace())
-            .await?;
-    let key = idempotency_key(&parts.headers)?;
-    let gateway = state.gateway().clone();
+/// A billable call: read the JSON body, honour `Idempotency-Key`, and run the call on a task of its
+/// own, so that a client that hangs up cannot stop it half-way: its reservation is always settled
+/// or refunded and its key completed or released.
+async fn billable(mut ctx: Ctx<'_>, route: Billable) -> Result<Response, ApiError> {
+    route.check_headers(&ctx.parts.headers)?;
+    let bytes = ctx.json_bytes().await?;
+    let key = idempotency_key(&ctx.parts.headers)?;
+    let who = ctx.who.take().ok_or_else(|| ApiError::from(ServiceError::Internal("no caller".into())))?;
+    let gateway = ctx.gateway().clone();
     let user = who.user_id.as_str().to_owned();
     let background = gateway.background().clone();
     let result = background

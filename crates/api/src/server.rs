@@ -17,9 +17,8 @@ use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
-use crate::handlers::handle;
 use crate::response::Response;
-use crate::routes::{UNMATCHED_ROUTE, route};
+
 use crate::state::{AppState, CallLog, Limits};
 
 mod watchdog;
@@ -342,10 +341,7 @@ async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     let id = request_id(&req);
     let (parts, body) = req.into_parts();
     let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
-    let (label, result) = match route(&parts.method, parts.uri.path()) {
-        Ok(r) => (r.label(), handle(state, r, parts, body).await),
-        Err(e) => (UNMATCHED_ROUTE, Err(e)),
-    };
+    let (label, result) = crate::table::dispatch(state, parts, body).await;
     let mut response = result.unwrap_or_else(|e| e.into_response());
     state.gateway().record_request(label, response.status().as_u16(), started.elapsed());
     let call = response.extensions_mut().remove::<CallLog>().unwrap_or_default();

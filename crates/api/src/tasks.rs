@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
@@ -17,11 +16,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::body::{BodyBudget, BodyError, Pace, Paced, is_json, read_json};
+use crate::ctx::Ctx;
 use crate::error::ApiError;
-use crate::headers::{bearer, idempotency_key, replay};
+use crate::headers::{idempotency_key, replay};
 use crate::response::Response;
-use crate::routes::decode_query;
-use crate::state::AppState;
 use crate::wire;
 
 /// Largest JSON CreateTaskRequest, and largest `request` field of a multipart body: 1 MiB.
@@ -32,18 +30,25 @@ const ROUTE: &str = "tasks";
 
 /// `POST /api/v1/tasks`. Runs on a task of its own, so a client that hangs up mid-upload cannot leave
 /// stored files, a held claim or a half-created task behind.
-pub(crate) async fn create(state: &AppState, parts: Parts, body: Incoming) -> Result<Response, ApiError> {
+pub(crate) async fn create(mut ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    let body = ctx.take_body()?;
+    let who = ctx.who.take().ok_or_else(|| ApiError::from(ServiceError::Internal("no caller".into())))?;
+    let key = idempotency_key(&ctx.parts.headers)?;
+    let (state, headers) = (ctx.state, ctx.parts.headers);
     let gateway = state.gateway().clone();
-    let client = crate::state::client_ip(&parts);
-    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::VideoCreate, client).await?;
-    let key = idempotency_key(&parts.headers)?;
-    let budget = state.body_budget().clone();
-    let pace = state.pace();
+    let rules = Reading { budget: state.body_budget().clone(), pace: state.pace(), limit: ctx.limit };
     let background = gateway.background().clone();
     background
-        .spawn(async move { create_task(&gateway, &who, &parts.headers, body, key, &budget, pace).await })
+        .spawn(async move { create_task(&gateway, &who, &headers, body, key, &rules).await })
         .await
         .unwrap_or_else(|e| Err(ServiceError::Internal(format!("task creation failed: {e}")).into()))
+}
+
+/// How a task's body is read: the body budget, the pace, and the route's JSON limit.
+struct Reading {
+    budget: BodyBudget,
+    pace: Pace,
+    limit: u64,
 }
 
 async fn create_task(
@@ -52,13 +57,14 @@ async fn create_task(
     headers: &HeaderMap,
     body: Incoming,
     key: Option<String>,
-    budget: &BodyBudget,
-    pace: Pace,
+    rules: &Reading,
 ) -> Result<Response, ApiError> {
+    let Reading { budget, pace, limit } = rules;
+    let (pace, limit) = (*pace, *limit);
     let task_id = gateway.new_video_task_id();
     let mut uploads = Vec::new();
     let read = if is_json(headers) {
-        read_json(headers, body, TASK_REQUEST_LIMIT, budget, who.user_id.as_str(), pace).await.map(|b| {
+        read_json(headers, body, limit, budget, who.user_id.as_str(), pace).await.map(|b| {
             let digest = hex(&Sha256::digest(&*b));
             (b.to_vec(), digest)
         })
@@ -342,16 +348,15 @@ impl futures_core::Stream for Feed {
 }
 
 /// `DELETE /api/v1/tasks/{task_id}`.
-pub(crate) async fn cancel(gateway: &Gateway, parts: &Parts, id: &str) -> Result<Response, ApiError> {
-    let client = crate::state::client_ip(parts);
-    let who = gateway.authenticate(bearer(&parts.headers), domain::Scope::TaskWrite, client).await?;
-    let task = gateway.cancel_task(&who, id).await?;
+pub(crate) async fn cancel(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    let task = ctx.gateway().cancel_task(ctx.who()?, ctx.param()).await?;
     Ok(crate::response::ok_json(&wire::task(&task)))
 }
 
 /// `GET /media/{key}?expires=<unix seconds>&sig=<hex>`: the object, streamed; any bad link is 404.
-pub(crate) async fn media(gateway: &Gateway, parts: &Parts, key: &str) -> Result<Response, ApiError> {
-    let params = decode_query(parts.uri.query())?;
+pub(crate) async fn media(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    let (gateway, key) = (ctx.gateway(), ctx.param());
+    let params = ctx.query()?;
     let get = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let not_found = || ApiError::not_found(format!("media {key}"));
     let expires = get("expires").and_then(|e| e.parse::<u64>().ok()).ok_or_else(not_found)?;

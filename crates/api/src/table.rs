@@ -1,0 +1,742 @@
+//! The route table: every route the gateway serves, declared once ([`ROUTES`]), and the dispatcher
+//! that serves a request from it. For each route the table says its method and path, who may call
+//! it (checked here, before its handler runs), its body and body limit (the only limit its handler
+//! can read with), what it does to state (held by `crates/api/tests/every_door.rs`), its handler and
+//! its OpenAPI operation. 404 and 405, the metrics label and `/openapi.json` come from the table.
+//!
+//! Chosen over axum's `Router` and `utoipa`'s path macros (2026-11-29): the edge is hyper without a
+//! framework, and a plain `static` of struct literals keeps every rule of a route in one place that
+//! a test can walk, with no macro between the reader and the declaration.
+
+use std::sync::LazyLock;
+
+use domain::Scope;
+use http::Method;
+use http::request::Parts;
+use hyper::body::Incoming;
+
+use crate::ctx::Ctx;
+use crate::error::ApiError;
+use crate::headers::bearer;
+use crate::manage::ops as mops;
+use crate::response::Response;
+use crate::route::{Auth, BodyKind, Effect, Route, find};
+use crate::state::{AppState, client_ip};
+use crate::{handlers, manage, ops, tasks};
+
+/// Largest chat request body (also the native formats'): 100 MB.
+pub const CHAT_BODY_LIMIT: u64 = 100 * 1024 * 1024;
+
+/// Largest image request body: 600 MiB. The largest valid request carries 14 references of 30 MiB
+/// decoded (41,943,040 Base64 characters each, with their `data:` prefix about 587.2 MB together)
+/// and a 12,000-character prompt (at most 144 KB even fully escaped), so it fits with room for the
+/// other fields.
+pub const IMAGE_BODY_LIMIT: u64 = 600 * 1024 * 1024;
+
+/// Largest audio request body: 64 MiB. Three 10 MiB Base64 references take about 42 MB.
+pub const AUDIO_BODY_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// Largest management request body: 64 KiB (the largest, a price sheet, is a few hundred bytes).
+pub const MANAGE_BODY_LIMIT: u64 = 64 * 1024;
+
+/// A table entry's handler: the async function `$f`, boxed.
+macro_rules! h {
+    ($f:path) => {
+        |ctx| Box::pin($f(ctx))
+    };
+}
+
+use Auth::{Key, KeyOrXApiKey, Operator, Public};
+use BodyKind::Json;
+use Effect::{Audited, Billed, Read};
+
+const NO_BODY: BodyKind = BodyKind::None;
+const MANAGE: BodyKind = Json(MANAGE_BODY_LIMIT);
+
+/// Every route. Routes that share a path are listed in the order their `Allow` header names them.
+/// The billable calls come first: the dispatcher walks the table in order.
+pub static ROUTES: &[Route] = &[
+    Route {
+        method: Method::POST,
+        path: "/api/v1/chat/completions",
+        aliases: &[],
+        auth: Key(Scope::LanguageCreate),
+        body: Json(CHAT_BODY_LIMIT),
+        effect: Billed,
+        summary: "Chat completion (streaming with `stream: true`), billed on the reported usage",
+        handler: h!(handlers::chat),
+        doc: ops::chat,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/messages",
+        aliases: &["/v1/v1/messages"],
+        auth: KeyOrXApiKey(Scope::LanguageCreate),
+        body: Json(CHAT_BODY_LIMIT),
+        effect: Billed,
+        summary: "Message-style chat (Anthropic format); also served at /v1/v1/messages",
+        handler: h!(handlers::messages),
+        doc: ops::messages,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/responses",
+        aliases: &["/v1/v1/responses"],
+        auth: Key(Scope::LanguageCreate),
+        body: Json(CHAT_BODY_LIMIT),
+        effect: Billed,
+        summary: "Response-style chat (OpenAI Responses format); also served at /v1/v1/responses",
+        handler: h!(handlers::responses),
+        doc: ops::responses,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/images/generations",
+        aliases: &[],
+        auth: Key(Scope::ImageCreate),
+        body: Json(IMAGE_BODY_LIMIT),
+        effect: Billed,
+        summary: "Image generation, billed per generated image",
+        handler: h!(handlers::image),
+        doc: ops::image,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/audio/generations",
+        aliases: &[],
+        auth: Key(Scope::AudioCreate),
+        body: Json(AUDIO_BODY_LIMIT),
+        effect: Billed,
+        summary: "Speech generation, billed on the reported duration",
+        handler: h!(handlers::audio),
+        doc: ops::audio,
+    },
+    Route {
+        method: Method::GET,
+        path: "/healthz",
+        aliases: &[],
+        auth: Public,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Liveness",
+        handler: h!(handlers::healthz),
+        doc: ops::healthz,
+    },
+    Route {
+        method: Method::GET,
+        path: "/readyz",
+        aliases: &[],
+        auth: Public,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Readiness: the database answers and has every migration of this version",
+        handler: h!(handlers::readyz),
+        doc: ops::readyz,
+    },
+    Route {
+        method: Method::GET,
+        path: "/metrics",
+        aliases: &[],
+        auth: Auth::MetricsToken,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Prometheus metrics of this replica (OpenMetrics text)",
+        handler: h!(handlers::metrics),
+        doc: ops::metrics,
+    },
+    Route {
+        method: Method::GET,
+        path: "/openapi.json",
+        aliases: &[],
+        auth: Public,
+        body: NO_BODY,
+        effect: Read,
+        summary: "This document",
+        handler: h!(openapi_json),
+        doc: ops::openapi,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/models",
+        aliases: &[],
+        auth: Key(Scope::ModelsRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "Enabled models with limits, capabilities, active pricing and request/response schemas",
+        handler: h!(handlers::list_models),
+        doc: ops::list_models,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/overview",
+        aliases: &[],
+        auth: Key(Scope::OverviewRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "The caller, balance, task counts, models and newest ledger entries",
+        handler: h!(handlers::overview),
+        doc: ops::overview,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/keys",
+        aliases: &[],
+        auth: Key(Scope::OverviewRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "The caller's keys with their limits, their budget's spend this period and what each spent",
+        handler: h!(handlers::list_keys),
+        doc: ops::list_keys,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/keys",
+        aliases: &[],
+        auth: Key(Scope::KeysManage),
+        body: MANAGE,
+        effect: Audited("key.create"),
+        summary: "A new key for the caller, with scopes the calling key carries; the secret is shown once",
+        handler: h!(manage::create_key),
+        doc: mops::create_key,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/api/v1/keys/{key_id}",
+        aliases: &[],
+        auth: Key(Scope::KeysManage),
+        body: NO_BODY,
+        effect: Audited("key.revoke"),
+        summary: "Revoke one of the caller's keys (the one in use too)",
+        handler: h!(manage::revoke_key),
+        doc: mops::revoke_key,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/webhook-secret",
+        aliases: &[],
+        auth: Key(Scope::KeysManage),
+        body: NO_BODY,
+        effect: Audited("user.webhook_secret"),
+        summary: "Replace the caller's webhook secret; the new one is shown once",
+        handler: h!(manage::rotate_webhook_secret),
+        doc: mops::rotate_webhook_secret,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/usage",
+        aliases: &[],
+        auth: Key(Scope::OverviewRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "The caller's settled spend per UTC day (every day of the range) or per model",
+        handler: h!(manage::usage),
+        doc: mops::usage,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/ledger",
+        aliases: &[],
+        auth: Key(Scope::OverviewRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "Every ledger entry of the caller, newest first",
+        handler: h!(manage::ledger),
+        doc: mops::ledger,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/chat/completions/quote",
+        aliases: &[],
+        auth: Key(Scope::LanguageCreate),
+        body: Json(CHAT_BODY_LIMIT),
+        effect: Read,
+        summary: "What a chat call with this body would hold, at which price; nothing is held",
+        handler: h!(manage::quote_chat),
+        doc: mops::quote_chat,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/images/generations/quote",
+        aliases: &[],
+        auth: Key(Scope::ImageCreate),
+        body: Json(IMAGE_BODY_LIMIT),
+        effect: Read,
+        summary: "What an image call with this body would hold, at which price; nothing is held",
+        handler: h!(manage::quote_image),
+        doc: mops::quote_image,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/tasks",
+        aliases: &[],
+        auth: Key(Scope::TaskRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "The caller's tasks, newest first",
+        handler: h!(handlers::list_tasks),
+        doc: ops::list_tasks,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/tasks",
+        aliases: &[],
+        auth: Key(Scope::VideoCreate),
+        body: BodyKind::JsonOrMultipart(tasks::TASK_REQUEST_LIMIT),
+        effect: Billed,
+        summary: "Create a video task (JSON, or multipart with uploaded media); answers at once",
+        handler: h!(tasks::create),
+        doc: ops::create_task,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/tasks/{task_id}",
+        aliases: &[],
+        auth: Key(Scope::TaskRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "One of the caller's tasks",
+        handler: h!(handlers::get_task),
+        doc: ops::get_task,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/api/v1/tasks/{task_id}",
+        aliases: &[],
+        auth: Key(Scope::TaskWrite),
+        body: NO_BODY,
+        effect: Billed,
+        summary: "Cancel a queued video task; its hold is refunded",
+        handler: h!(tasks::cancel),
+        doc: ops::cancel_task,
+    },
+    Route {
+        method: Method::GET,
+        path: "/media/{key+}",
+        aliases: &[],
+        auth: Auth::SignedLink,
+        body: NO_BODY,
+        effect: Read,
+        summary: "A stored media object through a signed, expiring link (no key)",
+        handler: h!(tasks::media),
+        doc: ops::media,
+    },
+    Route {
+        method: Method::GET,
+        path: "/console/{path*}",
+        aliases: &[],
+        auth: Public,
+        body: NO_BODY,
+        effect: Read,
+        summary: "The web console (HTML; its scripts and styles are served under /console/); no key, it signs in itself",
+        handler: h!(handlers::console),
+        doc: ops::console,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/users",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: users, newest first; `q` searches id, name and email",
+        handler: h!(manage::users),
+        doc: mops::users,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/users",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("user.create"),
+        summary: "Operator: create a user; its webhook secret is shown once",
+        handler: h!(manage::create_user),
+        doc: mops::create_user,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/users/{user_id}",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: a user with balance, caps, quota and keys",
+        handler: h!(manage::user),
+        doc: mops::user,
+    },
+    Route {
+        method: Method::PATCH,
+        path: "/api/v1/admin/users/{user_id}",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("user.change"),
+        summary: "Operator: disable or enable a user, or change its caps",
+        handler: h!(manage::change_user),
+        doc: mops::change_user,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/users/{user_id}/topup",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("user.topup"),
+        summary: "Operator: add money to a user's balance",
+        handler: h!(manage::topup),
+        doc: mops::topup,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/users/{user_id}/keys",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("key.create"),
+        summary: "Operator: a key for a user, with any scopes; the secret is shown once",
+        handler: h!(manage::create_user_key),
+        doc: mops::create_user_key,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/users/{user_id}/webhook-secret",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Audited("user.webhook_secret"),
+        summary: "Operator: replace a user's webhook secret; the new one is shown once",
+        handler: h!(manage::rotate_user_secret),
+        doc: mops::rotate_user_secret,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/api/v1/admin/keys/{key_id}",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Audited("key.revoke"),
+        summary: "Operator: revoke any key",
+        handler: h!(manage::revoke_any_key),
+        doc: mops::revoke_any_key,
+    },
+    Route {
+        method: Method::PATCH,
+        path: "/api/v1/admin/keys/{key_id}",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("key.limits"),
+        summary: "Operator: set or clear a key's expiry, model allow-list, budget, rate limits or address list",
+        handler: h!(manage::change_key),
+        doc: mops::change_key,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/models",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: every model, enabled or not, with cap and active price",
+        handler: h!(manage::models),
+        doc: mops::models,
+    },
+    Route {
+        method: Method::PATCH,
+        path: "/api/v1/admin/models/{model}",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("model.set"),
+        summary: "Operator: switch a model on or off, or change its cap",
+        handler: h!(manage::change_model),
+        doc: mops::change_model,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/models/{model}/pricing",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("model.price"),
+        summary: "Operator: a new price version, active at once",
+        handler: h!(manage::set_price),
+        doc: mops::set_price,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/maintenance",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: whether maintenance mode is on",
+        handler: h!(manage::maintenance),
+        doc: mops::maintenance,
+    },
+    Route {
+        method: Method::PUT,
+        path: "/api/v1/admin/maintenance",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("maintenance"),
+        summary: "Operator: turn maintenance mode on or off",
+        handler: h!(manage::set_maintenance),
+        doc: mops::set_maintenance,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/audit",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: every operator action, newest first",
+        handler: h!(manage::audit),
+        doc: mops::audit,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/health",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: calls in flight and queued, open reservations, video worker lag, upstream endpoints",
+        handler: h!(manage::health),
+        doc: mops::health,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/tasks/{task_id}",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: any user's task, with the endpoint that served it and the attempts it made",
+        handler: h!(manage::admin_task),
+        doc: mops::admin_task,
+    },
+];
+
+/// Each route's metrics label (its documented path), by its place in [`ROUTES`].
+static LABELS: LazyLock<Vec<String>> = LazyLock::new(|| ROUTES.iter().map(Route::documented_path).collect());
+
+/// The route for `method` and `path` (404 or 405 when there is none).
+pub fn route(method: &Method, path: &str) -> Result<&'static Route, ApiError> {
+    find(ROUTES, method, path).map(|(index, _)| &ROUTES[index])
+}
+
+/// The served document, built once from [`ROUTES`].
+pub fn document() -> serde_json::Value {
+    crate::openapi::document_of(ROUTES)
+}
+
+/// `GET /openapi.json`.
+async fn openapi_json(_: Ctx<'_>) -> Result<Response, ApiError> {
+    static DOCUMENT: LazyLock<bytes::Bytes> =
+        LazyLock::new(|| bytes::Bytes::from(serde_json::to_vec(&document()).unwrap_or_default()));
+    let mut response = http::Response::new(crate::response::full(DOCUMENT.clone()));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+/// Serves one request from the table: finds its route, checks the route's [`Auth`], and runs its
+/// handler. Returns the route's metrics label with the answer.
+pub(crate) async fn dispatch(
+    state: &AppState,
+    parts: Parts,
+    body: Incoming,
+) -> (&'static str, Result<Response, ApiError>) {
+    let (index, param) = match find(ROUTES, &parts.method, parts.uri.path()) {
+        Ok(found) => found,
+        Err(e) => return (crate::route::UNMATCHED_ROUTE, Err(e)),
+    };
+    let (route, label) = (&ROUTES[index], LABELS[index].as_str());
+    let mut ctx = Ctx { state, parts, body: Some(body), param, who: None, actor: None, limit: route.body.limit() };
+    if let Err(e) = authenticate(&mut ctx, route.auth).await {
+        return (label, Err(e));
+    }
+    (label, (route.handler)(ctx).await)
+}
+
+/// Checks `auth` for the request in `ctx`, recording the caller it authenticated.
+async fn authenticate(ctx: &mut Ctx<'_>, auth: Auth) -> Result<(), ApiError> {
+    let gateway = ctx.state.gateway();
+    let headers = &ctx.parts.headers;
+    let client = client_ip(&ctx.parts);
+    match auth {
+        Auth::Public | Auth::SignedLink => {}
+        Auth::MetricsToken => handlers::metrics_allowed(ctx.state, headers)?,
+        Auth::Key(scope) => ctx.who = Some(gateway.authenticate(bearer(headers), scope, client).await?),
+        Auth::KeyOrXApiKey(scope) => {
+            let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+            ctx.who = Some(gateway.authenticate(bearer(headers).or_else(x_api_key), scope, client).await?);
+        }
+        Auth::Operator => {
+            let who = gateway.authenticate(bearer(headers), Scope::Admin, client).await?;
+            ctx.actor = Some(gateway.operator_actor(&who)?);
+            ctx.who = Some(who);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Map;
+
+    use super::*;
+
+    fn status(method: Method, path: &str) -> Result<&'static str, (u16, Option<String>)> {
+        route(&method, path).map(|r| r.path).map_err(|e| (e.status.as_u16(), e.allow))
+    }
+
+    #[test]
+    fn routes_methods_404_and_405() {
+        assert_eq!(status(Method::GET, "/api/v1/models"), Ok("/api/v1/models"));
+        assert_eq!(status(Method::GET, "/api/v1/models/"), Ok("/api/v1/models"), "a trailing slash");
+        assert_eq!(status(Method::HEAD, "/healthz"), Ok("/healthz"), "HEAD on a GET route");
+        assert_eq!(status(Method::GET, "/api/v1/tasks/task_1"), Ok("/api/v1/tasks/{task_id}"));
+        assert_eq!(status(Method::DELETE, "/api/v1/tasks/t1"), Ok("/api/v1/tasks/{task_id}"));
+        assert_eq!(status(Method::POST, "/api/v1/tasks"), Ok("/api/v1/tasks"));
+        assert_eq!(status(Method::POST, "/v1/v1/messages"), Ok("/v1/messages"), "an alias");
+        assert_eq!(status(Method::GET, "/media/u/t/0"), Ok("/media/{key+}"));
+        assert_eq!(status(Method::GET, "/console"), Ok("/console/{path*}"));
+        assert_eq!(status(Method::GET, "/console/app.js"), Ok("/console/{path*}"));
+        assert_eq!(status(Method::POST, "/api/v1/models"), Err((405, Some("GET".into()))));
+        assert_eq!(status(Method::PUT, "/api/v1/tasks/t1"), Err((405, Some("GET, DELETE".into()))));
+        assert_eq!(status(Method::DELETE, "/api/v1/tasks"), Err((405, Some("GET, POST".into()))));
+        assert_eq!(status(Method::PUT, "/api/v1/keys"), Err((405, Some("GET, POST".into()))));
+        assert_eq!(status(Method::GET, "/api/v1/admin/keys/k"), Err((405, Some("DELETE, PATCH".into()))));
+        assert_eq!(status(Method::POST, "/api/v1/admin/maintenance"), Err((405, Some("GET, PUT".into()))));
+        assert_eq!(status(Method::GET, "/api/v1/admin/users/u1/topup"), Err((405, Some("POST".into()))));
+        assert_eq!(status(Method::GET, "/api/v1/nothing"), Err((404, None)));
+        assert_eq!(status(Method::GET, "/api/v1/tasks/t1/x"), Err((404, None)));
+        assert_eq!(status(Method::GET, "/media"), Err((404, None)));
+        assert_eq!(status(Method::GET, "/media/u//0"), Err((404, None)));
+    }
+
+    #[test]
+    fn the_table_declares_each_route_once_and_whole() {
+        let mut seen = std::collections::HashSet::new();
+        for route in ROUTES {
+            for path in std::iter::once(route.path).chain(route.aliases.iter().copied()) {
+                assert!(seen.insert((route.method.clone(), path)), "{} {path} is declared twice", route.method);
+                let parameters = path.matches('{').count();
+                assert!(parameters <= 1, "{path}: at most one parameter");
+            }
+            // What the route reads and what it does agree: a state change is billed or audited,
+            // and a route that takes a key says which scope; a route without a key changes nothing.
+            if route.auth.scope().is_none() {
+                assert_eq!(
+                    route.effect,
+                    Effect::Read,
+                    "{} {}: a route without a key only reads",
+                    route.method,
+                    route.path
+                );
+            }
+            if route.method != Method::GET {
+                assert!(route.auth.scope().is_some(), "{} {}: a write takes a key", route.method, route.path);
+            }
+            if route.method == Method::GET {
+                assert_eq!(route.body, BodyKind::None, "{} {}: a GET reads no body", route.method, route.path);
+            }
+        }
+    }
+
+    #[test]
+    fn no_route_path_is_written_twice_in_the_crate() {
+        // Every path literal lives in this table: dispatch, 405, labels and the document come from it.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src.clone()];
+        let mut texts = Vec::new();
+        while let Some(dir) = files.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read src") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    files.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("read");
+                    // Tests aside.
+                    let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+                    texts.push((path, code));
+                }
+            }
+        }
+        for route in ROUTES {
+            for path in std::iter::once(route.path).chain(route.aliases.iter().copied()) {
+                let quoted = format!("\"{path}\"");
+                let count: usize = texts.iter().map(|(_, code)| code.matches(&quoted).count()).sum();
+                let expected = ROUTES.iter().filter(|r| r.path == path || r.aliases.contains(&path)).count();
+                assert_eq!(count, expected, "{quoted} is written {count} times in crates/api/src");
+            }
+        }
+    }
+
+    #[test]
+    fn every_route_has_its_operation_and_nothing_else_is_documented() {
+        let doc = document();
+        let paths = doc["paths"].as_object().expect("paths");
+        for route in ROUTES {
+            for path in std::iter::once(route.path).chain(route.aliases.iter().copied()) {
+                let documented = crate::route::documented(path);
+                let operation = &paths.get(&documented).unwrap_or_else(|| panic!("no path {documented}"))
+                    [route.method.as_str().to_ascii_lowercase()];
+                assert!(operation.is_object(), "{} {documented} is not in the document", route.method);
+                assert_eq!(operation["summary"], route.summary);
+            }
+        }
+        let operations: usize = paths.values().map(|item| item.as_object().map_or(0, Map::len)).sum();
+        let declared: usize = ROUTES.iter().map(|r| 1 + r.aliases.len()).sum();
+        assert_eq!(operations, declared);
+    }
+
+    #[test]
+    fn the_task_path_parameter_is_named_as_the_interface_names_it() {
+        let doc = document();
+        for method in ["get", "delete"] {
+            let operation = &doc["paths"]["/api/v1/tasks/{task_id}"][method];
+            assert_eq!(operation["parameters"][0]["name"], "task_id", "{method}: {operation}");
+            assert_eq!(operation["parameters"][0]["in"], "path", "{method}");
+        }
+        assert!(doc["paths"].get("/api/v1/tasks/{id}").is_none());
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1_with_every_reference_defined() {
+        let doc = document();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let text = doc.to_string();
+        for reference in text.split("\"$ref\":\"").skip(1) {
+            let target = reference.split('"').next().unwrap_or_default();
+            let name = target.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("$ref {target}"));
+            assert!(schemas.contains_key(name), "$ref {target} has no definition");
+        }
+        for name in [
+            "ImageRequest",
+            "AudioRequest",
+            "VideoRequest",
+            "ChatRequest",
+            "MessagesRequest",
+            "ResponsesRequest",
+            "TaskObject",
+            "ModelList",
+            "ErrorEnvelope",
+        ] {
+            assert!(schemas.contains_key(name), "{name} is defined");
+        }
+        // Request fields are not nullable; response fields may be.
+        assert!(!schemas["AudioConfig"].to_string().contains("null"));
+        assert!(schemas["Billing"].to_string().contains("null"));
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}");
+                assert!(op["operationId"].is_string(), "{method} {path}");
+            }
+        }
+    }
+}
