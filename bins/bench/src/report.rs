@@ -2,7 +2,7 @@
 
 use crate::billing::BillingCheck;
 use crate::cli::Cli;
-use crate::scenarios::Via;
+use crate::scenarios::Target;
 use crate::stats::{ms, signed_ms};
 use crate::wrk;
 
@@ -31,7 +31,7 @@ pub struct Row {
     /// Its database label (`–` for the simulator's rows).
     pub database: String,
     /// Whom it talked to.
-    pub via: Via,
+    pub target: Target,
     /// Whether the answers were event streams.
     pub stream: bool,
     /// Concurrent connections.
@@ -68,7 +68,7 @@ fn opt(v: Option<u64>, f: fn(u64) -> String) -> String {
 
 /// The row of `name` on `database` (direct rows are shared by every database).
 fn find<'a>(rows: &'a [Row], database: &str, name: &str) -> Option<&'a Row> {
-    rows.iter().find(|r| r.name == name && (r.via == Via::Direct || r.database == database))
+    rows.iter().find(|r| r.name == name && (!r.target.is_gateway() || r.database == database))
 }
 
 fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
@@ -112,7 +112,7 @@ fn targets(rows: &[Row], label: &str, checks: &[BillingCheck], sqlite_c64: Optio
     let mut out = Vec::new();
     let row = |name: &str| find(rows, label, name);
     let c64 = row("gateway-c64");
-    let clean = rows.iter().filter(|r| r.via == Via::Gateway && r.database == label).all(|r| r.errors == 0);
+    let clean = rows.iter().filter(|r| r.target.is_gateway() && r.database == label).all(|r| r.errors == 0);
     let mine: Vec<&BillingCheck> = checks.iter().filter(|c| c.after.ends_with(&format!(" on {label}"))).collect();
     let billing = (!mine.is_empty()).then(|| mine.iter().all(|c| c.matches()));
     out.push(format!(
@@ -219,7 +219,7 @@ pub fn report(
             opt(r.p99_us, ms),
             if r.stream { opt(r.ttfb_p50_us, ms) } else { "–".into() },
             r.errors,
-            if r.via == Via::Gateway { opt(r.gateway_cpu_us, |v| v.to_string()) } else { "–".into() },
+            if r.target.is_gateway() { opt(r.gateway_cpu_us, |v| v.to_string()) } else { "–".into() },
             opt(r.database_cpu_us, |v| v.to_string()),
             opt(r.sim_cpu_us, |v| v.to_string()),
             opt(r.bench_cpu_us, |v| v.to_string()),

@@ -1,17 +1,18 @@
-//! Orchestration: starts the simulator and the gateways, runs each selected scenario on each
-//! database (warm-up, measured window, CPU readings), the billing check after it and wrk beside it.
+//! Orchestration: starts the simulator and the gateways, and interprets each selected row of the
+//! scenario table on each database: its load (warm-up, measured window, CPU readings), the billing
+//! check after it and wrk beside it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::billing::billing_check;
+use crate::billing::{BillingCheck, billing_check};
 use crate::cli::{Cli, database_label, default_gateway_bin};
 use crate::load::{self, Endpoint, Load, Outcome};
 use crate::procs::{self, Accounts, Rig};
 use crate::report::{Row, Tables, machine, report};
-use crate::scenarios::{MANY_USERS, Scenario, Via, body_of, selected};
+use crate::scenarios::{Scenario, Target, Users, selected};
 use crate::stats::{micros, ms, per_second, percentile};
 use crate::wrk;
 
@@ -46,25 +47,39 @@ fn cpu_per_request(before: Option<u64>, after: Option<u64>, ticks_per_s: u64, re
     (requests > 0).then(|| u64::try_from(us / u128::from(requests)).unwrap_or(u64::MAX))
 }
 
-/// `http://ADDR/api/v3` → (`ADDR`, `/api/v3/chat/completions`).
+/// `http://ADDR/api/v3` → (`ADDR`, `/api/v3`): the simulator's address and API base.
 fn sim_target(url: &str) -> Result<(String, String), String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| format!("unexpected simulator URL {url:?}"))?;
     let (addr, base) = rest.split_once('/').unwrap_or((rest, ""));
-    Ok((addr.to_owned(), format!("/{}/chat/completions", base.trim_matches('/'))))
+    let base = base.trim_matches('/');
+    Ok((addr.to_owned(), if base.is_empty() { String::new() } else { format!("/{base}") }))
 }
 
-/// Connection `i` of a gateway scenario goes to `endpoints[i % len]`: every account of the
-/// scenario on every replica, so each account's load is split evenly over the replicas.
-fn gateway_endpoints(scenario: &Scenario, rig: &Rig, accounts: &Accounts) -> Result<Vec<Endpoint>, String> {
-    let keys: Vec<&String> = if scenario.many_users { accounts.many.iter().collect() } else { vec![&accounts.hot] };
-    let addrs = rig.gateway_addrs.get(..scenario.replicas.max(1)).ok_or("fewer gateways than replicas")?;
-    let mut endpoints = Vec::new();
-    for key in keys {
-        for addr in addrs {
-            endpoints.push(Endpoint::new(addr, "/api/v1/chat/completions", key)?);
-        }
-    }
-    Ok(endpoints)
+/// The gateway's API base, under which a scenario's route lies.
+const GATEWAY_BASE: &str = "/api/v1";
+
+/// What a run keeps from scenario to scenario: the processes and what was measured so far.
+struct Runner<'a> {
+    cli: &'a Cli,
+    rig: Rig,
+    /// The simulator's address and API base.
+    sim: (String, String),
+    ticks_per_s: u64,
+    rows: Vec<Row>,
+    wrk_rows: Vec<wrk::Row>,
+    checks: Vec<BillingCheck>,
+    warnings: Vec<String>,
+}
+
+/// One database's pass over the scenarios.
+struct Pass<'a> {
+    label: &'a str,
+    /// Whether it is the first pass (the simulator's rows run in the first pass only).
+    first: bool,
+    /// Its accounts, when a gateway scenario is selected.
+    accounts: Option<Accounts>,
+    /// Successful answers so far by API key (this database's accounts only).
+    succeeded: HashMap<String, u64>,
 }
 
 /// Runs the selected scenarios on every database and returns the report.
@@ -82,124 +97,174 @@ pub async fn run(cli: Cli) -> Result<String, String> {
     rig.caps = cli.caps;
     rig.key_budget_usd = cli.key_budget_usd.clone();
     rig.extra_upstream = cli.extra_upstream.clone();
-    let (sim_addr, sim_path) = sim_target(&rig.sim_url)?;
-    let direct = Endpoint::new(&sim_addr, &sim_path, "bench")?;
-
-    let mut rows = Vec::new();
-    let mut wrk_rows = Vec::new();
-    let mut checks = Vec::new();
-    let mut warnings = Vec::new();
-    let many = scenarios.iter().any(|s| s.many_users);
-    let has_gateway = scenarios.iter().any(|s| s.via == Via::Gateway);
-    for (pass, (database, label)) in cli.databases.iter().zip(&labels).enumerate() {
+    let sim = sim_target(&rig.sim_url)?;
+    let mut runner = Runner {
+        cli: &cli,
+        rig,
+        sim,
+        ticks_per_s,
+        rows: Vec::new(),
+        wrk_rows: Vec::new(),
+        checks: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let extra_accounts = scenarios.iter().map(|s| s.users.extra_accounts()).max().unwrap_or(0);
+    let has_gateway = scenarios.iter().any(|s| s.target.is_gateway());
+    for (i, (database, label)) in cli.databases.iter().zip(&labels).enumerate() {
         let accounts = if has_gateway {
             eprintln!("database {label}: migrating, creating accounts, starting a gateway");
-            let accounts = rig.open(database, if many { MANY_USERS } else { 0 }, 1)?;
+            let accounts = runner.rig.open(database, extra_accounts, 1)?;
+            let rig = &runner.rig;
             eprintln!("gateway http://{} (pid {:?})", rig.gateway_addrs.join(", http://"), rig.gateway_pids());
             Some(accounts)
         } else {
             None
         };
-        // Successful answers so far by API key (this database's accounts only).
-        let mut succeeded: HashMap<String, u64> = HashMap::new();
+        let mut pass = Pass { label, first: i == 0, accounts, succeeded: HashMap::new() };
         for scenario in &scenarios {
-            // The simulator alone does not depend on the database: measured in the first pass only.
-            if scenario.via == Via::Direct && pass > 0 {
-                continue;
-            }
-            let endpoints = match (&accounts, scenario.via) {
-                (Some(accounts), Via::Gateway) => {
-                    rig.ensure_replicas(scenario.replicas)?;
-                    gateway_endpoints(scenario, &rig, accounts)?
-                }
-                (None, Via::Gateway) => continue,
-                (_, Via::Direct) => vec![direct.clone()],
-            };
-            rig.check_alive()?;
-            eprintln!("running {} on {label} ({} s warm-up + {} s)", scenario.name, cli.warmup_secs, cli.duration_secs);
-            let load = Load {
-                endpoints: endpoints.clone(),
-                body: Bytes::from(body_of(scenario)),
-                stream: scenario.stream,
-                connections: scenario.connections,
-                warmup: Duration::from_secs(cli.warmup_secs),
-                duration: Duration::from_secs(cli.duration_secs),
-                max_requests: cli.max_requests,
-            };
-            let running = load::start(load);
-            let warm_end = running.warm_end;
-            tokio::time::sleep_until(tokio::time::Instant::from_std(warm_end)).await;
-            let before = Cpu::read(&rig);
-            let outcome = running.finish().await;
-            let elapsed = Instant::now().saturating_duration_since(warm_end);
-            let after = Cpu::read(&rig);
-            let mut used = Vec::new();
-            for (endpoint, ok) in endpoints.iter().zip(&outcome.ok_by_endpoint) {
-                if scenario.via == Via::Gateway {
-                    *succeeded.entry(endpoint.bearer().to_owned()).or_default() += ok;
-                    used.push(endpoint.clone());
-                }
-            }
-            let row = summarize(scenario, label, outcome, elapsed, before, after, ticks_per_s);
-            eprintln!(
-                "  {} ok, {} req/s, p50 {} ms, {} errors",
-                row.ok,
-                row.rps_text,
-                row.p50_us.map_or("-".to_owned(), ms),
-                row.errors
-            );
-            for e in &row.error_examples {
-                eprintln!("  error: {e}");
-            }
-            let bench_rps_text = row.rps_text.clone();
-            rows.push(row);
-            if scenario.via == Via::Gateway {
-                checks.push(billing_check(&used, &succeeded, format!("{} on {label}", scenario.name)).await?);
-            }
-            let single = !scenario.stream && !scenario.many_users && scenario.replicas <= 1;
-            if let (Some(wrk_bin), true) = (&cli.wrk, single) {
-                let (url, key) = match (&accounts, scenario.via) {
-                    (Some(accounts), Via::Gateway) => (
-                        format!("http://{}/api/v1/chat/completions", rig.gateway_addrs.first().ok_or("no gateway")?),
-                        accounts.wrk.clone(),
-                    ),
-                    _ => (format!("http://{sim_addr}{sim_path}"), "bench".to_owned()),
-                };
-                eprintln!("running {} on {label} with wrk ({} s)", scenario.name, cli.duration_secs);
-                let (bin, body, conns) = (wrk_bin.clone(), body_of(scenario), scenario.connections);
-                let duration = Duration::from_secs(cli.duration_secs);
-                let before = Cpu::read(&rig);
-                let measured = tokio::task::spawn_blocking(move || wrk::run(&bin, &url, &key, &body, conns, duration))
-                    .await
-                    .map_err(|e| format!("wrk task: {e}"))?;
-                let after = Cpu::read(&rig);
-                match measured {
-                    Ok(figures) => {
-                        let gateway_cpu_us = (scenario.via == Via::Gateway)
-                            .then(|| cpu_per_request(before.gateway, after.gateway, ticks_per_s, figures.requests))
-                            .flatten();
-                        eprintln!("  wrk: {} req/s, {} non-2xx", figures.rps_text, figures.non_2xx);
-                        wrk_rows.push(wrk::Row {
-                            name: scenario.name,
-                            database: if scenario.via == Via::Direct { "–".into() } else { label.clone() },
-                            connections: scenario.connections,
-                            figures,
-                            gateway_cpu_us,
-                            bench_rps_text,
-                        });
-                    }
-                    Err(e) => warnings.push(format!("{label}: {} with wrk: {e}", scenario.name)),
-                }
-            }
+            runner.scenario(scenario, &mut pass).await?;
         }
-        rig.check_alive()?;
-        warnings.extend(rig.warnings().into_iter().map(|w| format!("{label}: {w}")));
+        runner.rig.check_alive()?;
+        runner.warnings.extend(runner.rig.warnings().into_iter().map(|w| format!("{label}: {w}")));
     }
+    let Runner { rig, rows, wrk_rows, checks, warnings, .. } = runner;
     rig.shutdown()?;
     let tables = Tables { rows: &rows, wrk_rows: &wrk_rows, checks: &checks, warnings: &warnings };
     Ok(report(&cli, &machine, &labels, &tables, ticks_per_s, ticks_known))
 }
 
+impl Runner<'_> {
+    /// Where `scenario`'s connections go in this pass (connection `i` to `endpoints[i % len]`),
+    /// starting the gateways it needs; `None` when it does not run in this pass.
+    fn endpoints(&mut self, scenario: &Scenario, pass: &Pass<'_>) -> Result<Option<Vec<Endpoint>>, String> {
+        let route = scenario.request.route;
+        let replicas = match scenario.target {
+            // The simulator alone does not depend on the database: measured in the first pass only.
+            Target::Simulator if !pass.first => return Ok(None),
+            Target::Simulator => {
+                let (addr, base) = &self.sim;
+                return Ok(Some(vec![Endpoint::new(addr, &format!("{base}{route}"), "bench")?]));
+            }
+            Target::Gateway(replicas) => replicas,
+        };
+        let Some(accounts) = &pass.accounts else { return Ok(None) };
+        let keys: &[String] = match scenario.users {
+            Users::Hot => std::slice::from_ref(&accounts.hot),
+            Users::Many(n) => accounts.many.get(..n).ok_or("fewer accounts than the scenario spreads over")?,
+        };
+        self.rig.ensure_replicas(replicas)?;
+        let addrs = self.rig.gateway_addrs.get(..replicas).ok_or("fewer gateways than replicas")?;
+        // Every account on every replica, so each account's load is split evenly over them.
+        let mut endpoints = Vec::new();
+        for key in keys {
+            for addr in addrs {
+                endpoints.push(Endpoint::new(addr, &format!("{GATEWAY_BASE}{route}"), key)?);
+            }
+        }
+        Ok(Some(endpoints))
+    }
+
+    /// Runs one row of the table in this pass: the load, its figures, the billing check after a
+    /// gateway scenario, and wrk beside it when asked for.
+    async fn scenario(&mut self, scenario: &Scenario, pass: &mut Pass<'_>) -> Result<(), String> {
+        let Some(endpoints) = self.endpoints(scenario, pass)? else { return Ok(()) };
+        let cli = self.cli;
+        let label = pass.label;
+        self.rig.check_alive()?;
+        eprintln!("running {} on {label} ({} s warm-up + {} s)", scenario.name, cli.warmup_secs, cli.duration_secs);
+        let load = Load {
+            endpoints: endpoints.clone(),
+            body: Bytes::from_static(scenario.request.body.as_bytes()),
+            stream: scenario.request.stream,
+            connections: scenario.connections,
+            warmup: Duration::from_secs(cli.warmup_secs),
+            duration: Duration::from_secs(cli.duration_secs),
+            max_requests: cli.max_requests,
+        };
+        let running = load::start(load);
+        let warm_end = running.warm_end;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(warm_end)).await;
+        let before = Cpu::read(&self.rig);
+        let outcome = running.finish().await;
+        let elapsed = Instant::now().saturating_duration_since(warm_end);
+        let after = Cpu::read(&self.rig);
+        if scenario.target.is_gateway() {
+            for (endpoint, ok) in endpoints.iter().zip(&outcome.ok_by_endpoint) {
+                *pass.succeeded.entry(endpoint.bearer().to_owned()).or_default() += ok;
+            }
+        }
+        let row = summarize(scenario, label, outcome, elapsed, before, after, self.ticks_per_s);
+        eprintln!(
+            "  {} ok, {} req/s, p50 {} ms, {} errors",
+            row.ok,
+            row.rps_text,
+            row.p50_us.map_or("-".to_owned(), ms),
+            row.errors
+        );
+        for e in &row.error_examples {
+            eprintln!("  error: {e}");
+        }
+        let bench_rps_text = row.rps_text.clone();
+        self.rows.push(row);
+        if scenario.target.is_gateway() {
+            let after = format!("{} on {label}", scenario.name);
+            self.checks.push(billing_check(&endpoints, &pass.succeeded, after).await?);
+        }
+        if let (Some(wrk_bin), true) = (&cli.wrk, scenario.wrk_too()) {
+            self.wrk(wrk_bin, scenario, pass, bench_rps_text).await?;
+        }
+        Ok(())
+    }
+
+    /// Drives `scenario` with wrk for the measured time, on the wrk account (or the simulator).
+    async fn wrk(
+        &mut self,
+        wrk_bin: &std::path::Path,
+        scenario: &Scenario,
+        pass: &Pass<'_>,
+        bench_rps_text: String,
+    ) -> Result<(), String> {
+        let label = pass.label;
+        let route = scenario.request.route;
+        let (url, key) = match (&pass.accounts, scenario.target) {
+            (Some(accounts), Target::Gateway(_)) => (
+                format!("http://{}{GATEWAY_BASE}{route}", self.rig.gateway_addrs.first().ok_or("no gateway")?),
+                accounts.wrk.clone(),
+            ),
+            _ => (format!("http://{}{}{route}", self.sim.0, self.sim.1), "bench".to_owned()),
+        };
+        let duration = Duration::from_secs(self.cli.duration_secs);
+        eprintln!("running {} on {label} with wrk ({} s)", scenario.name, duration.as_secs());
+        let (bin, body, conns) = (wrk_bin.to_owned(), scenario.request.body, scenario.connections);
+        let before = Cpu::read(&self.rig);
+        let measured = tokio::task::spawn_blocking(move || wrk::run(&bin, &url, &key, body, conns, duration))
+            .await
+            .map_err(|e| format!("wrk task: {e}"))?;
+        let after = Cpu::read(&self.rig);
+        match measured {
+            Ok(figures) => {
+                let gateway_cpu_us = scenario
+                    .target
+                    .is_gateway()
+                    .then(|| cpu_per_request(before.gateway, after.gateway, self.ticks_per_s, figures.requests))
+                    .flatten();
+                eprintln!("  wrk: {} req/s, {} non-2xx", figures.rps_text, figures.non_2xx);
+                self.wrk_rows.push(wrk::Row {
+                    name: scenario.name,
+                    database: if scenario.target.is_gateway() { label.to_owned() } else { "–".into() },
+                    connections: scenario.connections,
+                    figures,
+                    gateway_cpu_us,
+                    bench_rps_text,
+                });
+            }
+            Err(e) => self.warnings.push(format!("{label}: {} with wrk: {e}", scenario.name)),
+        }
+        Ok(())
+    }
+}
+
+/// The figures of one scenario from its outcome and the CPU readings around its measured window.
 fn summarize(
     scenario: &Scenario,
     database: &str,
@@ -218,9 +283,9 @@ fn summarize(
     let (rps, rps_text) = per_second(ok, micros(elapsed));
     Row {
         name: scenario.name,
-        database: if scenario.via == Via::Direct { "–".into() } else { database.to_owned() },
-        via: scenario.via,
-        stream: scenario.stream,
+        database: if scenario.target.is_gateway() { database.to_owned() } else { "–".into() },
+        target: scenario.target,
+        stream: scenario.request.stream,
         connections: scenario.connections,
         ok,
         rps,
@@ -230,7 +295,7 @@ fn summarize(
         ttfb_p50_us: percentile(&ttfb, 50),
         errors: outcome.errors_total,
         gateway_cpu_us: cpu_per_request(before.gateway, after.gateway, ticks_per_s, measured),
-        database_cpu_us: if database.starts_with("postgres") && scenario.via == Via::Gateway {
+        database_cpu_us: if database.starts_with("postgres") && scenario.target.is_gateway() {
             cpu_per_request(before.database, after.database, ticks_per_s, measured)
         } else {
             None
@@ -247,10 +312,7 @@ mod tests {
 
     #[test]
     fn simulator_url() {
-        assert_eq!(
-            sim_target("http://127.0.0.1:9/api/v3"),
-            Ok(("127.0.0.1:9".to_owned(), "/api/v3/chat/completions".to_owned()))
-        );
+        assert_eq!(sim_target("http://127.0.0.1:9/api/v3"), Ok(("127.0.0.1:9".to_owned(), "/api/v3".to_owned())));
     }
 
     #[test]

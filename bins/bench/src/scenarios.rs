@@ -1,53 +1,121 @@
-//! The scenarios: what each one loads, through what, with how many connections.
+//! The scenarios as data: one row of [`SCENARIOS`] per scenario (what it talks to, whose keys,
+//! how many connections, which request), interpreted by [`crate::run`]. A new scenario is a row.
 
-/// The chat request every scenario sends.
-pub const CHAT_BODY: &str =
-    r#"{"model":"LangA-V4-flash","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16"#;
-/// Accounts of the many-users scenarios.
-pub const MANY_USERS: usize = 32;
+use Target::{Gateway, Simulator};
+use Users::{Hot, Many};
 
-/// Who a scenario talks to.
+/// What a scenario's connections talk to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    Direct,
-    Gateway,
+pub enum Target {
+    /// The upstream simulator itself, the baseline: measured once, with the first database.
+    Simulator,
+    /// This many `gateway serve` processes on the database under test, the connections split
+    /// evenly over them (gateways are only ever added during a run: see [`SCENARIOS`]).
+    Gateway(usize),
 }
 
-/// One row of the benchmark.
-#[derive(Debug)]
-pub struct Scenario {
-    pub name: &'static str,
-    pub via: Via,
+impl Target {
+    /// Whether the load goes through gateways (and so is billed and checked).
+    pub fn is_gateway(self) -> bool {
+        matches!(self, Gateway(_))
+    }
+}
+
+/// Whose API keys a gateway scenario sends (the simulator takes its one upstream key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Users {
+    /// The one hot account (one company, one balance).
+    Hot,
+    /// This many accounts, the connections spread evenly over them.
+    Many(usize),
+}
+
+impl Users {
+    /// Accounts besides the hot one that this needs.
+    pub fn extra_accounts(self) -> usize {
+        match self {
+            Hot => 0,
+            Many(n) => n,
+        }
+    }
+}
+
+/// What a scenario sends on every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The path under the target's API base (`/api/v1` on the gateway, the simulator's base).
+    pub route: &'static str,
+    /// The JSON body.
+    pub body: &'static str,
+    /// Whether the answer is an event stream (a success must end with `data: [DONE]`).
     pub stream: bool,
+}
+
+/// A chat completion, answered as one JSON object.
+pub const CHAT: Request = Request {
+    route: "/chat/completions",
+    body: r#"{"model":"LangA-V4-flash","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16}"#,
+    stream: false,
+};
+
+/// The same chat completion as an event stream.
+pub const CHAT_STREAM: Request = Request {
+    route: "/chat/completions",
+    body: r#"{"model":"LangA-V4-flash","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16,"stream":true}"#,
+    stream: true,
+};
+
+/// [`CHAT_STREAM`] as the gateway sends it upstream (usage forced on): the simulator's baseline.
+pub const CHAT_STREAM_UPSTREAM: Request = Request {
+    route: "/chat/completions",
+    body: r#"{"model":"LangA-V4-flash","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}"#,
+    stream: true,
+};
+
+/// One scenario: a closed loop of `connections` connections sending `request` to `target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scenario {
+    /// Its name on the command line (`--scenarios`) and in the report.
+    pub name: &'static str,
+    /// What it talks to.
+    pub target: Target,
+    /// Whose keys it sends.
+    pub users: Users,
+    /// Concurrent connections.
     pub connections: usize,
-    /// Whether the load is spread over [`MANY_USERS`] accounts (else the one hot account).
-    pub many_users: bool,
-    /// Gateway processes on the one database, the connections split evenly over them.
-    pub replicas: usize,
+    /// What every call sends.
+    pub request: Request,
 }
 
-const fn direct(name: &'static str, stream: bool, connections: usize) -> Scenario {
-    Scenario { name, via: Via::Direct, stream, connections, many_users: false, replicas: 0 }
+impl Scenario {
+    /// Whether `--wrk` drives it too: closed loops of one account on one gateway (or the
+    /// simulator) that wrk's one script and one URL can reproduce; no streams.
+    pub fn wrk_too(&self) -> bool {
+        !self.request.stream && self.users == Hot && matches!(self.target, Simulator | Gateway(1))
+    }
 }
 
-const fn gateway(name: &'static str, stream: bool, connections: usize, many_users: bool, replicas: usize) -> Scenario {
-    Scenario { name, via: Via::Gateway, stream, connections, many_users, replicas }
+const fn row(name: &'static str, target: Target, users: Users, connections: usize, request: Request) -> Scenario {
+    Scenario { name, target, users, connections, request }
 }
 
-/// In running order; the two-replica rows come last, so one-replica rows run with one process.
-pub const SCENARIOS: [Scenario; 12] = [
-    direct("direct-c1", false, 1),
-    direct("direct-c16", false, 16),
-    direct("direct-c64", false, 64),
-    gateway("gateway-c1", false, 1, false, 1),
-    gateway("gateway-c16", false, 16, false, 1),
-    gateway("gateway-c64", false, 64, false, 1),
-    gateway("gateway-users32-c64", false, 64, true, 1),
-    direct("direct-stream-c1", true, 1),
-    gateway("gateway-stream-c1", true, 1, false, 1),
-    gateway("gateway-stream-c16", true, 16, false, 1),
-    gateway("replicas2-c64", false, 64, false, 2),
-    gateway("replicas2-users32-c64", false, 64, true, 2),
+/// Every scenario, in running order. Gateway rows never need fewer gateways than a row before
+/// them (the runner only adds gateways), so the two-replica rows come last.
+#[rustfmt::skip]
+pub const SCENARIOS: &[Scenario] = &[
+    //  name                     target      users     conns  request
+    row("direct-c1",             Simulator,  Hot,      1,     CHAT),
+    row("direct-c16",            Simulator,  Hot,      16,    CHAT),
+    row("direct-c64",            Simulator,  Hot,      64,    CHAT),
+    row("gateway-c1",            Gateway(1), Hot,      1,     CHAT),
+    row("gateway-c16",           Gateway(1), Hot,      16,    CHAT),
+    row("gateway-c64",           Gateway(1), Hot,      64,    CHAT),
+    row("gateway-users32-c64",   Gateway(1), Many(32), 64,    CHAT),
+    row("direct-stream-c1",      Simulator,  Hot,      1,     CHAT_STREAM_UPSTREAM),
+    row("gateway-stream-c1",     Gateway(1), Hot,      1,     CHAT_STREAM),
+    row("gateway-stream-c16",    Gateway(1), Hot,      16,    CHAT_STREAM),
+    row("replicas2-c64",         Gateway(2), Hot,      64,    CHAT),
+    row("replicas2-users32-c64", Gateway(2), Many(32), 64,    CHAT),
 ];
 
 /// The scenarios named in `filter` (all when it is empty), in table order.
@@ -60,18 +128,6 @@ pub fn selected(filter: &[String]) -> Result<Vec<&'static Scenario>, String> {
         return Err(format!("unknown scenario {unknown:?}; known: {}", names.join(", ")));
     }
     Ok(SCENARIOS.iter().filter(|s| filter.iter().any(|f| f.trim() == s.name)).collect())
-}
-
-/// The request body of a scenario.
-pub fn body_of(scenario: &Scenario) -> String {
-    match (scenario.stream, scenario.via) {
-        (false, _) => format!("{CHAT_BODY}}}"),
-        (true, Via::Gateway) => format!("{CHAT_BODY},\"stream\":true}}"),
-        // What the gateway sends upstream for a stream: usage forced on.
-        (true, Via::Direct) => {
-            format!("{CHAT_BODY},\"stream\":true,\"stream_options\":{{\"include_usage\":true}}}}")
-        }
-    }
 }
 
 #[cfg(test)]
@@ -88,9 +144,27 @@ mod tests {
     }
 
     #[test]
-    fn bodies_are_json() {
-        for body in [format!("{CHAT_BODY}}}"), format!("{CHAT_BODY},\"stream\":true}}")] {
-            assert!(serde_json::from_str::<Value>(&body).is_ok_and(|v| v.is_object()));
+    fn bodies_are_json_and_say_whether_they_stream() {
+        for request in [CHAT, CHAT_STREAM, CHAT_STREAM_UPSTREAM] {
+            let body: Value = serde_json::from_str(request.body).unwrap();
+            assert_eq!(body.get("stream").and_then(Value::as_bool).unwrap_or(false), request.stream);
+            assert!(request.route.starts_with('/'));
+        }
+    }
+
+    #[test]
+    fn the_table_is_well_formed() {
+        let mut names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SCENARIOS.len(), "scenario names are unique");
+        let mut gateways = 1;
+        for s in SCENARIOS {
+            assert!(s.connections > 0, "{}", s.name);
+            if let Gateway(n) = s.target {
+                assert!(n >= gateways, "{} needs fewer gateways than a row before it", s.name);
+                gateways = n;
+            }
         }
     }
 }
