@@ -1,27 +1,11 @@
-//! The report: the figures of every scenario as Markdown tables, the billing checks and notes.
+//! The report: the figures of every scenario as Markdown tables, the billing checks, notes, and
+//! the functional failures that make bench exit 1 (never a speed threshold).
 
 use crate::billing::BillingCheck;
 use crate::cli::Cli;
-use crate::scenarios::Target;
+use crate::scenarios::{SCENARIOS, Scenario, Target};
 use crate::stats::{ms, signed_ms};
 use crate::wrk;
-
-/// Target at 64 connections on SQLite (embedded default), billed req/s.
-const TARGET_SQLITE_RPS: u64 = 8_000;
-/// Target at 64 connections on SQLite: most gateway CPU per request, µs.
-const TARGET_SQLITE_CPU_US: u64 = 120;
-/// Target on SQLite: most added p50 latency at one connection, µs.
-const TARGET_SQLITE_ADDED_P50_US: i64 = 250;
-/// Target at 64 connections on PostgreSQL (one replica), billed req/s.
-const TARGET_PG_RPS: u64 = 3_000;
-/// Target: PostgreSQL at 64 connections as a share of SQLite in the same run, percent.
-const TARGET_PG_SHARE_PCT: u64 = 70;
-/// Target on PostgreSQL: most added p50 latency at one connection, µs.
-const TARGET_PG_ADDED_P50_US: i64 = 600;
-/// Target: two replicas together as a share of one replica on the same database, percent.
-const TARGET_REPLICAS_SHARE_PCT: u64 = 90;
-/// Target: most added time to first byte for a stream at one connection, µs.
-const TARGET_TTFB_DELTA_US: i64 = 1_000;
 
 /// The figures of one scenario on one database.
 #[derive(Debug)]
@@ -38,9 +22,7 @@ pub struct Row {
     pub connections: usize,
     /// Successful answers in the measured window.
     pub ok: u64,
-    /// Successful answers per second.
-    pub rps: u64,
-    /// [`Row::rps`] with one decimal.
+    /// Successful answers per second, with one decimal.
     pub rps_text: String,
     /// Median latency (send → last body byte), µs.
     pub p50_us: Option<u64>,
@@ -66,26 +48,9 @@ fn opt(v: Option<u64>, f: fn(u64) -> String) -> String {
     v.map_or("–".to_owned(), f)
 }
 
-/// The row of `name` on `database` (direct rows are shared by every database).
-fn find<'a>(rows: &'a [Row], database: &str, name: &str) -> Option<&'a Row> {
-    rows.iter().find(|r| r.name == name && (!r.target.is_gateway() || r.database == database))
-}
-
+/// `a - b` in µs, when both were measured.
 fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
     Some(i64::try_from(a?).ok()? - i64::try_from(b?).ok()?)
-}
-
-/// `part` as a whole percentage of `whole`.
-fn share_pct(part: u64, whole: u64) -> Option<u64> {
-    (whole > 0).then(|| u64::try_from(u128::from(part) * 100 / u128::from(whole)).unwrap_or(u64::MAX))
-}
-
-fn verdict(met: Option<bool>) -> &'static str {
-    match met {
-        Some(true) => "met",
-        Some(false) => "NOT met",
-        None => "not measured",
-    }
 }
 
 /// The machine in one line: CPUs, CPU model, load average.
@@ -107,70 +72,50 @@ pub fn machine() -> String {
     format!("{cpus} CPUs, {model}; load average before the run {load}")
 }
 
-/// The target lines of one database.
-fn targets(rows: &[Row], label: &str, checks: &[BillingCheck], sqlite_c64: Option<&Row>) -> Vec<String> {
+/// What each gateway row adds to its baseline (the simulator's row of the same connections and
+/// kind, see [`Scenario::baseline`]): p50, and the time to first byte for streams. Figures only.
+fn added_lines(rows: &[Row]) -> Vec<String> {
     let mut out = Vec::new();
-    let row = |name: &str| find(rows, label, name);
-    let c64 = row("gateway-c64");
-    let clean = rows.iter().filter(|r| r.target.is_gateway() && r.database == label).all(|r| r.errors == 0);
-    let mine: Vec<&BillingCheck> = checks.iter().filter(|c| c.after.ends_with(&format!(" on {label}"))).collect();
-    let billing = (!mine.is_empty()).then(|| mine.iter().all(|c| c.matches()));
-    out.push(format!(
-        "- {label}: zero errors in every gateway scenario and billing rows = successes after each: {}",
-        verdict(billing.map(|b| b && clean))
-    ));
-    let added = delta(row("gateway-c1").and_then(|r| r.p50_us), row("direct-c1").and_then(|r| r.p50_us));
-    let added_text = added.map_or("–".into(), |d| format!("{} ms", signed_ms(d)));
-    let rps_text = c64.map_or("–".into(), |r| r.rps_text.clone());
-    if label == "sqlite" {
-        out.push(format!(
-            "- sqlite: ≥ {TARGET_SQLITE_RPS} billed req/s at 64 connections: {} ({rps_text})",
-            verdict(c64.map(|r| r.rps >= TARGET_SQLITE_RPS))
-        ));
-        out.push(format!(
-            "- sqlite: ≤ {TARGET_SQLITE_CPU_US} µs gateway CPU per request at 64 connections: {} ({} µs)",
-            verdict(c64.and_then(|r| r.gateway_cpu_us).map(|c| c <= TARGET_SQLITE_CPU_US)),
-            opt(c64.and_then(|r| r.gateway_cpu_us), |v| v.to_string())
-        ));
-        out.push(format!(
-            "- sqlite: added p50 at 1 connection ≤ {} ms: {} ({added_text})",
-            ms(TARGET_SQLITE_ADDED_P50_US.unsigned_abs()),
-            verdict(added.map(|d| d <= TARGET_SQLITE_ADDED_P50_US))
-        ));
-    } else {
-        out.push(format!(
-            "- {label}: ≥ {TARGET_PG_RPS} billed req/s at 64 connections: {} ({rps_text})",
-            verdict(c64.map(|r| r.rps >= TARGET_PG_RPS))
-        ));
-        let share = c64.zip(sqlite_c64).and_then(|(pg, lite)| share_pct(pg.rps, lite.rps));
-        out.push(format!(
-            "- {label}: ≥ 0.{TARGET_PG_SHARE_PCT} × SQLite at 64 connections in the same run: {} ({})",
-            verdict(share.map(|s| s >= TARGET_PG_SHARE_PCT)),
-            share.map_or("SQLite not measured in this run".into(), |s| format!("{s} %"))
-        ));
-        out.push(format!(
-            "- {label}: added p50 at 1 connection ≤ {} ms: {} ({added_text})",
-            ms(TARGET_PG_ADDED_P50_US.unsigned_abs()),
-            verdict(added.map(|d| d <= TARGET_PG_ADDED_P50_US))
-        ));
+    for row in rows.iter().filter(|r| r.target.is_gateway()) {
+        let Some(base) = SCENARIOS
+            .iter()
+            .find(|s| s.name == row.name)
+            .and_then(Scenario::baseline)
+            .and_then(|b| rows.iter().find(|r| r.name == b.name))
+        else {
+            continue;
+        };
+        let signed = |d: Option<i64>| d.map_or("–".to_owned(), |d| format!("{} ms", signed_ms(d)));
+        let mut text = format!(
+            "- {} on {}: p50 {} over {}",
+            row.name,
+            row.database,
+            signed(delta(row.p50_us, base.p50_us)),
+            base.name
+        );
+        if row.stream {
+            text.push_str(&format!(", TTFB p50 {}", signed(delta(row.ttfb_p50_us, base.ttfb_p50_us))));
+        }
+        out.push(text);
     }
-    let two = row("replicas2-c64");
-    let share = c64.zip(two).and_then(|(one, two)| share_pct(two.rps, one.rps));
-    out.push(format!(
-        "- {label}: two replicas (replicas2-c64) ≥ 0.{TARGET_REPLICAS_SHARE_PCT} × one (gateway-c64): {} ({})",
-        verdict(share.map(|s| s >= TARGET_REPLICAS_SHARE_PCT)),
-        share.map_or("–".into(), |s| format!("{s} %"))
-    ));
-    let ttfb = delta(
-        row("gateway-stream-c1").and_then(|r| r.ttfb_p50_us),
-        row("direct-stream-c1").and_then(|r| r.ttfb_p50_us),
-    );
-    out.push(format!(
-        "- {label}: streaming TTFB at 1 connection within {} ms of the simulator's: {} ({})",
-        ms(TARGET_TTFB_DELTA_US.unsigned_abs()),
-        verdict(ttfb.map(|d| d <= TARGET_TTFB_DELTA_US)),
-        ttfb.map_or("–".into(), |d| format!("{} ms", signed_ms(d)))
-    ));
+    out
+}
+
+/// What went wrong functionally, one line each: failed requests (any answer that was not a
+/// complete 200, any transport error or timeout), non-2xx answers to wrk, billing figures that
+/// differ from the successes, and the problems the run noted (a wrk that could not run).
+/// Speed is never a failure.
+pub fn failures(tables: &Tables<'_>) -> Vec<String> {
+    let mut out = tables.problems.to_vec();
+    for r in tables.rows.iter().filter(|r| r.errors > 0) {
+        out.push(format!("{} on {}: {} failed request(s)", r.name, r.database, r.errors));
+    }
+    for w in tables.wrk_rows.iter().filter(|w| w.figures.non_2xx > 0) {
+        out.push(format!("{} on {} with wrk: {} non-2xx answer(s)", w.name, w.database, w.figures.non_2xx));
+    }
+    for c in tables.checks.iter().filter(|c| !c.matches()) {
+        out.push(format!("billing after {}: the figures differ from the {} successful answers", c.after, c.expected));
+    }
     out
 }
 
@@ -182,20 +127,16 @@ pub struct Tables<'a> {
     pub wrk_rows: &'a [wrk::Row],
     /// The billing check after each gateway scenario.
     pub checks: &'a [BillingCheck],
-    /// Notes: what the children logged, what could not be measured.
+    /// Notes: what the children logged.
     pub warnings: &'a [String],
+    /// Functional problems the run met besides the figures (a wrk that could not run).
+    pub problems: &'a [String],
 }
 
-/// The report printed on stdout: the tables, the billing checks, the targets, the notes.
-pub fn report(
-    cli: &Cli,
-    machine: &str,
-    labels: &[String],
-    tables: &Tables<'_>,
-    ticks_per_s: u64,
-    ticks_known: bool,
-) -> String {
-    let Tables { rows, wrk_rows, checks, warnings } = *tables;
+/// The report printed on stdout: the tables, the billing checks, what the gateway adds to the
+/// simulator, the notes and the failures (none when all went well).
+pub fn report(cli: &Cli, machine: &str, tables: &Tables<'_>, ticks_per_s: u64, ticks_known: bool) -> String {
+    let Tables { rows, wrk_rows, checks, warnings, .. } = *tables;
     let mut out = String::new();
     let mut line = |s: String| {
         out.push_str(&s);
@@ -242,13 +183,11 @@ pub fn report(
             if c.matches() { "match" } else { "MISMATCH" }
         ));
     }
-    line(String::new());
-    line("Targets:".into());
-    let sqlite_c64 = find(rows, "sqlite", "gateway-c64");
-    for label in labels {
-        for t in targets(rows, label, checks, sqlite_c64) {
-            line(t);
-        }
+    let added = added_lines(rows);
+    if !added.is_empty() {
+        line(String::new());
+        line("Added by the gateway over the simulator at the same connections:".into());
+        added.into_iter().for_each(&mut line);
     }
     line(String::new());
     line(format!(
@@ -258,6 +197,16 @@ pub fn report(
     for w in warnings {
         line(format!("Note: {w}"));
     }
+    let failures = failures(tables);
+    line(String::new());
+    if failures.is_empty() {
+        line("Failures: none (every request answered, every billing check matched).".into());
+    } else {
+        line(format!("Failures: {}", failures.len()));
+        for f in failures {
+            line(format!("- {f}"));
+        }
+    }
     out
 }
 
@@ -266,8 +215,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shares() {
-        assert_eq!(share_pct(2_100, 3_000), Some(70));
-        assert_eq!(share_pct(1, 0), None);
+    fn deltas() {
+        assert_eq!(delta(Some(300), Some(60)), Some(240));
+        assert_eq!(delta(Some(60), Some(300)), Some(-240));
+        assert_eq!(delta(None, Some(300)), None);
     }
 }

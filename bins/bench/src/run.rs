@@ -11,7 +11,7 @@ use crate::billing::{BillingCheck, billing_check};
 use crate::cli::{Cli, database_label, default_gateway_bin};
 use crate::load::{self, Endpoint, Load, Outcome};
 use crate::procs::{self, Accounts, Rig};
-use crate::report::{Row, Tables, machine, report};
+use crate::report::{Row, Tables, failures, machine, report};
 use crate::scenarios::{Scenario, Target, Users, selected};
 use crate::stats::{micros, ms, per_second, percentile};
 use crate::wrk;
@@ -69,6 +69,16 @@ struct Runner<'a> {
     wrk_rows: Vec<wrk::Row>,
     checks: Vec<BillingCheck>,
     warnings: Vec<String>,
+    problems: Vec<String>,
+}
+
+/// What a run ends with: the report for stdout and the functional failures (bench exits 1 when
+/// there is one).
+pub struct Finished {
+    /// The report.
+    pub report: String,
+    /// One line per functional failure (see [`failures`]); speed is never one.
+    pub failures: Vec<String>,
 }
 
 /// One database's pass over the scenarios.
@@ -82,8 +92,9 @@ struct Pass<'a> {
     succeeded: HashMap<String, u64>,
 }
 
-/// Runs the selected scenarios on every database and returns the report.
-pub async fn run(cli: Cli) -> Result<String, String> {
+/// Runs the selected scenarios on every database. An error is a run that could not go on (a
+/// process that did not start or exited, a billing check that could not be read).
+pub async fn run(cli: Cli) -> Result<Finished, String> {
     let scenarios = selected(&cli.scenarios)?;
     let labels = cli.databases.iter().map(|d| database_label(d)).collect::<Result<Vec<_>, _>>()?;
     let gateway_bin = match cli.gateway_bin.clone() {
@@ -107,6 +118,7 @@ pub async fn run(cli: Cli) -> Result<String, String> {
         wrk_rows: Vec::new(),
         checks: Vec::new(),
         warnings: Vec::new(),
+        problems: Vec::new(),
     };
     let extra_accounts = scenarios.iter().map(|s| s.users.extra_accounts()).max().unwrap_or(0);
     let has_gateway = scenarios.iter().any(|s| s.target.is_gateway());
@@ -127,10 +139,10 @@ pub async fn run(cli: Cli) -> Result<String, String> {
         runner.rig.check_alive()?;
         runner.warnings.extend(runner.rig.warnings().into_iter().map(|w| format!("{label}: {w}")));
     }
-    let Runner { rig, rows, wrk_rows, checks, warnings, .. } = runner;
+    let Runner { rig, rows, wrk_rows, checks, warnings, problems, .. } = runner;
     rig.shutdown()?;
-    let tables = Tables { rows: &rows, wrk_rows: &wrk_rows, checks: &checks, warnings: &warnings };
-    Ok(report(&cli, &machine, &labels, &tables, ticks_per_s, ticks_known))
+    let tables = Tables { rows: &rows, wrk_rows: &wrk_rows, checks: &checks, warnings: &warnings, problems: &problems };
+    Ok(Finished { report: report(&cli, &machine, &tables, ticks_per_s, ticks_known), failures: failures(&tables) })
 }
 
 impl Runner<'_> {
@@ -258,7 +270,7 @@ impl Runner<'_> {
                     bench_rps_text,
                 });
             }
-            Err(e) => self.warnings.push(format!("{label}: {} with wrk: {e}", scenario.name)),
+            Err(e) => self.problems.push(format!("{} on {label} with wrk: {e}", scenario.name)),
         }
         Ok(())
     }
@@ -280,7 +292,7 @@ fn summarize(
     ttfb.sort_unstable();
     let ok = u64::try_from(latencies.len()).unwrap_or(u64::MAX);
     let measured = ok + outcome.measured_errors;
-    let (rps, rps_text) = per_second(ok, micros(elapsed));
+    let (_, rps_text) = per_second(ok, micros(elapsed));
     Row {
         name: scenario.name,
         database: if scenario.target.is_gateway() { database.to_owned() } else { "–".into() },
@@ -288,7 +300,6 @@ fn summarize(
         stream: scenario.request.stream,
         connections: scenario.connections,
         ok,
-        rps,
         rps_text,
         p50_us: percentile(&latencies, 50),
         p99_us: percentile(&latencies, 99),

@@ -95,6 +95,19 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// The row a gateway row is compared with in the report: the simulator's row of the same
+    /// connections that streams as it does (`gateway-c1` → `direct-c1`).
+    pub fn baseline(&self) -> Option<&'static Scenario> {
+        if !self.target.is_gateway() {
+            return None;
+        }
+        SCENARIOS.iter().find(|s| {
+            s.target == Simulator && s.connections == self.connections && s.request.stream == self.request.stream
+        })
+    }
+}
+
 const fn row(name: &'static str, target: Target, users: Users, connections: usize, request: Request) -> Scenario {
     Scenario { name, target, users, connections, request }
 }
@@ -150,6 +163,17 @@ mod tests {
             assert_eq!(body.get("stream").and_then(Value::as_bool).unwrap_or(false), request.stream);
             assert!(request.route.starts_with('/'));
         }
+    }
+
+    #[test]
+    fn baselines() {
+        let baseline =
+            |name: &str| SCENARIOS.iter().find(|s| s.name == name).and_then(Scenario::baseline).map(|s| s.name);
+        assert_eq!(baseline("gateway-c1"), Some("direct-c1"));
+        assert_eq!(baseline("gateway-stream-c1"), Some("direct-stream-c1"));
+        assert_eq!(baseline("replicas2-c64"), Some("direct-c64"));
+        assert_eq!(baseline("gateway-stream-c16"), None);
+        assert_eq!(baseline("direct-c1"), None);
     }
 
     #[test]
