@@ -136,6 +136,9 @@ impl Rig {
                 gateway_bin.display()
             ));
         }
+        // The children run in the scratch directory: a relative path would not find the binary there.
+        let gateway_bin = &std::fs::canonicalize(gateway_bin)
+            .map_err(|e| format!("cannot resolve the gateway binary {}: {e}", gateway_bin.display()))?;
         let dir = std::env::temp_dir().join(format!("gateway-bench-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut rig = Rig {
