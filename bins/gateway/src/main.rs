@@ -4,6 +4,7 @@ mod admin;
 mod cli;
 mod config;
 mod serve;
+mod supervisor;
 mod wiring;
 
 use std::process::ExitCode;

@@ -468,6 +468,15 @@ impl Admission {
         ServiceError::ConcurrencyLimitExceeded { message, retry_after_secs }
     }
 
+    /// Starts the lease manager when caps are on (the process supervisor does, at start; a call's
+    /// admission does too, for a gateway run without one). It runs once; after [`Self::release_all`]
+    /// it never starts again.
+    pub(crate) fn start(&self) {
+        if self.inner.settings.enabled {
+            self.start_manager();
+        }
+    }
+
     fn start_manager(&self) {
         use std::sync::atomic::Ordering;
         if self.inner.started.load(Ordering::Relaxed) || self.inner.started.swap(true, Ordering::AcqRel) {

@@ -297,6 +297,12 @@ impl Gateway {
         }
     }
 
+    /// Starts the manager that leases this replica's concurrency slots from the shared rows (when
+    /// caps are on); the process supervisor calls it at start.
+    pub fn start_cap_leases(&self) {
+        self.admission.start();
+    }
+
     /// Gives back this process's concurrency leases (at shutdown, after the last call ended), so
     /// that other replicas need not wait for them to expire.
     pub async fn release_leases(&self) -> Result<(), ServiceError> {
