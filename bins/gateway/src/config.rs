@@ -26,9 +26,10 @@ pub mod table;
 mod values;
 
 /// Declares the settings once: the struct (`pub` fields with their docs and serde attributes), its
-/// `Default`, the only place defaults live, and [`Config::declared`], from which the README's
-/// table is printed (`gateway settings --markdown`). A field's doc comes first, then its serde
-/// attributes.
+/// `Default`, where the gateway's defaults are set, and [`Config::declared`], from which the
+/// README's table is printed (`gateway settings --markdown`). Some crates repeat a default in their
+/// own `Default` (`api::Limits`, `service::VideoSettings`, …) for callers without a configuration;
+/// the values set here win. A field's doc comes first, then its serde attributes.
 macro_rules! settings {
     ($(#[$outer:meta])* pub struct $name:ident {
         $($(#[doc = $doc:literal])* $(#[serde($($serde:tt)*)])* $field:ident: $ty:ty = $default:expr,)*
