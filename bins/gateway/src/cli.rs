@@ -1,4 +1,4 @@
-//! The command line: `serve`, `migrate` and the `admin` commands of the operator contract.
+//! The command line: `serve`, `migrate`, `settings` and the `admin` commands of the operator contract.
 
 use std::path::PathBuf;
 
@@ -33,6 +33,13 @@ pub enum Command {
         /// Address to listen on, such as 127.0.0.1:9000.
         #[arg(long)]
         listen: String,
+    },
+    /// Print the settings: `--markdown` writes the README's table (variable, value, default,
+    /// doc), one row per declaration in `settings!`.
+    Settings {
+        /// Write the table as Markdown (the only form so far).
+        #[arg(long, required = true)]
+        markdown: bool,
     },
     /// Operator commands; each prints one JSON object (boxed: the key commands' flags make it
     /// much larger than the others).

@@ -22,20 +22,40 @@ use self::values::{
     Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, usd, within,
 };
 
+pub mod table;
 mod values;
 
-/// Declares the settings once: the struct (`pub` fields with their docs and serde attributes) and
-/// its `Default`, the only place defaults live.
+/// Declares the settings once: the struct (`pub` fields with their docs and serde attributes), its
+/// `Default`, where the gateway's defaults are set, and [`Config::declared`], from which the
+/// README's table is printed (`gateway settings --markdown`). Some crates repeat a default in their
+/// own `Default` (`api::Limits`, `service::VideoSettings`, …) for callers without a configuration;
+/// the values set here win. A field's doc comes first, then its serde attributes.
 macro_rules! settings {
-    ($(#[$outer:meta])* pub struct $name:ident { $($(#[$meta:meta])* $field:ident: $ty:ty = $default:expr,)* }) => {
+    ($(#[$outer:meta])* pub struct $name:ident {
+        $($(#[doc = $doc:literal])* $(#[serde($($serde:tt)*)])* $field:ident: $ty:ty = $default:expr,)*
+    }) => {
         $(#[$outer])*
         pub struct $name {
-            $($(#[$meta])* pub $field: $ty,)*
+            $($(#[doc = $doc])* $(#[serde($($serde)*)])* pub $field: $ty,)*
         }
 
         impl Default for $name {
             fn default() -> $name {
                 $name { $($field: $default,)* }
+            }
+        }
+
+        impl $name {
+            /// Every setting as declared: its name, doc, kind of value and default, in order.
+            pub fn declared() -> Vec<table::Declared> {
+                let defaults = $name::default();
+                vec![$(table::Declared {
+                    name: stringify!($field),
+                    doc: &[$($doc),*],
+                    kind: <$ty as table::Shown>::KIND,
+                    default: table::Shown::shown(&defaults.$field),
+                    file_only: <$ty as table::Shown>::FILE_ONLY,
+                },)*]
             }
         }
     };
@@ -55,7 +75,8 @@ settings! {
         /// The upstream platform's base URL, or `sim` for the built-in simulator; several,
         /// comma-separated, spread calls over them and fail over between them.
         upstream_url: String = "sim".into(),
-        /// Key for the upstream platform: one for every URL, or one per URL in the same order.
+        /// Key for the upstream platform: one for every URL, or one per URL in the same order
+        /// (another count stops the start with exit 64).
         upstream_api_key: Secret = Secret::default(),
         /// The speech service's origin (or several, comma-separated).
         speech_url: String = "sim".into(),
@@ -80,7 +101,8 @@ settings! {
         // Media storage shared by replicas (issue 21).
         /// Where uploaded and imported media is kept: `file:<dir>`, or `s3://<bucket>/<prefix>` on
         /// S3 or a compatible server (credentials from `AWS_ACCESS_KEY_ID` and
-        /// `AWS_SECRET_ACCESS_KEY`); empty: `file:` and `media_dir`.
+        /// `AWS_SECRET_ACCESS_KEY`, and `AWS_SESSION_TOKEN`); empty: `file:` and `media_dir`. Checked
+        /// at start by writing, reading and deleting a probe object (exit 64 when that fails).
         #[serde(deserialize_with = "media_location")]
         media_store: Option<media::MediaLocation> = None,
         /// An S3-compatible server's URL (requests are path-style then); empty: AWS.
@@ -93,7 +115,8 @@ settings! {
         /// serves) or `presigned` (the object store's own pre-signed URLs).
         media_links: MediaLinks = MediaLinks::Gateway,
         /// How long uploaded and imported media is kept after its task ended (a duration such as
-        /// `24h`); the media sweep then deletes it and gives its bytes back to the quota.
+        /// `24h`); the media sweep then deletes it and gives its bytes back to the quota. Media
+        /// stored for a request that never created its task goes after a day.
         media_retention: Span = Span::hours(24),
         /// How often the media sweep runs (one replica at a time).
         media_sweep_interval: Span = Span::minutes(5),
@@ -142,12 +165,14 @@ settings! {
         /// The key signed media links are made with; empty: one generated once and kept in the
         /// database, so that every replica shares it.
         media_link_secret: Secret = Secret::default(),
-        /// Bytes of large request bodies buffered at once, across all requests.
+        /// Bytes of large request bodies (over 1 MiB) buffered at once across all requests, counted
+        /// as they arrive; past it a large body waits up to 10 s, then gets 503 `server_busy`.
         body_budget_bytes: u64 = 1024 * 1024 * 1024,
         /// Bytes of large request bodies one user may have buffered at once.
         body_budget_user_bytes: u64 = 640 * 1024 * 1024,
         /// A request body must keep up with this many bytes per second after the grace period,
-        /// averaged over a sliding window as long as the grace (0: no pace).
+        /// averaged over a sliding window as long as the grace, else 408 `request_timeout` (0: no
+        /// pace).
         body_min_rate_bytes: u64 = 32 * 1024,
         /// The time every request body gets before its pace is checked, and the window the pace is
         /// averaged over.
@@ -158,7 +183,9 @@ settings! {
         /// A request's header block must arrive within this time of its first byte.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         header_read_timeout_ms: u64 = 10_000,
-        /// A connection with nothing in flight and nothing received for this long is closed.
+        /// A connection with nothing in flight and nothing received for this long is closed, as is
+        /// one whose client took none of an answer ready for it (it stopped reading, or an HTTP/2
+        /// window of 0) for this long.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
         idle_timeout_ms: u64 = 75_000,
         /// HTTP/2 keep-alive: a PING after this much silence, the connection closed if unanswered as
@@ -181,7 +208,10 @@ settings! {
         /// Log filter, such as `info` or `info,store=debug`.
         #[serde(deserialize_with = "log_filter")]
         log: Targets = Targets::new().with_default(tracing::Level::INFO),
-        /// `text` (for a terminal) or `json` (one object per line, for a log pipeline).
+        /// `text` (for a terminal) or `json` (one object per line on stderr, for a log pipeline). A
+        /// request's line carries `request_id`, `method`, `path`, `status` and `micros`, and for a
+        /// billable call `user_id`, `model`, `task_id` and `billed_usd`. Keys and secrets never
+        /// appear.
         log_format: LogFormat = LogFormat::Text,
         // The video worker and its outbound calls (issue 19 §4).
         /// Connect timeout for media imports and webhooks.
@@ -225,7 +255,8 @@ settings! {
         /// Most rows one prune batch deletes (one short transaction), 1 to 10,000.
         #[serde(deserialize_with = "within::<1, 10_000, _, _>")]
         prune_batch: u64 = 500,
-        /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401).
+        /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401); empty:
+        /// `/metrics` is open, so keep it off the public listener.
         metrics_token: Secret = Secret::default(),
         /// Load balancers in front of the gateway (CIDR networks or addresses; in the environment:
         /// comma-separated): a request from one of them is taken to come from the address it puts

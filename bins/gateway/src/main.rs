@@ -65,6 +65,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Command::Settings { .. } = cli.command {
+        // The declarations, not this process's configuration: nothing is loaded.
+        print!("{}", config::table::markdown());
+        return ExitCode::SUCCESS;
+    }
     let config = match Config::environment().and_then(|env| Config::load(cli.config.as_deref(), &env)) {
         Ok(c) => c,
         Err(e) => {
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
             Command::Serve { demo } => serve::run(config, demo).await,
             Command::Migrate => serve::migrate(&config).await.map_err(Exit::from),
             Command::SimUpstream { listen } => serve::sim_upstream(&listen).await.map_err(Exit::from),
+            Command::Settings { .. } => Ok(()),
             Command::Admin(cmd) => admin::run(&config, *cmd).await.map_err(Exit::from),
         }
     });
