@@ -161,10 +161,10 @@ pub struct UserCreate {
     #[arg(long, default_value = "0")]
     pub balance: String,
     /// Most concurrent calls.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = service::NEW_USER_CONCURRENCY_LIMIT)]
     pub concurrency_limit: i64,
     /// Media storage quota in bytes.
-    #[arg(long, default_value_t = 1 << 30)]
+    #[arg(long, default_value_t = service::NEW_USER_MEDIA_QUOTA_BYTES)]
     pub media_quota_bytes: i64,
 }
 

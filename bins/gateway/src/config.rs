@@ -4,22 +4,27 @@
 //! `GATEWAY_` and the name in capitals), its type and its default. `figment` layers the file over
 //! the defaults and the environment over the file, and serde reads the result into [`Config`], so
 //! an unknown key or variable, a value of the wrong type, a duration or log filter that does not
-//! parse and a number outside its range are each a start-up error that names the setting.
+//! parse and a number outside its range are each a start-up error that names the setting. Every
+//! duration is a [`Span`]; a default the crates also need is their `DEFAULT`, named here, so each
+//! value is written once.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use api::Limits;
 use domain::UsdAmount;
 use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserialize;
+use service::{AdmissionSettings, VideoSettings};
+use store::PrunePolicy;
 use tracing_subscriber::filter::Targets;
 
 pub use self::values::{LogFormat, MediaLinks, Secret, UpstreamEndpoint, UpstreamPool};
 use self::values::{
-    Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, usd, within,
+    Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, span_at_least, usd, within,
 };
 
 pub mod table;
@@ -27,9 +32,9 @@ mod values;
 
 /// Declares the settings once: the struct (`pub` fields with their docs and serde attributes), its
 /// `Default`, where the gateway's defaults are set, and [`Config::declared`], from which the
-/// README's table is printed (`gateway settings --markdown`). Some crates repeat a default in their
-/// own `Default` (`api::Limits`, `service::VideoSettings`, …) for callers without a configuration;
-/// the values set here win. A field's doc comes first, then its serde attributes.
+/// README's table is printed (`gateway settings --markdown`). A default the crates also need
+/// without a configuration is their `DEFAULT` (`api::Limits::DEFAULT`, …), named here rather than
+/// written twice. A field's doc comes first, then its serde attributes.
 macro_rules! settings {
     ($(#[$outer:meta])* pub struct $name:ident {
         $($(#[doc = $doc:literal])* $(#[serde($($serde:tt)*)])* $field:ident: $ty:ty = $default:expr,)*
@@ -91,11 +96,9 @@ settings! {
         /// settings.
         upstream_endpoints: Vec<UpstreamEndpoint> = Vec::new(),
         /// Whole-call read timeout for synchronous upstream calls.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        upstream_timeout_ms: u64 = 600_000,
+        upstream_timeout: Span = Span::secs(600),
         /// Connect timeout for upstream calls.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        upstream_connect_timeout_ms: u64 = 5_000,
+        upstream_connect_timeout: Span = Span::secs(5),
         /// Where stored media lives when `media_store` is not set.
         media_dir: String = "data/media".into(),
         // Media storage shared by replicas (issue 21).
@@ -117,7 +120,7 @@ settings! {
         /// How long uploaded and imported media is kept after its task ended (a duration such as
         /// `24h`); the media sweep then deletes it and gives its bytes back to the quota. Media
         /// stored for a request that never created its task goes after a day.
-        media_retention: Span = Span::hours(24),
+        media_retention: Span = Span(VideoSettings::DEFAULT.media_retention),
         /// How often the media sweep runs (one replica at a time).
         media_sweep_interval: Span = Span::minutes(5),
         /// Public base URL of this gateway (for signed media links); empty: `http://<listen address>`.
@@ -129,31 +132,30 @@ settings! {
         /// Extra PEM roots for outgoing https.
         extra_ca_file: String = String::new(),
         /// Video worker poll interval.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        task_poll_interval_ms: u64 = 5_000,
+        task_poll_interval: Span = Span(VideoSettings::DEFAULT.poll_interval),
         /// Video task deadline: seconds, or with a unit (`90s`, `30m`, `48h`, `2d`).
-        task_deadline: Span = Span::hours(48),
+        task_deadline: Span = Span(VideoSettings::DEFAULT.deadline),
         /// First webhook retry delay.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        webhook_retry_base_ms: u64 = 10_000,
+        webhook_retry_base: Span = Span(VideoSettings::DEFAULT.webhook_retry_base),
         /// How long a worker's claim on a task or webhook delivery lasts: after a crash, another
         /// process (or the restarted one) takes the work over once it runs out. At least a second.
-        #[serde(deserialize_with = "at_least::<1000, _, _>")]
-        task_lease_ms: u64 = 120_000,
+        #[serde(deserialize_with = "span_at_least::<1000, _>")]
+        task_lease: Span = Span(VideoSettings::DEFAULT.lease),
         /// Whether per-model and per-user concurrency caps are enforced (`true`; `false` only for a
         /// trusted single tenant or a benchmark).
-        caps: bool = true,
+        caps: bool = AdmissionSettings::DEFAULT.enabled,
         /// The longest a call waits in the fair queue for a concurrency slot before answering 429.
-        queue_wait_ms: u64 = 5_000,
+        #[serde(deserialize_with = "span_at_least::<0, _>")]
+        queue_wait: Span = Span(AdmissionSettings::DEFAULT.queue_wait),
         /// How long a replica's lease on concurrency slots lives unless renewed: after a crash its
         /// slots come back within this time. At least a second.
-        #[serde(deserialize_with = "at_least::<1000, _, _>")]
-        cap_lease_ms: u64 = 15_000,
+        #[serde(deserialize_with = "span_at_least::<1000, _>")]
+        cap_lease: Span = Span(AdmissionSettings::DEFAULT.lease_ttl),
         /// How long a replica's liveness lease lives unless renewed (every third of it): once it has
         /// run out, another replica refunds the synchronous calls the dead one was running. At least
         /// a second.
-        #[serde(deserialize_with = "at_least::<1000, _, _>")]
-        replica_lease_ms: u64 = 30_000,
+        #[serde(deserialize_with = "span_at_least::<1000, _>")]
+        replica_lease: Span = Span::secs(30),
         /// Asset control plane origin.
         assets_url: String = "sim".into(),
         /// Asset control plane access key.
@@ -167,41 +169,40 @@ settings! {
         media_link_secret: Secret = Secret::default(),
         /// Bytes of large request bodies (over 1 MiB) buffered at once across all requests, counted
         /// as they arrive; past it a large body waits up to 10 s, then gets 503 `server_busy`.
-        body_budget_bytes: u64 = 1024 * 1024 * 1024,
+        body_budget_bytes: u64 = api::body::DEFAULT_BODY_BUDGET_BYTES,
         /// Bytes of large request bodies one user may have buffered at once.
-        body_budget_user_bytes: u64 = 640 * 1024 * 1024,
+        body_budget_user_bytes: u64 = api::body::DEFAULT_USER_BODY_BYTES,
         /// A request body must keep up with this many bytes per second after the grace period,
         /// averaged over a sliding window as long as the grace, else 408 `request_timeout` (0: no
         /// pace).
-        body_min_rate_bytes: u64 = 32 * 1024,
+        body_min_rate_bytes: u64 = Limits::DEFAULT.body_min_rate,
         /// The time every request body gets before its pace is checked, and the window the pace is
         /// averaged over.
-        body_grace_ms: u64 = 10_000,
+        #[serde(deserialize_with = "span_at_least::<0, _>")]
+        body_grace: Span = Span(Limits::DEFAULT.body_grace),
         /// A request body that brings no byte for this long is cut with 408, however much came
         /// before (0: no such bound): a body sent fast and then held open keeps nobody's room.
-        body_stall_ms: u64 = 30_000,
+        #[serde(deserialize_with = "span_at_least::<0, _>")]
+        body_stall: Span = Span(Limits::DEFAULT.body_stall),
         /// A request's header block must arrive within this time of its first byte.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        header_read_timeout_ms: u64 = 10_000,
+        header_read_timeout: Span = Span(Limits::DEFAULT.header_read_timeout),
         /// A connection with nothing in flight and nothing received for this long is closed, as is
         /// one whose client took none of an answer ready for it (it stopped reading, or an HTTP/2
         /// window of 0) for this long.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        idle_timeout_ms: u64 = 75_000,
+        idle_timeout: Span = Span(Limits::DEFAULT.idle_timeout),
         /// HTTP/2 keep-alive: a PING after this much silence, the connection closed if unanswered as
         /// long.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        http2_keepalive_ms: u64 = 20_000,
+        http2_keepalive: Span = Span(Limits::DEFAULT.http2_keepalive),
         /// Connections served at once; more wait in the kernel's accept queue.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
-        max_connections: usize = 8192,
+        max_connections: usize = Limits::DEFAULT.max_connections,
         /// Connections one client address may hold at once; past it a new one is closed at once.
         /// The address is the TCP peer (not `X-Forwarded-For`); trusted proxies are not capped.
         /// 256: far above what one client's pool opens (browsers 6 per host, SDK pools 10 to 100),
         /// room for an office or a carrier NAT behind one address, and 1/32 of the default
         /// `max_connections`, so one address cannot take them all.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
-        max_connections_per_ip: usize = 256,
+        max_connections_per_ip: usize = Limits::DEFAULT.max_connections_per_ip,
         /// Opening balance of the first-run demo user, in USD.
         #[serde(deserialize_with = "usd")]
         demo_balance: UsdAmount = UsdAmount::from_micros(100_000_000),
@@ -215,46 +216,44 @@ settings! {
         log_format: LogFormat = LogFormat::Text,
         // The video worker and its outbound calls (issue 19 §4).
         /// Connect timeout for media imports and webhooks.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        egress_connect_timeout_ms: u64 = 5_000,
+        egress_connect_timeout: Span = Span::secs(5),
         /// Whole-call timeout of one webhook delivery attempt.
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        webhook_timeout_ms: u64 = 10_000,
+        webhook_timeout: Span = Span::secs(10),
         /// Whole-call timeout of one media import (all redirects and the body).
-        #[serde(deserialize_with = "at_least::<1, _, _>")]
-        media_import_timeout_ms: u64 = 300_000,
+        media_import_timeout: Span = Span::secs(300),
         /// The slowest a media import may come in, in bytes per second averaged over
-        /// `media_import_rate_window_ms`, once `media_import_rate_grace_ms` have passed; 0: no floor.
+        /// `media_import_rate_window`, once `media_import_rate_grace` has passed; 0: no floor.
         media_import_min_rate_bytes: u64 = 65_536,
         /// The window the media import rate is averaged over (at least 100 ms).
-        #[serde(deserialize_with = "at_least::<100, _, _>")]
-        media_import_rate_window_ms: u64 = 10_000,
+        #[serde(deserialize_with = "span_at_least::<100, _>")]
+        media_import_rate_window: Span = Span::secs(10),
         /// Time from the start of a media import before its rate is first judged.
-        media_import_rate_grace_ms: u64 = 10_000,
+        #[serde(deserialize_with = "span_at_least::<0, _>")]
+        media_import_rate_grace: Span = Span::secs(10),
         /// Most video task steps (import, asset registration, submission, poll) a process runs at
         /// once.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
-        worker_task_slots: usize = 64,
+        worker_task_slots: usize = VideoSettings::DEFAULT.task_slots,
         /// Most webhook deliveries a process runs at once.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
-        worker_delivery_slots: usize = 64,
+        worker_delivery_slots: usize = VideoSettings::DEFAULT.delivery_slots,
         /// Most task steps, and most webhook deliveries, of one user a process runs at once.
         #[serde(deserialize_with = "at_least::<1, _, _>")]
-        worker_user_slots: usize = 4,
+        worker_user_slots: usize = VideoSettings::DEFAULT.user_slots,
         // Operations ("ops"): retention of the tables that only grow, and who may read `/metrics`.
         /// How long an `Idempotency-Key` is remembered (a duration such as `24h`): a retry after it
         /// runs again, and the prune deletes the claim. Longer than the upstream timeout plus five
         /// minutes.
-        idempotency_ttl: Span = Span::hours(24),
+        idempotency_ttl: Span = Span(PrunePolicy::DEFAULT.idempotency_ttl),
         /// How long ended webhook deliveries and their attempts are kept (a duration such as `30d`).
-        webhook_retention: Span = Span::days(30),
+        webhook_retention: Span = Span(PrunePolicy::DEFAULT.webhook_retention),
         /// How long the owner of a response id (`previous_response_id`) is remembered (`30d`).
-        response_retention: Span = Span::days(30),
+        response_retention: Span = Span(PrunePolicy::DEFAULT.response_retention),
         /// How often each `serve` process prunes the tables above (a duration such as `10m`).
         prune_interval: Span = Span::minutes(10),
         /// Most rows one prune batch deletes (one short transaction), 1 to 10,000.
         #[serde(deserialize_with = "within::<1, 10_000, _, _>")]
-        prune_batch: u64 = 500,
+        prune_batch: u64 = PrunePolicy::DEFAULT.batch,
         /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401); empty:
         /// `/metrics` is open, so keep it off the public listener.
         metrics_token: Secret = Secret::default(),
@@ -282,14 +281,14 @@ impl Config {
     /// The connection and request-body limits of the HTTP edge.
     pub fn limits(&self) -> api::Limits {
         api::Limits {
-            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            http2_keepalive: Duration::from_millis(self.http2_keepalive_ms),
+            header_read_timeout: self.header_read_timeout.0,
+            idle_timeout: self.idle_timeout.0,
+            http2_keepalive: self.http2_keepalive.0,
             max_connections: self.max_connections,
             max_connections_per_ip: self.max_connections_per_ip,
             body_min_rate: self.body_min_rate_bytes,
-            body_grace: Duration::from_millis(self.body_grace_ms),
-            body_stall: Duration::from_millis(self.body_stall_ms),
+            body_grace: self.body_grace.0,
+            body_stall: self.body_stall.0,
         }
     }
 
@@ -330,10 +329,10 @@ impl Config {
 
     /// What no single setting can check: the idempotency window against the upstream timeout.
     fn check(&self) -> Result<(), ConfigError> {
-        let stale = Duration::from_millis(self.upstream_timeout_ms).saturating_add(Duration::from_secs(300));
+        let stale = self.upstream_timeout.0.saturating_add(Duration::from_secs(300));
         if self.idempotency_ttl.0 <= stale {
             return Err(ConfigError(format!(
-                "idempotency_ttl: {} s must be longer than upstream_timeout_ms plus five minutes ({} s), \
+                "idempotency_ttl: {} s must be longer than upstream_timeout plus five minutes ({} s), \
                  or a retry could run a request whose first run is still going",
                 self.idempotency_ttl.0.as_secs(),
                 stale.as_secs()
@@ -388,6 +387,17 @@ impl Provider for Layer {
     }
 }
 
+/// For a `*_ms` name of a duration setting (they were renamed when every duration became a
+/// [`Span`]): what it is called now.
+fn renamed(key: &str, env: bool) -> String {
+    let Some(now) = key.strip_suffix("_ms") else { return String::new() };
+    if !Config::declared().iter().any(|s| s.name == now && s.kind == "duration") {
+        return String::new();
+    }
+    let name = if env { format!("{PREFIX}{}", now.to_ascii_uppercase()) } else { now.to_owned() };
+    format!(" (it is {name} now, a duration such as 2000ms, 75s or 5m)")
+}
+
 /// The errors `figment` found, each naming its setting as it was written: `GATEWAY_<NAME>` when the
 /// value came from the environment, `<name> (in <file>)` when from the file.
 fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> ConfigError {
@@ -397,9 +407,11 @@ fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> ConfigError
         let source = e.metadata.as_ref().map(|m| m.name.to_string()).unwrap_or_default();
         let line = match &e.kind {
             figment::error::Kind::UnknownField(key, _) if from_env(key) => {
-                format!("{PREFIX}{}: no such setting", key.to_ascii_uppercase())
+                format!("{PREFIX}{}: no such setting{}", key.to_ascii_uppercase(), renamed(key, true))
             }
-            figment::error::Kind::UnknownField(key, _) => format!("{key} (in {source}): no such setting"),
+            figment::error::Kind::UnknownField(key, _) => {
+                format!("{key} (in {source}): no such setting{}", renamed(key, false))
+            }
             kind => {
                 let key = e.path.join(".");
                 if source == ENVIRONMENT {

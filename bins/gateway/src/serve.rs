@@ -60,7 +60,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
     let rounds = Rounds {
-        replica_lease: Duration::from_millis(config.replica_lease_ms),
+        replica_lease: config.replica_lease.0,
         media_sweep: config.media_sweep_interval.0,
         prune: (prune_policy(&config, &gateway), config.prune_interval.0),
     };
@@ -102,7 +102,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
 /// request may still run (the recovery age, or the upstream timeout plus the five minutes after
 /// which a claim counts as abandoned, whichever is longer).
 fn prune_policy(config: &Config, gateway: &Gateway) -> PrunePolicy {
-    let abandoned = Duration::from_millis(config.upstream_timeout_ms).saturating_add(Duration::from_secs(300));
+    let abandoned = config.upstream_timeout.0.saturating_add(Duration::from_secs(300));
     PrunePolicy {
         idempotency_ttl: config.idempotency_ttl.0,
         claim_running: gateway.recovery_age().max(abandoned),

@@ -25,8 +25,8 @@ pub(crate) fn worker_name() -> String {
 
 /// Builds the gateway on `store` for a server listening on `addr`.
 pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Result<Wired, Exit> {
-    let connect_timeout = Duration::from_millis(config.upstream_connect_timeout_ms);
-    let timeout = Duration::from_millis(config.upstream_timeout_ms);
+    let connect_timeout = config.upstream_connect_timeout.0;
+    let timeout = config.upstream_timeout.0;
     let urls = [&config.upstream_url, &config.speech_url, &config.messages_url, &config.assets_url];
     let sim = if urls.iter().any(|u| entries(u).contains(&"sim")) {
         Some(upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?)
@@ -64,10 +64,10 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         .with_upstream_health(upstream)
         .with_video(video);
     let settings = VideoSettings {
-        poll_interval: Duration::from_millis(config.task_poll_interval_ms),
+        poll_interval: config.task_poll_interval.0,
         deadline: config.task_deadline.0,
-        webhook_retry_base: Duration::from_millis(config.webhook_retry_base_ms),
-        lease: Duration::from_millis(config.task_lease_ms),
+        webhook_retry_base: config.webhook_retry_base.0,
+        lease: config.task_lease.0,
         task_slots: config.worker_task_slots,
         delivery_slots: config.worker_delivery_slots,
         user_slots: config.worker_user_slots,
@@ -77,8 +77,8 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     };
     let admission = AdmissionSettings {
         enabled: config.caps,
-        queue_wait: Duration::from_millis(config.queue_wait_ms),
-        lease_ttl: Duration::from_millis(config.cap_lease_ms),
+        queue_wait: config.queue_wait.0,
+        lease_ttl: config.cap_lease.0,
         ..AdmissionSettings::default()
     };
     let gateway =
@@ -297,17 +297,17 @@ fn egress(config: &Config) -> Result<media::Egress, String> {
         "" => None,
         path => Some(std::fs::read(path).map_err(|e| format!("extra_ca_file {path}: {e}"))?),
     };
-    let min_rate = (config.media_import_min_rate_bytes > 0).then(|| media::MinRate {
+    let min_rate = (config.media_import_min_rate_bytes > 0).then_some(media::MinRate {
         bytes_per_sec: config.media_import_min_rate_bytes,
-        window: Duration::from_millis(config.media_import_rate_window_ms),
-        grace: Duration::from_millis(config.media_import_rate_grace_ms),
+        window: config.media_import_rate_window.0,
+        grace: config.media_import_rate_grace.0,
     });
     media::Egress::new(media::EgressConfig {
         allow,
         extra_ca_pem,
-        connect_timeout: Duration::from_millis(config.egress_connect_timeout_ms),
-        timeout: Duration::from_millis(config.media_import_timeout_ms),
-        webhook_timeout: Some(Duration::from_millis(config.webhook_timeout_ms)),
+        connect_timeout: config.egress_connect_timeout.0,
+        timeout: config.media_import_timeout.0,
+        webhook_timeout: Some(config.webhook_timeout.0),
         min_rate,
     })
     .map_err(|e| format!("egress: {e}"))

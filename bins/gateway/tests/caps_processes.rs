@@ -24,7 +24,7 @@ fn account(sandbox: &Sandbox) -> (String, String) {
 
 /// `gateway serve` against the simulator, with short leases and `queue_wait_ms`.
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str, queue_wait_ms: u64) -> (Running, String) {
-    let env = [("GATEWAY_CAP_LEASE_MS", LEASE_MS.to_string()), ("GATEWAY_QUEUE_WAIT_MS", queue_wait_ms.to_string())];
+    let env = [("GATEWAY_CAP_LEASE", format!("{LEASE_MS}ms")), ("GATEWAY_QUEUE_WAIT", format!("{queue_wait_ms}ms"))];
     common::serve_against(sandbox, sim, name, &env)
 }
 

@@ -33,9 +33,9 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str) -> (Running, String) {
     let mut env = common::video_env(sim);
     env.extend([
-        ("GATEWAY_CAP_LEASE_MS", "2000".to_owned()),
-        ("GATEWAY_REPLICA_LEASE_MS", "2000".to_owned()),
-        ("GATEWAY_QUEUE_WAIT_MS", "20000".to_owned()),
+        ("GATEWAY_CAP_LEASE", "2000ms".to_owned()),
+        ("GATEWAY_REPLICA_LEASE", "2000ms".to_owned()),
+        ("GATEWAY_QUEUE_WAIT", "20000ms".to_owned()),
     ]);
     common::serve_against(sandbox, sim, name, &env)
 }

@@ -43,7 +43,7 @@ fn an_unusable_configuration_stops_the_binary_with_the_setting_named() {
     let sandbox = Sandbox::new();
     assert_refused(&sandbox, &[("GATEWAY_LISTN", "127.0.0.1:9000")], None, "GATEWAY_LISTN");
     assert_refused(&sandbox, &[("GATEWAY_LOG", "store=loud")], None, "GATEWAY_LOG");
-    assert_refused(&sandbox, &[("GATEWAY_CAP_LEASE_MS", "10")], None, "GATEWAY_CAP_LEASE_MS");
+    assert_refused(&sandbox, &[("GATEWAY_CAP_LEASE", "10ms")], None, "GATEWAY_CAP_LEASE");
     assert_refused(&sandbox, &[("GATEWAY_PRUNE_INTERVAL", "soon")], None, "GATEWAY_PRUNE_INTERVAL");
     assert_refused(&sandbox, &[("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,lb.local")], None, "GATEWAY_TRUSTED_PROXIES");
     let err = assert_refused(
@@ -60,7 +60,7 @@ fn an_unusable_configuration_stops_the_binary_with_the_setting_named() {
         &sandbox,
         &[
             ("GATEWAY_LOG", "warn,store=debug"),
-            ("GATEWAY_CAP_LEASE_MS", "1000"),
+            ("GATEWAY_CAP_LEASE", "1000ms"),
             ("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8, ::1"),
         ],
         None,

@@ -111,7 +111,7 @@ fn a_killed_replicas_call_is_refunded_by_another_within_its_lease() {
     let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (user, key) = common::account(&sandbox, "10", "language:create");
-    let env = [("GATEWAY_REPLICA_LEASE_MS", "2000".to_owned())];
+    let env = [("GATEWAY_REPLICA_LEASE", "2000ms".to_owned())];
     let (mut doomed, addr) = common::serve_against(&sandbox, sim_addr, "serve-doomed", &env);
     let (_survivor, _) = common::serve_against(&sandbox, sim_addr, "serve-survivor", &env);
     let stream = send_slow_chat(&addr, &key, "never answered in time", 30_000);

@@ -25,7 +25,7 @@ fn serve(sandbox: &Sandbox, a: SocketAddr, b: SocketAddr) -> (Running, String) {
     // A short liveness lease: the replica reports its endpoints every second.
     let env = [
         ("GATEWAY_UPSTREAM_URL", format!("http://{a}/api/v3,http://{b}/api/v3")),
-        ("GATEWAY_REPLICA_LEASE_MS", "3000".to_owned()),
+        ("GATEWAY_REPLICA_LEASE", "3000ms".to_owned()),
     ];
     common::serve_against(sandbox, a, "serve", &env)
 }

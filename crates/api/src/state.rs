@@ -40,18 +40,23 @@ pub struct Limits {
     pub body_stall: Duration,
 }
 
+impl Limits {
+    /// The defaults, the one place they are written (`gateway`'s settings name them).
+    pub const DEFAULT: Limits = Limits {
+        header_read_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(75),
+        http2_keepalive: Duration::from_secs(20),
+        max_connections: 8192,
+        max_connections_per_ip: 256,
+        body_min_rate: 32 * 1024,
+        body_grace: Duration::from_secs(10),
+        body_stall: Duration::from_secs(30),
+    };
+}
+
 impl Default for Limits {
     fn default() -> Limits {
-        Limits {
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(75),
-            http2_keepalive: Duration::from_secs(20),
-            max_connections: 8192,
-            max_connections_per_ip: 256,
-            body_min_rate: 32 * 1024,
-            body_grace: Duration::from_secs(10),
-            body_stall: Duration::from_secs(30),
-        }
+        Limits::DEFAULT
     }
 }
 

@@ -12,6 +12,12 @@ use crate::{Gateway, ServiceError};
 /// The prefix of every webhook secret, so that leaked secrets are easy to recognise.
 pub const WEBHOOK_SECRET_PREFIX: &str = "whsec_";
 
+/// A new user's concurrency cap when none is given (the console, the API and `gateway admin`).
+pub const NEW_USER_CONCURRENCY_LIMIT: i64 = 16;
+
+/// A new user's media quota when none is given: 1 GiB.
+pub const NEW_USER_MEDIA_QUOTA_BYTES: i64 = 1 << 30;
+
 /// What an operator gives to create a user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewUserRequest {

@@ -42,15 +42,20 @@ pub struct AdmissionSettings {
     pub idle_release: Duration,
 }
 
+impl AdmissionSettings {
+    /// The defaults, the one place they are written (`gateway`'s settings name them).
+    pub const DEFAULT: AdmissionSettings = AdmissionSettings {
+        enabled: true,
+        queue_wait: Duration::from_secs(5),
+        lease_ttl: Duration::from_secs(15),
+        tick: Duration::from_millis(200),
+        idle_release: Duration::from_secs(2),
+    };
+}
+
 impl Default for AdmissionSettings {
     fn default() -> AdmissionSettings {
-        AdmissionSettings {
-            enabled: true,
-            queue_wait: Duration::from_secs(5),
-            lease_ttl: Duration::from_secs(15),
-            tick: Duration::from_millis(200),
-            idle_release: Duration::from_secs(2),
-        }
+        AdmissionSettings::DEFAULT
     }
 }
 

@@ -36,7 +36,10 @@ use domain::{
     ApiKeyId, CapLeases, Clock, KeyRates, ModelAllowList, ModelKind, RateLeases, Scope, Timestamp, UserId, VideoStore,
 };
 
-pub use admin::{CreatedKey, CreatedUser, DemoAccount, NewUserRequest, WEBHOOK_SECRET_PREFIX};
+pub use admin::{
+    CreatedKey, CreatedUser, DemoAccount, NEW_USER_CONCURRENCY_LIMIT, NEW_USER_MEDIA_QUOTA_BYTES, NewUserRequest,
+    WEBHOOK_SECRET_PREFIX,
+};
 pub use admission::AdmissionSettings;
 pub use answer::Answer;
 pub use background::Background;

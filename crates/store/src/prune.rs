@@ -53,15 +53,20 @@ pub struct PrunePolicy {
     pub batch: u64,
 }
 
+impl PrunePolicy {
+    /// The defaults, the one place they are written (`gateway`'s settings name them).
+    pub const DEFAULT: PrunePolicy = PrunePolicy {
+        idempotency_ttl: DEFAULT_IDEMPOTENCY_TTL,
+        claim_running: Duration::from_secs(3600),
+        webhook_retention: Duration::from_secs(30 * 86_400),
+        response_retention: Duration::from_secs(30 * 86_400),
+        batch: 500,
+    };
+}
+
 impl Default for PrunePolicy {
     fn default() -> PrunePolicy {
-        PrunePolicy {
-            idempotency_ttl: DEFAULT_IDEMPOTENCY_TTL,
-            claim_running: Duration::from_secs(3600),
-            webhook_retention: Duration::from_secs(30 * 86_400),
-            response_retention: Duration::from_secs(30 * 86_400),
-            batch: 500,
-        }
+        PrunePolicy::DEFAULT
     }
 }
 

@@ -115,7 +115,7 @@ impl Shown for Span {
     fn shown(&self) -> String {
         let secs = self.0.as_secs();
         let text = match secs {
-            0 => format!("{}ms", self.0.as_millis()),
+            _ if self.0.subsec_millis() != 0 || secs == 0 => format!("{}ms", self.0.as_millis()),
             // Hours up to a week (`24h`, `48h`), as the docs write them; days beyond (`30d`).
             s if s % 86_400 == 0 && s >= 7 * 86_400 => format!("{}d", s / 86_400),
             s if s % 3_600 == 0 => format!("{}h", s / 3_600),
@@ -202,6 +202,7 @@ pub fn markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The line before the generated table in `README.md`.
     const START: &str = "<!-- settings: generated from `settings!` by `gateway settings --markdown` -->";
@@ -217,9 +218,10 @@ mod tests {
 
     #[test]
     fn defaults_print_in_their_written_form() {
-        assert_eq!(Span::hours(24).shown(), "`24h`");
+        assert_eq!(Span(Duration::from_secs(24 * 3600)).shown(), "`24h`");
         assert_eq!(Span::minutes(5).shown(), "`5m`");
-        assert_eq!(Span::days(30).shown(), "`30d`");
+        assert_eq!(Span(Duration::from_secs(30 * 86_400)).shown(), "`30d`");
+        assert_eq!(Span(Duration::from_millis(1500)).shown(), "`1500ms`");
         assert_eq!(Secret::default().shown(), "empty");
         let rows = Config::declared();
         let listen = rows.iter().find(|s| s.name == "listen").expect("listen");

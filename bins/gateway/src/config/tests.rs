@@ -43,19 +43,19 @@ fn defaults_need_no_file() {
 
 #[test]
 fn environment_wins_over_file() {
-    let file = file("listen = \"127.0.0.1:9000\"\nupstream_timeout_ms = 5\nqueue_wait_ms = 7\n");
+    let file = file("listen = \"127.0.0.1:9000\"\nupstream_timeout = \"5s\"\nqueue_wait = 7\n");
     let c = Config::load(
         Some(&file),
         &env(&[
             ("GATEWAY_LISTEN", "127.0.0.1:9001"),
             ("GATEWAY_EGRESS_ALLOW", "127.0.0.1, ::1"),
-            ("GATEWAY_QUEUE_WAIT_MS", "8"),
+            ("GATEWAY_QUEUE_WAIT", "8ms"),
         ]),
     )
     .expect("valid");
     assert_eq!(c.listen.to_string(), "127.0.0.1:9001");
-    assert_eq!(c.upstream_timeout_ms, 5);
-    assert_eq!(c.queue_wait_ms, 8, "the environment wins");
+    assert_eq!(c.upstream_timeout.0, Duration::from_secs(5));
+    assert_eq!(c.queue_wait.0, Duration::from_millis(8), "the environment wins");
     assert_eq!(c.egress_allow, vec!["127.0.0.1".to_owned(), "::1".to_owned()]);
     let bad = self::file("lisen = \"x\"\n");
     let error = refused(Some(&bad), &env(&[]));
@@ -66,7 +66,8 @@ fn environment_wins_over_file() {
 fn bad_values_are_refused() {
     for (k, v) in [
         ("GATEWAY_LISTEN", "nowhere"),
-        ("GATEWAY_UPSTREAM_TIMEOUT_MS", "-1"),
+        ("GATEWAY_UPSTREAM_TIMEOUT", "-1"),
+        ("GATEWAY_IDLE_TIMEOUT", "75 s"),
         ("GATEWAY_TASK_DEADLINE", "2w"),
         ("GATEWAY_DATABASE_URL", "mysql://x"),
         ("GATEWAY_LOG_FORMAT", "xml"),
@@ -103,29 +104,44 @@ fn a_log_filter_that_does_not_parse_is_an_error() {
 fn values_below_their_least_are_errors_not_clamped() {
     // Each was silently raised to its least value before (issue 20, item 7).
     for (k, below, least) in [
-        ("GATEWAY_TASK_POLL_INTERVAL_MS", "0", "1"),
-        ("GATEWAY_WEBHOOK_RETRY_BASE_MS", "0", "1"),
-        ("GATEWAY_TASK_LEASE_MS", "999", "1000"),
-        ("GATEWAY_CAP_LEASE_MS", "999", "1000"),
-        ("GATEWAY_REPLICA_LEASE_MS", "999", "1000"),
         ("GATEWAY_WORKER_TASK_SLOTS", "0", "1"),
         ("GATEWAY_WORKER_DELIVERY_SLOTS", "0", "1"),
         ("GATEWAY_WORKER_USER_SLOTS", "0", "1"),
-        ("GATEWAY_MEDIA_IMPORT_RATE_WINDOW_MS", "99", "100"),
-        ("GATEWAY_EGRESS_CONNECT_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_MEDIA_IMPORT_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_WEBHOOK_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_UPSTREAM_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_UPSTREAM_CONNECT_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_HEADER_READ_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_IDLE_TIMEOUT_MS", "0", "1"),
-        ("GATEWAY_HTTP2_KEEPALIVE_MS", "0", "1"),
         ("GATEWAY_MAX_CONNECTIONS", "0", "1"),
     ] {
         let error = refused(None, &env(&[(k, below)]));
         assert!(error.contains(k) && error.contains(&format!("less than {least}")), "{k}={below}: {error}");
         Config::load(None, &env(&[(k, least)])).unwrap_or_else(|e| panic!("{k}={least}: {e}"));
     }
+    // Durations: one type, with a least of their own.
+    for (k, below, least) in [
+        ("GATEWAY_TASK_POLL_INTERVAL", "0", "1ms"),
+        ("GATEWAY_WEBHOOK_RETRY_BASE", "0s", "1ms"),
+        ("GATEWAY_TASK_LEASE", "999ms", "1s"),
+        ("GATEWAY_CAP_LEASE", "999ms", "1000ms"),
+        ("GATEWAY_REPLICA_LEASE", "999ms", "1s"),
+        ("GATEWAY_MEDIA_IMPORT_RATE_WINDOW", "99ms", "100ms"),
+        ("GATEWAY_EGRESS_CONNECT_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_MEDIA_IMPORT_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_WEBHOOK_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_UPSTREAM_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_HEADER_READ_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_IDLE_TIMEOUT", "0", "1ms"),
+        ("GATEWAY_HTTP2_KEEPALIVE", "0", "1ms"),
+        ("GATEWAY_TASK_DEADLINE", "0", "1s"),
+    ] {
+        let error = refused(None, &env(&[(k, below)]));
+        assert!(error.contains(k) && error.contains("below the least"), "{k}={below}: {error}");
+        Config::load(None, &env(&[(k, least)])).unwrap_or_else(|e| panic!("{k}={least}: {e}"));
+    }
+    // Where 0 means "none", it is allowed.
+    for k in ["GATEWAY_BODY_STALL", "GATEWAY_BODY_GRACE", "GATEWAY_QUEUE_WAIT", "GATEWAY_MEDIA_IMPORT_RATE_GRACE"] {
+        Config::load(None, &env(&[(k, "0")])).unwrap_or_else(|e| panic!("{k}=0: {e}"));
+    }
+    // A name from before durations were one type says what it is called now.
+    let error = refused(None, &env(&[("GATEWAY_IDLE_TIMEOUT_MS", "2000")]));
+    assert!(error.contains("GATEWAY_IDLE_TIMEOUT_MS") && error.contains("GATEWAY_IDLE_TIMEOUT "), "{error}");
     let file = file("prune_batch = 0\n");
     let error = refused(Some(&file), &env(&[]));
     assert!(error.contains("prune_batch (in ") && error.contains("between 1 and 10000"), "{error}");
@@ -137,7 +153,9 @@ fn durations() {
     assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
     assert_eq!(parse_duration("48h"), Some(Duration::from_secs(172_800)));
     assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
-    for bad in ["", "0", "h", "1.5h", "-1s", "10w"] {
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("0"), Some(Duration::ZERO), "each setting says whether zero is allowed");
+    for bad in ["", "h", "1.5h", "-1s", "10w", "ms", "5 s"] {
         assert_eq!(parse_duration(bad), None, "{bad}");
     }
 }
@@ -149,7 +167,7 @@ fn a_duration_setting_from_the_file_and_the_environment() {
     assert_eq!(c.task_deadline.0, Duration::from_secs(1800));
     assert_eq!(c.prune_interval.0, Duration::from_secs(7200), "the environment wins");
     let error = refused(None, &env(&[("GATEWAY_TASK_DEADLINE", "0")]));
-    assert!(error.contains("GATEWAY_TASK_DEADLINE") && error.contains("not a duration"), "{error}");
+    assert!(error.contains("GATEWAY_TASK_DEADLINE") && error.contains("below the least"), "{error}");
 }
 
 #[test]
@@ -169,12 +187,15 @@ fn worker_and_egress_settings_come_from_the_environment() {
         None,
         &env(&[
             ("GATEWAY_WORKER_USER_SLOTS", "2"),
-            ("GATEWAY_WEBHOOK_TIMEOUT_MS", "3000"),
+            ("GATEWAY_WEBHOOK_TIMEOUT", "3s"),
             ("GATEWAY_MEDIA_IMPORT_MIN_RATE_BYTES", "0"),
         ]),
     )
     .expect("valid");
-    assert_eq!((c.worker_user_slots, c.webhook_timeout_ms, c.media_import_min_rate_bytes), (2, 3_000, 0));
+    assert_eq!(
+        (c.worker_user_slots, c.webhook_timeout.0, c.media_import_min_rate_bytes),
+        (2, Duration::from_secs(3), 0)
+    );
     assert_eq!((c.worker_task_slots, c.worker_delivery_slots), (64, 64));
     assert!(Config::load(None, &env(&[("GATEWAY_WORKER_TASK_SLOTS", "many")])).is_err());
 }

@@ -85,37 +85,65 @@ pub enum LogFormat {
     Json,
 }
 
-/// A duration written as seconds or with a unit: `90`, `90s`, `30m`, `48h`, `2d` (more than zero).
+/// A duration, the one type of every duration setting: seconds, or with a unit (`250ms`, `90s`,
+/// `30m`, `48h`, `2d`); at least a millisecond unless the setting says that 0 means "none".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span(pub Duration);
 
 impl Span {
+    /// `n` seconds.
+    pub const fn secs(n: u64) -> Span {
+        Span(Duration::from_secs(n))
+    }
+
     /// `n` minutes.
     pub const fn minutes(n: u64) -> Span {
         Span(Duration::from_secs(n * 60))
     }
-
-    /// `n` hours.
-    pub const fn hours(n: u64) -> Span {
-        Span(Duration::from_secs(n * 3600))
-    }
-
-    /// `n` days.
-    pub const fn days(n: u64) -> Span {
-        Span(Duration::from_secs(n * 86_400))
-    }
 }
 
 impl<'de> Deserialize<'de> for Span {
+    /// A duration of at least a millisecond.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_duration(&text)
-            .map(Span)
-            .ok_or_else(|| de::Error::custom(format!("{text:?} is not a duration such as 90s, 30m, 48h or 2d")))
+        span_at_least::<1, D>(d)
     }
 }
 
-/// `90`, `90s`, `30m`, `48h`, `2d`; `None` for anything else, zero included.
+/// Reads a duration: text with a unit (`250ms`, `90s`, `30m`, `48h`, `2d`), or a whole number
+/// of seconds (text, or a number in the file).
+struct DurationText;
+
+impl de::Visitor<'_> for DurationText {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration such as 250ms, 90s, 30m, 48h or 2d")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
+        parse_duration(text)
+            .ok_or_else(|| E::custom(format!("{text:?} is not a duration such as 250ms, 90s, 30m, 48h or 2d")))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Duration, E> {
+        Ok(Duration::from_secs(n))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
+        u64::try_from(n).map(Duration::from_secs).map_err(|_| E::custom(format!("{n} is not a duration")))
+    }
+}
+
+/// A duration of at least `MIN_MS` milliseconds (0: zero allowed, where it means "none").
+pub(super) fn span_at_least<'de, const MIN_MS: u64, D: Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
+    let duration = d.deserialize_any(DurationText)?;
+    if duration < Duration::from_millis(MIN_MS) {
+        return Err(de::Error::custom(format!("{} ms is below the least, {MIN_MS} ms", duration.as_millis())));
+    }
+    Ok(Span(duration))
+}
+
+/// A duration: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`), or a whole number of seconds.
 pub(super) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -124,13 +152,14 @@ pub(super) fn parse_duration(text: &str) -> Option<Duration> {
     };
     let n: u64 = digits.parse().ok()?;
     let seconds = match unit {
+        "ms" => return Some(Duration::from_millis(n)),
         "s" => n,
         "m" => n.checked_mul(60)?,
         "h" => n.checked_mul(3600)?,
         "d" => n.checked_mul(86_400)?,
         _ => return None,
     };
-    (seconds > 0).then(|| Duration::from_secs(seconds))
+    Some(Duration::from_secs(seconds))
 }
 
 /// A whole number of at least `MIN`.

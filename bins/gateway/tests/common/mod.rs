@@ -388,8 +388,8 @@ pub fn video_env(sim: std::net::SocketAddr) -> Vec<(&'static str, String)> {
         ("GATEWAY_ASSETS_URL", format!("http://{sim}")),
         ("GATEWAY_ASSETS_ACCESS_KEY", upstream::config::SIM_ASSETS_ACCESS_KEY.to_owned()),
         ("GATEWAY_ASSETS_SECRET_KEY", upstream::config::SIM_ASSETS_SECRET_KEY.to_owned()),
-        ("GATEWAY_TASK_POLL_INTERVAL_MS", "100".to_owned()),
-        ("GATEWAY_TASK_LEASE_MS", "2000".to_owned()),
+        ("GATEWAY_TASK_POLL_INTERVAL", "100ms".to_owned()),
+        ("GATEWAY_TASK_LEASE", "2000ms".to_owned()),
     ]
 }
 

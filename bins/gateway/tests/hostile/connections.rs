@@ -83,7 +83,7 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
-    let env = [("GATEWAY_HEADER_READ_TIMEOUT_MS", "1000".to_owned()), ("GATEWAY_IDLE_TIMEOUT_MS", "2500".to_owned())];
+    let env = [("GATEWAY_HEADER_READ_TIMEOUT", "1000ms".to_owned()), ("GATEWAY_IDLE_TIMEOUT", "2500ms".to_owned())];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-conn", &env);
     let limit = Duration::from_secs(10);
 
@@ -167,7 +167,7 @@ fn idle_connections_and_connections_past_the_cap_do_not_stop_a_call() {
 
     // A cap of 50 and 60 silent connections: the call waits in the accept queue until the idle timeout
     // frees slots, and the gateway never holds more than the cap.
-    let env = [("GATEWAY_MAX_CONNECTIONS", "50".to_owned()), ("GATEWAY_IDLE_TIMEOUT_MS", "1500".to_owned())];
+    let env = [("GATEWAY_MAX_CONNECTIONS", "50".to_owned()), ("GATEWAY_IDLE_TIMEOUT", "1500ms".to_owned())];
     let (server, addr) = common::serve_against(&sandbox, sim, "serve-cap", &env);
     let idle: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
     std::thread::sleep(Duration::from_millis(300));
@@ -212,7 +212,7 @@ fn a_trickled_body_is_cut_and_one_user_cannot_take_another_users_room() {
         ("GATEWAY_BODY_BUDGET_BYTES", (8 * mib).to_string()),
         ("GATEWAY_BODY_BUDGET_USER_BYTES", (4 * mib).to_string()),
         ("GATEWAY_BODY_MIN_RATE_BYTES", mib.to_string()),
-        ("GATEWAY_BODY_GRACE_MS", "1000".to_owned()),
+        ("GATEWAY_BODY_GRACE", "1000ms".to_owned()),
     ];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-trickle", &env);
     let body = chat_body(usize::try_from(3 * mib).unwrap_or(0));

@@ -123,9 +123,9 @@ fn connections_that_open_no_window_are_cut_and_another_client_is_served() {
     let (sandbox, _) = sandbox(&rt);
     let env = [
         ("GATEWAY_MAX_CONNECTIONS", "4".to_owned()),
-        ("GATEWAY_IDLE_TIMEOUT_MS", "2000".to_owned()),
+        ("GATEWAY_IDLE_TIMEOUT", "2000ms".to_owned()),
         // PINGs every second, all answered: they are no progress of the held answers.
-        ("GATEWAY_HTTP2_KEEPALIVE_MS", "1000".to_owned()),
+        ("GATEWAY_HTTP2_KEEPALIVE", "1000ms".to_owned()),
     ];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-h2-window", &env);
     let limit = Duration::from_secs(20);
@@ -194,7 +194,7 @@ fn rapid_reset_and_continuation_settings_and_ping_floods_are_bounded() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
-    let env = [("GATEWAY_IDLE_TIMEOUT_MS", "3000".to_owned())];
+    let env = [("GATEWAY_IDLE_TIMEOUT", "3000ms".to_owned())];
     let (server, addr) = common::serve_against(&sandbox, sim, "serve-h2-flood", &env);
     let pid = server.0.id();
     let limit = Duration::from_secs(10);

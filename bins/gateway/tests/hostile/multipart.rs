@@ -75,7 +75,7 @@ fn hostile_multipart_bodies_get_their_4xx_in_time_and_leave_nothing_behind() {
         common::account_with(&sandbox, "10", "video:create,task:read", &["--media-quota-bytes", quota.as_str()]);
     let mut env = common::video_env(sim);
     env.push(("GATEWAY_BODY_MIN_RATE_BYTES", MIB.to_string()));
-    env.push(("GATEWAY_BODY_GRACE_MS", "1000".to_owned()));
+    env.push(("GATEWAY_BODY_GRACE", "1000ms".to_owned()));
     let (server, addr) = common::serve_against(&sandbox, sim, "serve-multipart", &env);
     let pid = server.0.id();
     let media = sandbox.dir.join("media");

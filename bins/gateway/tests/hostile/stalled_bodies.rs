@@ -1,5 +1,5 @@
 //! Stalled request bodies: a tenant that sends most of a large body fast and then stops holds its
-//! room in the body budget only for `GATEWAY_BODY_STALL_MS`, so another tenant's large body is
+//! room in the body budget only for `GATEWAY_BODY_STALL`, so another tenant's large body is
 //! answered instead of 503; and a body that declares a huge `Content-Length` and sends a few bytes
 //! costs the gateway a few bytes, not the declared length.
 
@@ -44,7 +44,7 @@ fn a_body_sent_fast_then_stopped_holds_its_room_only_for_the_stall_time() {
     let (_, b) = common::account(&sandbox, "100", "image:create");
     let env = [
         ("GATEWAY_BODY_BUDGET_BYTES", (8 * MIB).to_string()),
-        ("GATEWAY_BODY_STALL_MS", "1500".to_owned()),
+        ("GATEWAY_BODY_STALL", "1500ms".to_owned()),
         ("GATEWAY_CAPS", "false".to_owned()),
     ];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-stall", &env);

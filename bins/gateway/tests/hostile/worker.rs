@@ -64,8 +64,8 @@ fn a_tenant_with_a_drip_fed_link_and_a_silent_receiver_does_not_stall_another() 
             ("GATEWAY_EXTRA_CA_FILE", ca_file),
             // The import floor judged over 2-s windows after 2 s, so that a cut shows quickly; the
             // webhook timeout and the slots keep their defaults (10 s; 4 per user).
-            ("GATEWAY_MEDIA_IMPORT_RATE_WINDOW_MS", "2000".to_owned()),
-            ("GATEWAY_MEDIA_IMPORT_RATE_GRACE_MS", "2000".to_owned()),
+            ("GATEWAY_MEDIA_IMPORT_RATE_WINDOW", "2000ms".to_owned()),
+            ("GATEWAY_MEDIA_IMPORT_RATE_GRACE", "2000ms".to_owned()),
         ]);
         let (_server, addr) = common::serve_against(&sandbox, sim_addr, &format!("hostile-worker-{label}"), &env);
         let https = |path: &str| format!("https://{receiver}/{path}");

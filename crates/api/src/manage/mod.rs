@@ -79,8 +79,8 @@ pub(crate) async fn create_user(mut ctx: Ctx<'_>) -> Reply {
             email: req.email,
             role: req.role.unwrap_or_else(|| "user".into()),
             balance,
-            concurrency_limit: req.concurrency_limit.unwrap_or(16),
-            media_quota_bytes: req.media_quota_bytes.unwrap_or(1 << 30),
+            concurrency_limit: req.concurrency_limit.unwrap_or(service::NEW_USER_CONCURRENCY_LIMIT),
+            media_quota_bytes: req.media_quota_bytes.unwrap_or(service::NEW_USER_MEDIA_QUOTA_BYTES),
         })
         .await?;
     Ok(json_response(StatusCode::CREATED, &wire::created_user(&created)))

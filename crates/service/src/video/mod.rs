@@ -101,27 +101,32 @@ pub struct VideoSettings {
     pub orphan_media_age: Duration,
 }
 
+impl VideoSettings {
+    /// The defaults, the one place they are written (`gateway`'s settings name them).
+    pub const DEFAULT: VideoSettings = VideoSettings {
+        poll_interval: Duration::from_secs(5),
+        max_poll_interval: Duration::from_secs(300),
+        deadline: Duration::from_secs(48 * 3600),
+        webhook_retry_base: Duration::from_secs(10),
+        max_webhook_delay: Duration::from_secs(3600),
+        webhook_attempts: 20,
+        lease: Duration::from_secs(120),
+        batch: 64,
+        task_slots: 64,
+        delivery_slots: 64,
+        user_slots: 4,
+        link_ttl: Duration::from_secs(6 * 3600),
+        asset_wait: Duration::from_secs(600),
+        asset_poll: Duration::from_secs(3),
+        presigned_links: false,
+        media_retention: Duration::from_secs(24 * 3600),
+        orphan_media_age: Duration::from_secs(24 * 3600),
+    };
+}
+
 impl Default for VideoSettings {
     fn default() -> VideoSettings {
-        VideoSettings {
-            poll_interval: Duration::from_secs(5),
-            max_poll_interval: Duration::from_secs(300),
-            deadline: Duration::from_secs(48 * 3600),
-            webhook_retry_base: Duration::from_secs(10),
-            max_webhook_delay: Duration::from_secs(3600),
-            webhook_attempts: 20,
-            lease: Duration::from_secs(120),
-            batch: 64,
-            task_slots: 64,
-            delivery_slots: 64,
-            user_slots: 4,
-            link_ttl: Duration::from_secs(6 * 3600),
-            asset_wait: Duration::from_secs(600),
-            asset_poll: Duration::from_secs(3),
-            presigned_links: false,
-            media_retention: Duration::from_secs(24 * 3600),
-            orphan_media_age: Duration::from_secs(24 * 3600),
-        }
+        VideoSettings::DEFAULT
     }
 }
 

@@ -4,7 +4,7 @@
 //! "<timestamp>.<body>">`. Enqueued exactly once per status (a compare-and-set in the store; changes a
 //! crash left unannounced are found and enqueued by the worker), delivered by the worker through the
 //! egress policy, retried with exponential back-off until a 2xx (the first retry after
-//! `GATEWAY_WEBHOOK_RETRY_BASE_MS`, then doubling up to an hour, given up after the configured number
+//! `GATEWAY_WEBHOOK_RETRY_BASE`, then doubling up to an hour, given up after the configured number
 //! of attempts), and every attempt is recorded and logged.
 
 use std::time::Instant;
