@@ -38,7 +38,7 @@ pub const SIM_PLATFORM_KEY: &str = "sim-platform-key";
 pub const SIM_SPEECH_KEY: &str = "sim-speech-key";
 
 impl UpstreamConfig {
-    /// Every endpoint pointing at one simulator listening on `addr` (see [`crate::sim`]), with
+    /// Every endpoint pointing at one simulator listening on `addr` (the `sim` crate), with
     /// the keys [`SIM_PLATFORM_KEY`] and [`SIM_SPEECH_KEY`].
     pub fn for_simulator(addr: SocketAddr, connect_timeout: Duration, timeout: Duration) -> UpstreamConfig {
         UpstreamConfig {

@@ -1,4 +1,4 @@
-//! The upstream platform: an HTTP adapter for its synchronous endpoints and a simulator of them.
+//! The upstream platform: HTTP adapters for its endpoints and its asset control plane.
 //!
 //! - [`HttpUpstream`] implements [`domain::ports::Upstream`] for chat completions, image
 //!   generation, the speech service, response-style and message-style chat, built from an
@@ -14,9 +14,10 @@
 //! - [`HttpAssetUpstream`] implements [`domain::ports::AssetUpstream`] for the asset control
 //!   plane, with Volcengine-style signed requests ([`assets`], [`assets::sign`]), built from an
 //!   [`AssetsConfig`].
-//! - [`sim`] serves all of those endpoints deterministically over real HTTP, with per-request
-//!   fault switches and request counters, for tests and local runs; video tasks move on a
-//!   clock the test controls.
+//!
+//! The simulator these adapters are tested against is its own crate, `sim`, which builds on
+//! this one (the signature scheme of [`assets::sign`], the simulator's keys in [`config`]); this
+//! crate runs no server.
 //!
 //! **Architecture Invariant:** this crate knows the upstream wire format only as far as
 //! transport needs (status, SSE framing, error events); request and answer bodies pass through
@@ -28,7 +29,6 @@ pub mod config;
 pub mod http;
 pub mod route;
 pub mod routed;
-pub mod sim;
 pub mod sse;
 mod stream;
 pub mod tasks;
