@@ -38,9 +38,8 @@ use serde_json::{Map, Value, json};
 
 use super::body::SimBody;
 use super::fault::json_response;
-use super::request::{BodyError, json_object, now_secs, read_body};
+use super::request::{BodyError, is_loopback_url, json_object, now_secs, read_body};
 use super::state::{AssetState, AssetTable, Group, SimAsset, SimState, lock};
-use super::video::is_loopback_url;
 use upstream::assets::sign::{self, Received, VerifyError};
 use upstream::config::{SIM_ASSETS_ACCESS_KEY, SIM_ASSETS_SECRET_KEY};
 
