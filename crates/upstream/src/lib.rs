@@ -4,7 +4,8 @@
 //!   generation, the speech service, response-style and message-style chat, built from an
 //!   [`UpstreamConfig`] (base URLs, keys, timeouts), with one pooled HTTP/1.1 client of its own (`transport`); streams
 //!   are read chunk by chunk through [`sse::SseSplitter`] and framed per endpoint (data-only
-//!   for chat, named events for the native formats). The endpoint table and the error mapping
+//!   for chat, named events for the native formats). Its routes, answer bounds and failures
+//!   are in [`adapter`], below the calls it makes: the endpoint table and the error mapping
 //!   are in [`http`]. It also implements [`domain::ports::TaskUpstream`] for the platform's
 //!   video tasks ([`tasks`]).
 //! - [`RoutedUpstream`] puts several endpoints (base URL and key) behind the same ports, per
@@ -24,6 +25,7 @@
 //! as bytes, and their meaning (usage, completion of a named stream, the speech service's
 //! `code`) is decided by the callers.
 
+pub mod adapter;
 pub mod assets;
 pub mod config;
 pub mod http;
@@ -34,7 +36,7 @@ mod stream;
 pub mod tasks;
 pub mod transport;
 
+pub use adapter::HttpUpstream;
 pub use assets::HttpAssetUpstream;
 pub use config::{AssetsConfig, UpstreamConfig};
-pub use http::HttpUpstream;
 pub use routed::{Member, RoutedConfig, RoutedUpstream};
