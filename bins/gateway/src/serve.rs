@@ -38,7 +38,7 @@ pub(crate) async fn sim_upstream(listen: &str) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("{}", serde_json::json!({"simulator": format!("http://{addr}/api/v3")}));
     let shutdown = Shutdown::listen()?;
-    upstream::sim::serve(listener, shutdown.signalled()).await.map_err(|e| e.to_string())
+    sim::serve(listener, shutdown.signalled()).await.map_err(|e| e.to_string())
 }
 
 /// `gateway serve`: runs until SIGINT or SIGTERM. A funded demo user is created on a database

@@ -15,7 +15,7 @@ use crate::config::{Config, MediaLinks, Secret, UpstreamEndpoint, UpstreamPool};
 /// The use cases, and the simulator they may talk to (keep it alive as long as the server).
 pub(crate) struct Wired {
     pub gateway: Gateway,
-    pub simulator: Option<upstream::sim::SimHandle>,
+    pub simulator: Option<sim::SimHandle>,
 }
 
 /// A name for this process's worker leases, unique among replicas.
@@ -29,7 +29,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let timeout = config.upstream_timeout.0;
     let urls = [&config.upstream_url, &config.speech_url, &config.messages_url, &config.assets_url];
     let sim = if urls.iter().any(|u| entries(u).contains(&"sim")) {
-        Some(upstream::sim::spawn().await.map_err(|e| format!("simulator: {e}"))?)
+        Some(sim::spawn().await.map_err(|e| format!("simulator: {e}"))?)
     } else {
         None
     };

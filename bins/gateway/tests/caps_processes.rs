@@ -77,7 +77,7 @@ fn settled_calls(rt: &tokio::runtime::Runtime, sandbox: &Sandbox, user: &str) ->
 fn a_model_cap_of_5_holds_across_two_replicas() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sandbox, label) = sandbox(&rt);
-    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (user, key) = account(&sandbox);
     sandbox.run(&["admin", "model", "set", "--model", MODEL, "--concurrency-limit", "5"]).json();
     let (_a, addr_a) = serve(&sandbox, sim_addr, "serve-a", 2_500);
@@ -115,7 +115,7 @@ fn a_model_cap_of_5_holds_across_two_replicas() {
 fn the_slots_of_a_replica_killed_with_sigkill_come_back_within_the_lease_time() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sandbox, label) = sandbox(&rt);
-    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (_user, key) = account(&sandbox);
     sandbox.run(&["admin", "model", "set", "--model", MODEL, "--concurrency-limit", "2"]).json();
     let (mut doomed, addr_doomed) = serve(&sandbox, sim_addr, "serve-doomed", 1_000);

@@ -74,8 +74,7 @@ fn chat_calls_running(addr: &str) -> u64 {
 fn two_replicas_take_chat_image_and_video_and_a_sigkill_loses_nothing() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (sandbox, label) = sandbox(&rt);
-    let (sim_addr, sim) =
-        rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start the simulator");
+    let (sim_addr, sim) = rt.block_on(sim::spawn_with(sim::SimOptions::default())).expect("start the simulator");
     for (model, cap) in [(CHAT_MODEL, CHAT_CAP), (IMAGE_MODEL, IMAGE_CAP)] {
         sandbox.run(&["admin", "model", "set", "--model", model, "--concurrency-limit", &cap.to_string()]).json();
     }

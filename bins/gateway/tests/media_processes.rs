@@ -25,8 +25,8 @@ use testkit::s3::{Relay, S3Place};
 /// How long a task may take to end once a replica can run it.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
-fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHandle) {
-    rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start the simulator")
+fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, sim::SimHandle) {
+    rt.block_on(sim::spawn_with(sim::SimOptions::default())).expect("start the simulator")
 }
 
 /// An address nothing listens on.

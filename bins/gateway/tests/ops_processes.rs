@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 #[test]
 fn json_logs_carry_the_call_and_never_the_key() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (user, key) = common::account(&sandbox, "10", "language:create");
     let env = [("GATEWAY_LOG_FORMAT", "json".to_owned())];
@@ -79,7 +79,7 @@ fn send_slow_chat(addr: &str, key: &str, content: &str, latency_ms: u64) -> TcpS
 }
 
 /// Waits (bounded) until the simulator has answered or is answering a call.
-fn until_upstream_reached(sim: &upstream::sim::SimHandle) {
+fn until_upstream_reached(sim: &sim::SimHandle) {
     let started = std::time::Instant::now();
     while sim.in_flight_max() < 1 {
         assert!(started.elapsed() < Duration::from_secs(10), "the call never reached the upstream");
@@ -90,7 +90,7 @@ fn until_upstream_reached(sim: &upstream::sim::SimHandle) {
 #[test]
 fn sigterm_waits_for_a_call_whose_client_hung_up() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (user, key) = common::account(&sandbox, "10", "language:create");
     let (mut server, addr) = common::serve_against(&sandbox, sim_addr, "serve-drain", &[]);
@@ -108,7 +108,7 @@ fn sigterm_waits_for_a_call_whose_client_hung_up() {
 #[test]
 fn a_killed_replicas_call_is_refunded_by_another_within_its_lease() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (user, key) = common::account(&sandbox, "10", "language:create");
     let env = [("GATEWAY_REPLICA_LEASE", "2000ms".to_owned())];

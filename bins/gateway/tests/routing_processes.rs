@@ -16,8 +16,8 @@ use serde_json::json;
 
 const CHAT_MODEL: &str = "LangA-V4-flash";
 
-fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHandle) {
-    rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start a simulator")
+fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, sim::SimHandle) {
+    rt.block_on(sim::spawn_with(sim::SimOptions::default())).expect("start a simulator")
 }
 
 /// `serve` with the platform at both simulators (one key for both), everything else at `a`.
@@ -71,7 +71,7 @@ fn two_upstreams_share_the_calls_and_one_stopped_mid_run_costs_no_call() {
     let (b, sim_b) = simulator(&rt);
     let (user, key) = common::account(&sandbox, "1000", "language:create,task:read");
     let (_serve, addr) = serve(&sandbox, a, b);
-    let chat = upstream::sim::CHAT_PATH;
+    let chat = sim::CHAT_PATH;
 
     // Equal weights: 1,000 calls split within ±10 % of 500 each.
     let done = Arc::new(AtomicUsize::new(0));
@@ -215,7 +215,7 @@ fn a_refusing_upstream_loses_its_share_until_it_recovers_and_all_down_is_502_ref
     let (b, sim_b) = simulator(&rt);
     let (user, key) = common::account(&sandbox, "1000", "language:create,task:read");
     let (_serve, addr) = serve(&sandbox, a, b);
-    let chat = upstream::sim::CHAT_PATH;
+    let chat = sim::CHAT_PATH;
     let on_b = || sim_b.requests(chat);
 
     // 429 with Retry-After: 2 — b is asked again only after each cool-down.
@@ -271,7 +271,7 @@ fn a_refused_key_leaves_the_pool_and_is_reported_once() {
     let (_serve, addr) = common::serve_against(&sandbox, a, "serve", &env);
     assert_eq!(answered(&addr, &key, 200), (200, vec![]), "{label}: every call answered with the good key");
     // Tried once, or by each of the 4 clients that picked it before its first refusal came back.
-    let tried = sim_a.requests(upstream::sim::CHAT_PATH) - 200;
+    let tried = sim_a.requests(sim::CHAT_PATH) - 200;
     assert!((1..=4).contains(&tried), "{label}: the revoked key was tried {tried} times");
     let log = common::logged_problems(&sandbox, "serve");
     let reported: Vec<&str> = log.lines().filter(|l| l.contains("refused the endpoint's key")).collect();
@@ -301,7 +301,7 @@ fn the_full_form_sets_weights_key_pools_and_a_fallback_tier() {
     );
     let (user, api_key) = common::account(&sandbox, "1000", "language:create,task:read");
     let (_serve, addr) = common::serve_against(&sandbox, a, "serve", &[]);
-    let chat = upstream::sim::CHAT_PATH;
+    let chat = sim::CHAT_PATH;
     assert_eq!(answered(&addr, &api_key, 400), (400, vec![]), "{label}");
     let shares = (sim_a.requests(chat), sim_b.requests(chat), sim_c.requests(chat));
     eprintln!("{label}: 400 calls: heavy {}, light {}, fallback {}", shares.0, shares.1, shares.2);
@@ -348,7 +348,7 @@ fn video_tasks_live_where_they_were_created_and_every_task_records_its_endpoint(
         .collect();
     let (tasks, entries) = common::books_when_settled(&rt, &sandbox, &user, Duration::from_secs(120));
     assert!(tasks.iter().all(|t| t.status == domain::TaskStatus::Succeeded), "{label}: {tasks:?}");
-    let created = sim_a.requests(upstream::sim::VIDEO_TASKS_PATH) + sim_b.requests(upstream::sim::VIDEO_TASKS_PATH);
+    let created = sim_a.requests(sim::VIDEO_TASKS_PATH) + sim_b.requests(sim::VIDEO_TASKS_PATH);
     assert_eq!(created, 12, "{label}: one upstream task per task, none created twice");
     let mut retried = 0;
     let mut on = std::collections::HashMap::new();

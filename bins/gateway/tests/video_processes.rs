@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
 /// The simulator, with the real clock: a task is `queued` 1 s, then `running` 2 s.
-fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, upstream::sim::SimHandle) {
-    rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start the simulator")
+fn simulator(rt: &tokio::runtime::Runtime) -> (SocketAddr, sim::SimHandle) {
+    rt.block_on(sim::spawn_with(sim::SimOptions::default())).expect("start the simulator")
 }
 
 /// A user with `balance` and a key for creating and reading tasks: (user id, key).
@@ -102,7 +102,7 @@ fn a_server_killed_with_50_tasks_in_flight_finishes_them_after_a_restart() {
     let ids: Vec<String> = (0..50).map(|i| create(&addr, &key, i)).collect();
     // Kill it mid-way: some tasks submitted, most still in flight.
     let deadline = Instant::now() + COMMAND_TIMEOUT;
-    while sim.requests(upstream::sim::VIDEO_TASKS_PATH) < 10 {
+    while sim.requests(sim::VIDEO_TASKS_PATH) < 10 {
         assert!(Instant::now() < deadline, "{label}: the worker submitted nothing");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -141,7 +141,7 @@ fn two_replicas_on_one_database_submit_and_settle_each_task_once() {
     let (_b, addr_b) = serve(&sandbox, sim_addr, "replica-b");
     let ids: Vec<String> = (0..100).map(|i| create(if i % 2 == 0 { &addr_a } else { &addr_b }, &key, i)).collect();
     let all = until_all_end(&addr_b, &key, &ids);
-    assert_eq!(sim.requests(upstream::sim::VIDEO_TASKS_PATH), 100, "{label}: each task submitted upstream once");
+    assert_eq!(sim.requests(sim::VIDEO_TASKS_PATH), 100, "{label}: each task submitted upstream once");
     assert_books(&rt, &sandbox, &user, &all, &ids);
     assert!(ids.iter().all(|id| all[id]["status"] == "succeeded"), "{label}: every task succeeded");
 }

@@ -34,8 +34,8 @@ const MINUTE: i64 = 1_795_709_520_000;
 const SCOPES: [Scope; 2] = [Scope::LanguageCreate, Scope::TaskRead];
 
 /// A chat upstream on a fresh simulator (keep the handle alive).
-async fn chat_upstream() -> (Arc<upstream::HttpUpstream>, upstream::sim::SimHandle) {
-    let (addr, sim) = upstream::sim::spawn().await.expect("start the upstream simulator");
+async fn chat_upstream() -> (Arc<upstream::HttpUpstream>, sim::SimHandle) {
+    let (addr, sim) = sim::spawn().await.expect("start the upstream simulator");
     let config = upstream::UpstreamConfig {
         platform_key: SIM_API_KEY.into(),
         ..upstream::UpstreamConfig::for_simulator(addr, Duration::from_secs(2), Duration::from_secs(5))
@@ -44,7 +44,7 @@ async fn chat_upstream() -> (Arc<upstream::HttpUpstream>, upstream::sim::SimHand
 }
 
 /// A gateway with a chat upstream whose time is `clock`.
-async fn server(db: &Db, clock: &Arc<HandClock>) -> (Server, upstream::sim::SimHandle) {
+async fn server(db: &Db, clock: &Arc<HandClock>) -> (Server, sim::SimHandle) {
     let (chat, sim) = chat_upstream().await;
     let clock: Arc<dyn Clock> = Arc::clone(clock) as Arc<dyn Clock>;
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 /// The simulator's tokens for a 5 s 720p 16:9 video (its own formula), and the model's rate.
 fn expected_charge(seconds: u64) -> UsdAmount {
-    let tokens = upstream::sim::video::task::tokens(1280, 720, seconds);
+    let tokens = sim::video::task::tokens(1280, 720, seconds);
     // videogen-2-0 at 720p: 7 USD per million output tokens = 7 micro-USD per token.
     UsdAmount::from_micros(i64::try_from(tokens).expect("tokens fit") * 7)
 }
@@ -210,7 +210,7 @@ async fn the_same_idempotency_key_and_body_create_one_task_submitted_once() {
         let conflict = env.server.post_json_with("/api/v1/tasks", Some(&env.key), &headers, &other).await;
         conflict.assert_error(409, "idempotency_conflict", &env.ctx("same key, other body"));
         env.drive(&id, "succeeded").await;
-        let creates = env.sim.requests(upstream::sim::VIDEO_TASKS_PATH);
+        let creates = env.sim.requests(sim::VIDEO_TASKS_PATH);
         assert_eq!(creates, 1, "{}", env.ctx("submitted upstream once"));
         let (entries, _) = env.server.ledger(&env.user.id).await;
         // The initial grant, the hold and its settlement: nothing twice.
@@ -262,7 +262,7 @@ async fn two_workers_on_one_database_submit_and_settle_each_task_once() {
                 break;
             }
         }
-        assert_eq!(env.sim.requests(upstream::sim::VIDEO_TASKS_PATH), 40, "{}", env.ctx("each task submitted once"));
+        assert_eq!(env.sim.requests(sim::VIDEO_TASKS_PATH), 40, "{}", env.ctx("each task submitted once"));
         let (entries, _) = env.server.ledger(&env.user.id).await;
         for id in &ids {
             let task = env.task(id).await;

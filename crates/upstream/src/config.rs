@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// What [`crate::HttpUpstream`] needs: base URLs, keys and timeouts.
+/// Where the platform and the speech service are: base URLs, keys and timeouts.
 ///
 /// An empty base leaves its endpoints unconfigured: calls to them answer
 /// [`domain::ports::UpstreamError::NotConfigured`] without sending anything. An empty key sends
@@ -38,7 +38,7 @@ pub const SIM_PLATFORM_KEY: &str = "sim-platform-key";
 pub const SIM_SPEECH_KEY: &str = "sim-speech-key";
 
 impl UpstreamConfig {
-    /// Every endpoint pointing at one simulator listening on `addr` (see [`crate::sim`]), with
+    /// Every endpoint pointing at one simulator listening on `addr` (the `sim` crate), with
     /// the keys [`SIM_PLATFORM_KEY`] and [`SIM_SPEECH_KEY`].
     pub fn for_simulator(addr: SocketAddr, connect_timeout: Duration, timeout: Duration) -> UpstreamConfig {
         UpstreamConfig {
@@ -67,8 +67,7 @@ impl fmt::Debug for UpstreamConfig {
     }
 }
 
-/// What [`crate::HttpAssetUpstream`] needs: the asset control plane's origin, its access key
-/// pair, region and timeouts (upstream-wire §5; configured as `GATEWAY_ASSETS_URL`,
+/// Where the asset control plane is: its origin, its access key pair, region and timeouts (upstream-wire §5; configured as `GATEWAY_ASSETS_URL`,
 /// `GATEWAY_ASSETS_ACCESS_KEY`, `GATEWAY_ASSETS_SECRET_KEY`).
 ///
 /// An empty `origin` leaves the control plane unconfigured: calls answer

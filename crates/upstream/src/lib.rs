@@ -1,10 +1,11 @@
-//! The upstream platform: an HTTP adapter for its synchronous endpoints and a simulator of them.
+//! The upstream platform: HTTP adapters for its endpoints and its asset control plane.
 //!
 //! - [`HttpUpstream`] implements [`domain::ports::Upstream`] for chat completions, image
 //!   generation, the speech service, response-style and message-style chat, built from an
 //!   [`UpstreamConfig`] (base URLs, keys, timeouts), with one pooled HTTP/1.1 client of its own (`transport`); streams
 //!   are read chunk by chunk through [`sse::SseSplitter`] and framed per endpoint (data-only
-//!   for chat, named events for the native formats). The endpoint table and the error mapping
+//!   for chat, named events for the native formats). Its routes, answer bounds and failures
+//!   are in [`adapter`], below the calls it makes: the endpoint table and the error mapping
 //!   are in [`http`]. It also implements [`domain::ports::TaskUpstream`] for the platform's
 //!   video tasks ([`tasks`]).
 //! - [`RoutedUpstream`] puts several endpoints (base URL and key) behind the same ports, per
@@ -14,27 +15,28 @@
 //! - [`HttpAssetUpstream`] implements [`domain::ports::AssetUpstream`] for the asset control
 //!   plane, with Volcengine-style signed requests ([`assets`], [`assets::sign`]), built from an
 //!   [`AssetsConfig`].
-//! - [`sim`] serves all of those endpoints deterministically over real HTTP, with per-request
-//!   fault switches and request counters, for tests and local runs; video tasks move on a
-//!   clock the test controls.
+//!
+//! The simulator these adapters are tested against is its own crate, `sim`, which builds on
+//! this one (the signature scheme of [`assets::sign`], the simulator's keys in [`config`]); this
+//! crate runs no server.
 //!
 //! **Architecture Invariant:** this crate knows the upstream wire format only as far as
 //! transport needs (status, SSE framing, error events); request and answer bodies pass through
 //! as bytes, and their meaning (usage, completion of a named stream, the speech service's
 //! `code`) is decided by the callers.
 
+pub mod adapter;
 pub mod assets;
 pub mod config;
 pub mod http;
 pub mod route;
 pub mod routed;
-pub mod sim;
 pub mod sse;
 mod stream;
 pub mod tasks;
 pub mod transport;
 
+pub use adapter::HttpUpstream;
 pub use assets::HttpAssetUpstream;
 pub use config::{AssetsConfig, UpstreamConfig};
-pub use http::HttpUpstream;
 pub use routed::{Member, RoutedConfig, RoutedUpstream};

@@ -39,8 +39,8 @@ use domain::ports::{
     UpstreamHealth, Via,
 };
 
+use crate::adapter::{Failed, HttpUpstream};
 use crate::config::UpstreamConfig;
-use crate::http::{Failed, HttpUpstream};
 use crate::route::{BreakerSettings, Change, Circuit, EndpointSpec, EndpointState, ErrorKind, Outcome, Router};
 
 /// Attempts one call makes at most, by default. Each endpoint is tried at most once per call, so a

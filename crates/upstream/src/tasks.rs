@@ -22,7 +22,7 @@ use domain::ports::{Attempted, TaskUpstream, UpstreamError};
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method};
 
-use crate::http::{Failed, HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
+use crate::adapter::{Failed, HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
 use crate::transport::{MAX_ERROR_BODY, read_limited, read_prefix};
 
 /// Longest accepted upstream task id.

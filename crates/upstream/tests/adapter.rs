@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use common::{LONG, adapter, capture_server, drain, header_of, names, open_raw, scripted_server, send};
 use domain::ports::{Endpoint, UpstreamError};
 use upstream::http::{MAX_ANSWER_BYTES, MESSAGES_VERSION};
-use upstream::sim;
 use upstream::{HttpUpstream, UpstreamConfig};
 
 const PLATFORM_KEY: &str = "sk-platform-0123456789";

@@ -11,9 +11,9 @@ use std::time::Duration;
 use common::{LONG, body_server, raw_answer};
 use domain::ports::{AssetKind, AssetStatus, AssetUpstream, TaskUpstream, UpstreamError};
 use serde_json::{Value, json};
+use sim::{ASSETS_PATH, SimHandle, SimOptions};
 use upstream::assets::sign;
 use upstream::config::{SIM_ASSETS_ACCESS_KEY, SIM_ASSETS_SECRET_KEY};
-use upstream::sim::{self, ASSETS_PATH, SimHandle, SimOptions};
 use upstream::{AssetsConfig, HttpAssetUpstream, UpstreamConfig};
 
 async fn start() -> (HttpAssetUpstream, SimHandle, SocketAddr) {

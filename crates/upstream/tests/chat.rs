@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{LONG, adapter};
 use domain::ports::{Endpoint, EventStream, UpstreamError};
 use serde_json::{Value, json};
-use upstream::sim::{self, SimHandle};
+use sim::SimHandle;
 use upstream::{HttpUpstream, UpstreamConfig};
 
 async fn start(timeout: Duration) -> (HttpUpstream, SimHandle) {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use common::{LONG, call, get, start, with};
 use domain::ports::{Endpoint, UpstreamError};
 use serde_json::{Value, json};
+use sim::IMAGES_PATH;
 use upstream::HttpUpstream;
-use upstream::sim::IMAGES_PATH;
 
 fn request(extra: Value) -> Value {
     with(json!({"model": "image-model", "prompt": "A lighthouse at dawn"}), extra)

@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::{LONG, call, data, drain, names, open, start, with};
 use domain::ports::{Endpoint, UpstreamError};
 use serde_json::{Value, json};
+use sim::MESSAGES_PATH;
 use upstream::HttpUpstream;
-use upstream::sim::MESSAGES_PATH;
 
 fn request(extra: Value) -> Value {
     with(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::{LONG, call, data, drain, names, open, start, with};
 use domain::ports::{Endpoint, UpstreamError};
 use serde_json::{Value, json};
+use sim::RESPONSES_PATH;
 use upstream::HttpUpstream;
-use upstream::sim::RESPONSES_PATH;
 
 fn request(extra: Value) -> Value {
     with(json!({"model": "resp-model", "input": "Hello there, simulator!"}), extra)

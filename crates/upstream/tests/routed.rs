@@ -7,9 +7,9 @@ mod common;
 use common::LONG;
 use domain::ports::{Endpoint, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError, Via};
 use serde_json::{Value, json};
+use sim::{SimHandle, VIDEO_TASKS_PATH};
 use upstream::config::SIM_PLATFORM_KEY;
 use upstream::route::BreakerSettings;
-use upstream::sim::{self, SimHandle, VIDEO_TASKS_PATH};
 use upstream::{Member, RoutedConfig, RoutedUpstream};
 
 const CHAT_PATH: &str = "/api/v3/chat/completions";

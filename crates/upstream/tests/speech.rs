@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{LONG, adapter, get, start, with};
 use domain::ports::{Endpoint, UpstreamError};
 use serde_json::{Value, json};
-use upstream::sim::SPEECH_PATH;
+use sim::SPEECH_PATH;
 use upstream::{HttpUpstream, UpstreamConfig};
 
 fn request(extra: Value) -> Value {

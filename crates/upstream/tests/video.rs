@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{LONG, body_server, get, raw_answer, with};
 use domain::ports::{TaskUpstream, UpstreamError};
 use serde_json::{Value, json};
-use upstream::sim::{self, ClockMode, SimHandle, SimOptions, VIDEO_TASKS_PATH};
+use sim::{ClockMode, SimHandle, SimOptions, VIDEO_TASKS_PATH};
 use upstream::{HttpUpstream, UpstreamConfig};
 
 async fn start(options: SimOptions) -> (HttpUpstream, SimHandle, std::net::SocketAddr) {

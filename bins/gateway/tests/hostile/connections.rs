@@ -81,7 +81,7 @@ fn chat_body(size: usize) -> Vec<u8> {
 #[test]
 fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let env = [("GATEWAY_HEADER_READ_TIMEOUT", "1000ms".to_owned()), ("GATEWAY_IDLE_TIMEOUT", "2500ms".to_owned())];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-conn", &env);
@@ -148,7 +148,7 @@ fn stalled_and_idle_connections_are_closed_within_their_timeouts() {
 #[test]
 fn idle_connections_and_connections_past_the_cap_do_not_stop_a_call() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (_, key) = common::account(&sandbox, "10", "language:create");
     let body = json!({"model": "LangA-V4-flash", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
@@ -203,7 +203,7 @@ fn ms(since: Instant) -> u128 {
 #[test]
 fn a_trickled_body_is_cut_and_one_user_cannot_take_another_users_room() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (_, a) = common::account(&sandbox, "10", "language:create");
     let (_, b) = common::account(&sandbox, "10", "language:create");

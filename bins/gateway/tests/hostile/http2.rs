@@ -119,7 +119,7 @@ fn hold(addr: &str, sent: mpsc::Sender<()>, limit: Duration) -> Held {
 #[test]
 fn connections_that_open_no_window_are_cut_and_another_client_is_served() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let env = [
         ("GATEWAY_MAX_CONNECTIONS", "4".to_owned()),
@@ -192,7 +192,7 @@ fn until_closed(conn: &mut TcpStream, limit: Duration) -> (Option<u32>, Option<D
 #[test]
 fn rapid_reset_and_continuation_settings_and_ping_floods_are_bounded() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let env = [("GATEWAY_IDLE_TIMEOUT", "3000ms".to_owned())];
     let (server, addr) = common::serve_against(&sandbox, sim, "serve-h2-flood", &env);

@@ -42,7 +42,7 @@ fn mib_of(kib: u64) -> u64 {
 #[test]
 fn large_image_and_audio_bodies_cost_at_most_twice_their_bytes() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     // Memory is the edge's and the validation's business, not the database's: SQLite only.
     let sandbox = common::Sandbox::new();
     let (_, key) = common::account(&sandbox, "100", "image:create,audio:create");

@@ -68,7 +68,7 @@ fn media_part_head(name: &str) -> Vec<u8> {
 #[test]
 fn hostile_multipart_bodies_get_their_4xx_in_time_and_leave_nothing_behind() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, db) = sandbox(&rt);
     let quota = (2 * MIB).to_string();
     let (_, key) =

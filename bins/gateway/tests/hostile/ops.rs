@@ -38,7 +38,7 @@ async fn ids(conn: &DatabaseConnection, sql: &str) -> Vec<String> {
 #[test]
 fn a_running_server_prunes_old_rows_and_keeps_recent_ones() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, db) = sandbox(&rt);
     sandbox.run(&["migrate"]).json();
     let url = sandbox.database_url();
@@ -100,7 +100,7 @@ fn balance(addr: &str, key: &str) -> String {
 #[test]
 fn upstream_refusals_and_failures_tell_a_stranger_nothing_of_our_network() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, db) = sandbox(&rt);
     let (_user, key) = super::common::account(&sandbox, "10", "language:create,overview:read");
 
@@ -154,7 +154,7 @@ fn upstream_refusals_and_failures_tell_a_stranger_nothing_of_our_network() {
 #[test]
 fn metrics_require_the_bearer_token_when_one_is_set() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim_addr, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let sandbox = Sandbox::new();
     let token = "metrics-token-0123456789";
     let env = [("GATEWAY_METRICS_TOKEN", token.to_owned())];

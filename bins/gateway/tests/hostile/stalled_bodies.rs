@@ -38,7 +38,7 @@ fn start_image(addr: &str, key: &str, length: u64, first: &[u8]) -> TcpStream {
 #[test]
 fn a_body_sent_fast_then_stopped_holds_its_room_only_for_the_stall_time() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (_, a) = common::account(&sandbox, "100", "image:create");
     let (_, b) = common::account(&sandbox, "100", "image:create");
@@ -95,7 +95,7 @@ fn address_space_kib(pid: u32) -> u64 {
 #[test]
 fn a_huge_declared_length_costs_only_the_bytes_sent() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (_, key) = common::account(&sandbox, "100", "image:create");
     let (server, addr) =

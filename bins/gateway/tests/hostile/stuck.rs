@@ -70,7 +70,7 @@ fn last_growth(
 #[test]
 fn a_client_that_stops_reading_is_cut_and_a_slow_upstream_call_is_not() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let (_, key) = common::account(&sandbox, "10", "language:create");
     let env = [("GATEWAY_MAX_CONNECTIONS", "1".to_owned()), ("GATEWAY_IDLE_TIMEOUT", "2000ms".to_owned())];
@@ -140,7 +140,7 @@ fn a_client_that_stops_reading_is_cut_and_a_slow_upstream_call_is_not() {
 #[test]
 fn an_address_past_its_connection_cap_is_closed_at_once_and_others_are_served() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (sim, _sim) = rt.block_on(upstream::sim::spawn()).expect("start the simulator");
+    let (sim, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, _) = sandbox(&rt);
     let env = [("GATEWAY_MAX_CONNECTIONS_PER_IP", "3".to_owned()), ("GATEWAY_IDLE_TIMEOUT", "10000ms".to_owned())];
     let (_server, addr) = common::serve_against(&sandbox, sim, "serve-per-ip", &env);

@@ -53,8 +53,7 @@ fn a_tenant_with_a_drip_fed_link_and_a_silent_receiver_does_not_stall_another() 
         let (ca, identity) = testkit::test_pki();
         let (receiver, log) = rt.block_on(testkit::receiver("127.0.0.1:0", identity)).expect("bind the receiver");
         let ca_file = sandbox.file("test-ca.pem", &String::from_utf8(ca).expect("PEM is text"));
-        let (sim_addr, _sim) =
-            rt.block_on(upstream::sim::spawn_with(upstream::sim::SimOptions::default())).expect("start the simulator");
+        let (sim_addr, _sim) = rt.block_on(sim::spawn_with(sim::SimOptions::default())).expect("start the simulator");
         let scopes = "video:create,task:read,task:write";
         let ((_, key_a), (_, key_b)) =
             (common::account(&sandbox, "1000", scopes), common::account(&sandbox, "1000", scopes));

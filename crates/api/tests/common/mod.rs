@@ -432,8 +432,8 @@ impl Server {
     /// Like [`Server::start`], with chat completions served by a fresh upstream simulator on
     /// `127.0.0.1:0`, reached with `timeout` per call (and per stream chunk). Keep the returned handle
     /// alive for as long as the server runs.
-    pub async fn start_with_chat(db: &Db, timeout: Duration) -> (Server, upstream::sim::SimHandle) {
-        let (sim_addr, sim) = upstream::sim::spawn().await.expect("start the upstream simulator");
+    pub async fn start_with_chat(db: &Db, timeout: Duration) -> (Server, sim::SimHandle) {
+        let (sim_addr, sim) = sim::spawn().await.expect("start the upstream simulator");
         let config = upstream::UpstreamConfig {
             platform_key: SIM_API_KEY.into(),
             ..upstream::UpstreamConfig::for_simulator(sim_addr, Duration::from_secs(2), timeout)
@@ -598,7 +598,7 @@ pub struct Env {
     /// The gateway.
     pub server: Server,
     /// The simulator (kept alive while the gateway runs).
-    pub sim: upstream::sim::SimHandle,
+    pub sim: sim::SimHandle,
     /// The user.
     pub user: User,
     /// The user's key secret.

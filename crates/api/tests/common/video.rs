@@ -55,8 +55,7 @@ impl VideoEnv {
     pub async fn new(db: &Db, allow: &str, balance: &str) -> VideoEnv {
         let (ca, identity) = testkit::test_pki();
         let (receiver, log) = testkit::receiver("127.0.0.1:0", identity).await.expect("bind the receiver");
-        let (sim_addr, sim) =
-            upstream::sim::spawn_with(upstream::sim::SimOptions::manual()).await.expect("start the simulator");
+        let (sim_addr, sim) = sim::spawn_with(sim::SimOptions::manual()).await.expect("start the simulator");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let (connect, timeout) = (Duration::from_secs(2), Duration::from_secs(10));

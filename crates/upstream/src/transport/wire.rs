@@ -1,5 +1,5 @@
-//! HTTP/1.1 framing for the upstream client ([`super::client`]): the request head it writes, the
-//! response head it parses, and the body decoder (a length, chunks, or up to the close).
+//! HTTP/1.1 framing of one exchange: the request head a client writes, the response head it
+//! parses, and the body decoder (a length, chunks, or up to the close).
 //!
 //! Pure code over byte slices, so every edge is unit-tested without a socket.
 //!

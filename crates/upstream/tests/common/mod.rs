@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use domain::ports::{Endpoint, EventStream, SseEvent, Upstream, UpstreamCall, UpstreamError};
 use serde_json::Value;
+use sim::SimHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use upstream::sim::{self, SimHandle};
 use upstream::{HttpUpstream, UpstreamConfig};
 
 /// A generous per-call timeout.

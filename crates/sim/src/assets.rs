@@ -2,8 +2,8 @@
 //!
 //! # Authentication
 //!
-//! Every request must be signed as [`crate::assets::sign`] describes with
-//! [`crate::config::SIM_ASSETS_ACCESS_KEY`] / [`crate::config::SIM_ASSETS_SECRET_KEY`] (any
+//! Every request must be signed as [`upstream::assets::sign`] describes with
+//! [`upstream::config::SIM_ASSETS_ACCESS_KEY`] / [`upstream::config::SIM_ASSETS_SECRET_KEY`] (any
 //! region), with an `X-Date` within [`MAX_SKEW_SECS`] of the real time. Otherwise the answer is
 //! HTTP 401 with `ResponseMetadata.Error.Code` `MissingAuthenticationToken` (no or an unparsable
 //! `Authorization`), `InvalidAccessKey`, `SignatureDoesNotMatch` (also for a wrong
@@ -38,11 +38,10 @@ use serde_json::{Map, Value, json};
 
 use super::body::SimBody;
 use super::fault::json_response;
-use super::request::{BodyError, json_object, now_secs, read_body};
+use super::request::{BodyError, is_loopback_url, json_object, now_secs, read_body};
 use super::state::{AssetState, AssetTable, Group, SimAsset, SimState, lock};
-use super::video::is_loopback_url;
-use crate::assets::sign::{self, Received, VerifyError};
-use crate::config::{SIM_ASSETS_ACCESS_KEY, SIM_ASSETS_SECRET_KEY};
+use upstream::assets::sign::{self, Received, VerifyError};
+use upstream::config::{SIM_ASSETS_ACCESS_KEY, SIM_ASSETS_SECRET_KEY};
 
 /// Largest accepted request body, in bytes.
 pub const MAX_ASSET_REQUEST_BYTES: usize = 1024 * 1024;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::task::Status;
-use crate::sim::state::{SimState, VideoTable};
+use crate::state::{SimState, VideoTable};
 
 /// Attempts per callback POST.
 pub(crate) const CALLBACK_ATTEMPTS: u32 = 4;

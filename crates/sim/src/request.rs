@@ -1,4 +1,5 @@
-//! Reading simulator requests: bounded bodies, JSON objects, credentials, the simulator's origin.
+//! Reading simulator requests: bounded bodies, JSON objects, credentials, the simulator's origin,
+//! and whether a URL a request names is one the simulator may call (loopback only).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -70,4 +71,29 @@ pub(crate) fn origin(state: &SimState, headers: &HeaderMap) -> String {
 /// Unix seconds now.
 pub(crate) fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+}
+
+/// Whether `url` is http(s) to a loopback host.
+pub(crate) fn is_loopback_url(url: &str) -> bool {
+    match url::Url::parse(url) {
+        Ok(u) => {
+            matches!(u.scheme(), "http" | "https") && matches!(u.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"))
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_urls() {
+        for ok in ["http://127.0.0.1:9/x", "https://localhost/x", "http://[::1]:80/"] {
+            assert!(is_loopback_url(ok), "{ok}");
+        }
+        for bad in ["http://10.0.0.1/", "https://example.com/", "ftp://127.0.0.1/", "127.0.0.1"] {
+            assert!(!is_loopback_url(bad), "{bad}");
+        }
+    }
 }

@@ -304,7 +304,7 @@ mod tests {
     use super::*;
 
     fn state() -> SimState {
-        SimState::new(([127, 0, 0, 1], 1).into(), crate::sim::SimOptions::default())
+        SimState::new(([127, 0, 0, 1], 1).into(), crate::SimOptions::default())
     }
 
     fn plan(state: &SimState, req: Value, previous: Option<(String, u64)>) -> ResponsePlan {

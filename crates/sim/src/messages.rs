@@ -264,7 +264,7 @@ mod tests {
     }
 
     fn state() -> SimState {
-        SimState::new(([127, 0, 0, 1], 1).into(), crate::sim::SimOptions::default())
+        SimState::new(([127, 0, 0, 1], 1).into(), crate::SimOptions::default())
     }
 
     #[test]
