@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 mod segments;
 
+pub use segments::SMALL_BODY_BYTES;
 use segments::Segments;
 
 use crate::error::ApiError;
@@ -29,10 +30,6 @@ pub fn is_json(headers: &HeaderMap) -> bool {
         .and_then(|v| v.split(';').next())
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
-
-/// Request bodies up to this size are read without touching the [`BodyBudget`] (every chat call of
-/// ordinary size): 1 MiB.
-pub const SMALL_BODY_BYTES: u64 = 1024 * 1024;
 
 /// The default [`BodyBudget`]: 1 GiB of large request bodies buffered at once, across all requests.
 pub const DEFAULT_BODY_BUDGET_BYTES: u64 = 1024 * 1024 * 1024;

@@ -25,7 +25,7 @@ pub struct Ctx<'a> {
     pub who: Option<Principal>,
     /// The operator, for operator routes.
     pub actor: Option<Actor>,
-    /// The most bytes of JSON the route reads (its declared [`crate::route::BodyKind`]).
+    /// The most bytes of JSON the route reads (the body kind its row in the route table declares).
     pub limit: u64,
 }
 

@@ -1,7 +1,9 @@
 //! A request body's bytes as they arrive: segments as large as the room the body took in the body
 //! budget, joined at most once.
 
-use super::SMALL_BODY_BYTES;
+/// Request bodies up to this size are read without touching the body budget (every chat call of
+/// ordinary size), in one buffer: 1 MiB.
+pub const SMALL_BODY_BYTES: u64 = 1024 * 1024;
 
 /// A body's bytes as they arrive, in segments that are never copied while the body grows.
 ///
