@@ -29,10 +29,8 @@ BARE = re.compile(r'^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*(\.(rs|sql|toml|md|py|sh|
 TEST = re.compile(r'^((?:crates|bins)/[A-Za-z0-9_\-/]+(?:\.rs|/))::([a-z_][a-z0-9_]*)$')
 HOLDER = re.compile(r'^(\.ci/run|scripts/[A-Za-z0-9_\-]+\.(py|sh)|(crates|bins)/[A-Za-z0-9_\-/]+\.rs)$')
 DATABASE_CRATES = ('sea-orm', 'sqlx', 'rusqlite')
-# Paths the architecture names before they exist on this branch. Temporary: `crates/sim` is the
-# simulator's crate, being split out of `crates/upstream/src/sim` on another branch. Remove the
-# entry once that branch is merged.
-NOT_YET = {'crates/sim'}
+# Paths the architecture may name before they exist (none today).
+NOT_YET = set()
 
 
 def long_files():
