@@ -163,7 +163,9 @@ fn judge(failed: &Failed) -> (Outcome, bool) {
             None => (Outcome::Failed, true),
         },
         UpstreamError::Status { status, .. } if *status >= 500 => (Outcome::Failed, true),
-        // The caller's own fault, or an answer that came: the endpoint works.
+        // The caller's own fault: the endpoint works, and another would refuse the same.
+        error if error.is_callers_fault() => (Outcome::Answered, false),
+        // An answer that came (a 404 or 408 too): the endpoint works.
         _ => (Outcome::Answered, false),
     }
 }

@@ -61,6 +61,25 @@ impl UpstreamError {
             UpstreamError::Malformed(_) | UpstreamError::NotConfigured(_) | UpstreamError::Rejected { .. } => false,
         }
     }
+    /// Whether the failure is the caller's own: the upstream answered with a 4xx that refuses what
+    /// the request asked for, so the same request fails again on any endpoint and the caller may
+    /// be told why. Not the caller's: 401 and 403 (the gateway's own key), 404 (a model or task
+    /// the gateway named is unknown there), 408 and 429 (time and load), and every failure without
+    /// a 4xx answer (the speech service's and the image endpoint's in-answer refusals included:
+    /// their codes also report the gateway's own key and account).
+    pub fn is_callers_fault(&self) -> bool {
+        match self {
+            UpstreamError::Status { status, .. } => {
+                (400..500).contains(status) && !matches!(status, 401 | 403 | 404 | 408 | 429)
+            }
+            UpstreamError::Connect(_)
+            | UpstreamError::Timeout
+            | UpstreamError::Malformed(_)
+            | UpstreamError::Stream(_)
+            | UpstreamError::Rejected { .. }
+            | UpstreamError::NotConfigured(_) => false,
+        }
+    }
 }
 
 /// One server-sent event of an upstream stream: its `event:` name, if any, and its `data:` payload.
@@ -222,4 +241,31 @@ pub trait UpstreamHealth: Send + Sync {
     fn endpoints(&self) -> Vec<EndpointHealth>;
     /// Whether each pool that has endpoints has one that can take a call now.
     fn can_take_calls(&self) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UpstreamError;
+
+    #[test]
+    fn only_a_refusing_4xx_is_the_callers_fault() {
+        let status = |status| UpstreamError::Status { status, body: String::new() };
+        for callers in [400, 409, 413, 415, 422] {
+            assert!(status(callers).is_callers_fault(), "{callers}");
+        }
+        for not in [200, 401, 403, 404, 408, 429, 500, 502, 503] {
+            assert!(!status(not).is_callers_fault(), "{not}");
+        }
+        let others = [
+            UpstreamError::Connect("refused".into()),
+            UpstreamError::Timeout,
+            UpstreamError::Malformed("x".into()),
+            UpstreamError::Stream("x".into()),
+            UpstreamError::Rejected { code: "c".into(), message: "m".into() },
+            UpstreamError::NotConfigured("x".into()),
+        ];
+        for other in others {
+            assert!(!other.is_callers_fault(), "{other:?}");
+        }
+    }
 }

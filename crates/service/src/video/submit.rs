@@ -73,12 +73,17 @@ impl Gateway {
         self.metrics.upstream(&def.name, started.elapsed(), created.as_ref().err());
         Ok(match created.and_then(|b| parse_created(&b)) {
             Ok(id) => Submission::Accepted { id, via: attempted.via },
-            Err(e @ UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
+            Err(e) if e.is_callers_fault() => {
                 failed("upstream_request_failed", format!("the upstream refused the task: {e}"))
             }
-            Err(e @ (UpstreamError::Rejected { .. } | UpstreamError::Malformed(_))) => {
-                failed("upstream_request_failed", format!("the upstream refused the task: {e}"))
-            }
+            // Not the caller's fault, but asking again cannot help either: a refused key (401,
+            // 403), an unknown model (404), a timeout the upstream reported (408), an answer
+            // refusing the task or one that cannot be read.
+            Err(
+                e @ (UpstreamError::Status { status: 401 | 403 | 404 | 408, .. }
+                | UpstreamError::Rejected { .. }
+                | UpstreamError::Malformed(_)),
+            ) => failed("upstream_request_failed", format!("the upstream refused the task: {e}")),
             Err(e) => Submission::Retry(e.to_string()),
         })
     }
