@@ -18,10 +18,12 @@
 //!   fault switches and request counters, for tests and local runs; video tasks move on a
 //!   clock the test controls.
 //!
-//! **Architecture Invariant:** this crate knows the upstream wire format only as far as
-//! transport needs (status, SSE framing, error events); request and answer bodies pass through
-//! as bytes, and their meaning (usage, completion of a named stream, the speech service's
-//! `code`) is decided by the callers.
+//! **Architecture Invariant:** the platform's video task bodies are this crate's: [`wire`] writes
+//! them from the domain's typed requests and reads the task answers into typed states, so callers
+//! never see those shapes. The synchronous bodies (chat, images, the native formats, speech) still
+//! pass through as bytes, and their meaning (usage, completion of a
+//! named stream, the speech service's `code`) is decided by the callers; for those this crate knows
+//! the wire format only as far as transport needs (status, SSE framing, error events).
 
 pub mod assets;
 pub mod config;
@@ -33,6 +35,7 @@ pub mod sse;
 mod stream;
 pub mod tasks;
 pub mod transport;
+pub mod wire;
 
 pub use assets::HttpAssetUpstream;
 pub use config::{AssetsConfig, UpstreamConfig};

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use domain::ports::{
-    Attempted, Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
-    UpstreamHealth, Via,
+    Attempted, Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamCall,
+    UpstreamError, UpstreamHealth, Via, VideoTaskRequest, VideoTaskState,
 };
 
 use crate::config::UpstreamConfig;
@@ -432,15 +432,22 @@ impl Upstream for RoutedUpstream {
 
 #[async_trait]
 impl TaskUpstream for RoutedUpstream {
-    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>> {
+    async fn create_task(&self, request: &VideoTaskRequest) -> Attempted<String> {
+        let body = match crate::wire::video::create_body(request) {
+            Ok(body) => body,
+            Err(e) => return Attempted::direct(Err(e)),
+        };
         // The body travels as shared bytes; an attempt needs its own vector (rarely more than one).
-        self.run(&self.platform, model, Bytes::from(body), create_retry, |client, body| async move {
-            client.try_create_task(body.to_vec()).await
-        })
-        .await
+        let attempted = self
+            .run(&self.platform, &request.model, Bytes::from(body), create_retry, |client, body| async move {
+                client.try_create_task(body.to_vec()).await
+            })
+            .await;
+        let result = attempted.result.and_then(|answer| crate::wire::video::parse_created(&answer));
+        Attempted { result, via: attempted.via }
     }
 
-    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<VideoTaskState, UpstreamError> {
         self.task_endpoint(at)?.get_task(None, upstream_id).await
     }
 

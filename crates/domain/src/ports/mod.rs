@@ -6,6 +6,7 @@
 mod accounts;
 mod assets;
 mod error;
+mod generation;
 mod idempotency;
 mod ids;
 mod manage;
@@ -18,6 +19,7 @@ mod upstream;
 pub use accounts::{AccountStore, KeyTotal, Readiness};
 pub use assets::{AssetKind, AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
+pub use generation::{VideoTaskRequest, VideoTaskState};
 pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
 pub use ids::IdSource;
 pub use manage::ManageStore;

@@ -2,6 +2,8 @@
 
 use async_trait::async_trait;
 
+use super::{VideoTaskRequest, VideoTaskState};
+
 /// Why an upstream call produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
@@ -61,6 +63,7 @@ impl UpstreamError {
             UpstreamError::Malformed(_) | UpstreamError::NotConfigured(_) | UpstreamError::Rejected { .. } => false,
         }
     }
+
     /// Whether the failure is the caller's own: the upstream answered with a 4xx that refuses what
     /// the request asked for, so the same request fails again on any endpoint and the caller may
     /// be told why. Not the caller's: 401 and 403 (the gateway's own key), 404 (a model or task
@@ -182,19 +185,19 @@ pub trait Upstream: Send + Sync {
     async fn stream(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Box<dyn EventStream>>;
 }
 
-/// The platform's content-generation tasks (video). Bodies are JSON bytes; the adapter moves them
-/// and does not interpret them.
+/// The platform's content-generation tasks (video). The adapter writes the platform's request
+/// bodies and reads its answers; callers see typed values only.
 ///
 /// A task lives on the endpoint that created it: `create_task` says which ([`Attempted::via`]),
 /// the caller records it with the task's upstream id, and later calls name it again (`at`;
 /// `None`: the first platform endpoint, for tasks recorded before routing).
 #[async_trait]
 pub trait TaskUpstream: Send + Sync {
-    /// `POST <platform base>/contents/generations/tasks` for upstream model `model`; the 2xx body
-    /// (`{"id":…}`).
-    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>>;
-    /// `GET <platform base>/contents/generations/tasks/{id}` on endpoint `at`; the 2xx body (the task object).
-    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError>;
+    /// `POST <platform base>/contents/generations/tasks`: creates `request`'s task; the upstream's id
+    /// for it.
+    async fn create_task(&self, request: &VideoTaskRequest) -> Attempted<String>;
+    /// `GET <platform base>/contents/generations/tasks/{id}` on endpoint `at`: what the task is doing.
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<VideoTaskState, UpstreamError>;
     /// `DELETE <platform base>/contents/generations/tasks/{id}` on endpoint `at`: cancels a queued task.
     async fn cancel_task(&self, at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError>;
 }
