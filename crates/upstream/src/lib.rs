@@ -18,10 +18,10 @@
 //!   fault switches and request counters, for tests and local runs; video tasks move on a
 //!   clock the test controls.
 //!
-//! **Architecture Invariant:** the platform's video task bodies are this crate's: [`wire`] writes
-//! them from the domain's typed requests and reads the task answers into typed states, so callers
-//! never see those shapes. The synchronous bodies (chat, images, the native formats, speech) still
-//! pass through as bytes, and their meaning (usage, completion of a
+//! **Architecture Invariant:** the platform's bodies for image generation and video tasks are
+//! this crate's: [`wire`] writes them from the domain's typed requests and reads the task answers
+//! into typed states, so callers never see those shapes. The other synchronous bodies (chat, the
+//! native formats, speech) still pass through as bytes, and their meaning (usage, completion of a
 //! named stream, the speech service's `code`) is decided by the callers; for those this crate knows
 //! the wire format only as far as transport needs (status, SSE framing, error events).
 

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use domain::ports::{
-    Attempted, Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamCall,
+    Attempted, Endpoint, EndpointHealth, EventStream, ImageGeneration, TaskUpstream, Upstream, UpstreamCall,
     UpstreamError, UpstreamHealth, Via, VideoTaskRequest, VideoTaskState,
 };
 
@@ -411,6 +411,10 @@ impl UpstreamHealth for RoutedUpstream {
 
 #[async_trait]
 impl Upstream for RoutedUpstream {
+    fn image_body(&self, request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError> {
+        crate::wire::images::request_body(request)
+    }
+
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
         let endpoint = call.endpoint;
         let pool = self.pool(endpoint);

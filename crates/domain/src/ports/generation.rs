@@ -5,6 +5,77 @@
 use super::AssetKind;
 use crate::{Ratio, Resolution};
 
+/// An image generation the upstream is asked for: a checked client request, with the defaults
+/// applied, borrowed from the body it was read from (a Base64 reference is never copied before
+/// the adapter writes it into the upstream body).
+///
+/// The enumerated settings are the values the client request was checked against (`url`, `png`,
+/// …), passed on as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageGeneration<'a> {
+    /// The model id the upstream expects (the catalog's `upstream.model_id`).
+    pub model: &'a str,
+    /// The prompt.
+    pub prompt: &'a str,
+    /// How the images come back: `url` or `b64_json`.
+    pub response_format: Option<&'a str>,
+    /// Whether the output carries a watermark.
+    pub watermark: Option<bool>,
+    /// Whether the answer streams (only `false` is accepted today).
+    pub stream: Option<bool>,
+    /// Reference images, in the form the client sent them.
+    pub references: Option<ImageReferences<'a>>,
+    /// A named size of the model, or `<W>x<H>`.
+    pub size: Option<&'a str>,
+    /// Sequential generation: `auto` or `disabled`.
+    pub sequential: Option<&'a str>,
+    /// Sequential generation's options (present when the client or a default gave them).
+    pub sequential_options: Option<SequentialImages>,
+    /// `png` or `jpeg`.
+    pub output_format: Option<&'a str>,
+    /// The prompt-optimisation switch.
+    pub optimize_prompt: Option<bool>,
+    /// Prompt-optimisation options.
+    pub prompt_options: Option<PromptOptimisation<'a>>,
+    /// The seed (models with one).
+    pub seed: Option<i64>,
+}
+
+/// Reference images: one, or a list (kept apart so that the upstream gets the client's form).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageReferences<'a> {
+    /// A single reference (an https URL or a `data:` URI).
+    One(&'a str),
+    /// A list of references.
+    Many(Vec<&'a str>),
+}
+
+impl ImageReferences<'_> {
+    /// The references' total length in bytes (what the upstream body needs room for).
+    pub fn total_len(&self) -> usize {
+        match self {
+            ImageReferences::One(one) => one.len(),
+            ImageReferences::Many(many) => many.iter().map(|r| r.len()).sum(),
+        }
+    }
+}
+
+/// Sequential generation's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequentialImages {
+    /// Most images generated.
+    pub max_images: Option<i64>,
+}
+
+/// Prompt-optimisation options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptOptimisation<'a> {
+    /// `standard` or `fast`.
+    pub mode: Option<&'a str>,
+    /// `auto`, `enabled` or `disabled`.
+    pub thinking: Option<&'a str>,
+}
+
 /// A video task to create upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VideoTaskRequest {

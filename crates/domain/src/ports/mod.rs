@@ -19,7 +19,9 @@ mod upstream;
 pub use accounts::{AccountStore, KeyTotal, Readiness};
 pub use assets::{AssetKind, AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
-pub use generation::{VideoTaskRequest, VideoTaskState};
+pub use generation::{
+    ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages, VideoTaskRequest, VideoTaskState,
+};
 pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
 pub use ids::IdSource;
 pub use manage::ManageStore;

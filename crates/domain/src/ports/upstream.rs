@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{VideoTaskRequest, VideoTaskState};
+use super::{ImageGeneration, VideoTaskRequest, VideoTaskState};
 
 /// Why an upstream call produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +179,9 @@ impl<T> Attempted<T> {
 /// the upstream id; the adapter moves bytes and never interprets usage or prices.
 #[async_trait]
 pub trait Upstream: Send + Sync {
+    /// The [`Endpoint::ImageGenerations`] request body for `request`, written straight from the
+    /// borrowed references (no tree of JSON values, no further copy of a reference).
+    fn image_body(&self, request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError>;
     /// Sends a non-streaming request body for `call`; returns the 2xx body.
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>>;
     /// Sends a streaming request body for `call`; returns the event stream once the upstream answered 2xx.
