@@ -109,16 +109,17 @@ pub(crate) fn upstream_message(e: &UpstreamError) -> String {
 }
 
 /// The error a refunded upstream failure answers with: 503 when nothing is configured; 400 when the
-/// upstream refused the caller's own request with 400 (its reason passed on); else 502, which
-/// tells nothing of the upstream's answer (a 401 or 403 is about the gateway's own key).
+/// upstream refused the caller's own request ([`UpstreamError::is_callers_fault`]; its reason
+/// passed on); else 502, which tells nothing of the upstream's answer (a 401 or 403 is about the
+/// gateway's own key).
 pub(crate) fn upstream_error(e: &UpstreamError) -> ServiceError {
     match e {
         UpstreamError::NotConfigured(what) => {
             ServiceError::ProviderNotConfigured(format!("no upstream provider is configured for {what}"))
         }
-        UpstreamError::Status { status: 400, body } => ServiceError::InvalidRequest(format!(
+        UpstreamError::Status { status, body } if e.is_callers_fault() => ServiceError::InvalidRequest(format!(
             "the upstream refused the request: {} (the reservation was refunded)",
-            refusal_reason(body)
+            refusal_reason(*status, body)
         )),
         other => ServiceError::Upstream { message: upstream_message(other), retryable: other.retryable() },
     }
@@ -130,7 +131,7 @@ const REASON_CHARS: usize = 500;
 /// The message of an upstream error body (`{"error":{"message"}}`, the message format's
 /// `{"type":"error","error":{"message"}}`, the speech service's `{"code","message"}`), shortened;
 /// a body without one gives no text of its own.
-fn refusal_reason(body: &str) -> String {
+fn refusal_reason(status: u16, body: &str) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let message = parsed
         .as_ref()
@@ -138,7 +139,7 @@ fn refusal_reason(body: &str) -> String {
     match message.map(str::trim).filter(|m| !m.is_empty()) {
         Some(m) if m.chars().count() > REASON_CHARS => format!("{}…", m.chars().take(REASON_CHARS).collect::<String>()),
         Some(m) => m.to_owned(),
-        None => "HTTP 400 without a reason".to_owned(),
+        None => format!("HTTP {status} without a reason"),
     }
 }
 
@@ -157,11 +158,14 @@ mod upstream_refusal_tests {
             "the upstream refused the request: The parameter `input` is required. (the reservation was refunded)"
         );
         let messages = r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#;
-        assert!(refusal_reason(messages) == "max_tokens: too large");
-        assert_eq!(refusal_reason(r#"{"code":45000001,"message":"bad voice"}"#), "bad voice");
-        assert_eq!(refusal_reason("<html>nope</html>"), "HTTP 400 without a reason");
-        assert_eq!(refusal_reason(&format!(r#"{{"message":"{}"}}"#, "x".repeat(900))).chars().count(), 501);
-        for status in [401, 403, 404, 429, 500] {
+        assert!(refusal_reason(400, messages) == "max_tokens: too large");
+        assert_eq!(refusal_reason(400, r#"{"code":45000001,"message":"bad voice"}"#), "bad voice");
+        assert_eq!(refusal_reason(400, "<html>nope</html>"), "HTTP 400 without a reason");
+        assert_eq!(refusal_reason(413, ""), "HTTP 413 without a reason");
+        assert_eq!(refusal_reason(400, &format!(r#"{{"message":"{}"}}"#, "x".repeat(900))).chars().count(), 501);
+        let too_large = upstream_error(&UpstreamError::Status { status: 413, body: String::new() });
+        assert!(matches!(too_large, ServiceError::InvalidRequest(_)), "{too_large:?}");
+        for status in [401, 403, 404, 408, 429, 500] {
             let body = r#"{"error":{"message":"the key sk-upstream-secret is invalid"}}"#.to_owned();
             let e = upstream_error(&UpstreamError::Status { status, body });
             let ServiceError::Upstream { message, .. } = &e else { panic!("{status}: {e:?}") };

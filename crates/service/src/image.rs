@@ -50,7 +50,9 @@ impl Gateway {
     pub async fn image(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         let (def, pricing, plan, estimate) = self.checked_image(who, body).await?;
-        let upstream_body = plan.upstream_body(&def.upstream.model_id)?;
+        let upstream_body = upstream
+            .image_body(&plan.generation(&def.upstream.model_id))
+            .map_err(|e| ServiceError::Internal(format!("the image request for {}: {e}", def.name)))?;
         let details = TaskDetails {
             prompt: Some(plan.request.prompt.clone()),
             input_mode: Some(plan.input_mode),

@@ -117,6 +117,10 @@ impl HttpUpstream {
 
 #[async_trait]
 impl Upstream for HttpUpstream {
+    fn image_body(&self, request: &domain::ports::ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError> {
+        crate::wire::images::request_body(request)
+    }
+
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
         Attempted::direct(self.try_complete(call.endpoint, Bytes::from(body)).await.map_err(|f| f.error))
     }

@@ -20,10 +20,12 @@
 //! this one (the signature scheme of [`assets::sign`], the simulator's keys in [`config`]); this
 //! crate runs no server.
 //!
-//! **Architecture Invariant:** this crate knows the upstream wire format only as far as
-//! transport needs (status, SSE framing, error events); request and answer bodies pass through
-//! as bytes, and their meaning (usage, completion of a named stream, the speech service's
-//! `code`) is decided by the callers.
+//! **Architecture Invariant:** the platform's bodies for image generation and video tasks are
+//! this crate's: [`wire`] writes them from the domain's typed requests and reads the task answers
+//! into typed states, so callers never see those shapes. The other synchronous bodies (chat, the
+//! native formats, speech) still pass through as bytes, and their meaning (usage, completion of a
+//! named stream, the speech service's `code`) is decided by the callers; for those this crate knows
+//! the wire format only as far as transport needs (status, SSE framing, error events).
 
 pub mod adapter;
 pub mod assets;
@@ -35,6 +37,7 @@ pub mod sse;
 mod stream;
 pub mod tasks;
 pub mod transport;
+pub mod wire;
 
 pub use adapter::HttpUpstream;
 pub use assets::HttpAssetUpstream;

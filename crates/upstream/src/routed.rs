@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use domain::ports::{
-    Attempted, Endpoint, EndpointHealth, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
-    UpstreamHealth, Via,
+    Attempted, Endpoint, EndpointHealth, EventStream, ImageGeneration, TaskUpstream, Upstream, UpstreamCall,
+    UpstreamError, UpstreamHealth, Via, VideoTaskRequest, VideoTaskState,
 };
 
 use crate::adapter::{Failed, HttpUpstream};
@@ -163,7 +163,9 @@ fn judge(failed: &Failed) -> (Outcome, bool) {
             None => (Outcome::Failed, true),
         },
         UpstreamError::Status { status, .. } if *status >= 500 => (Outcome::Failed, true),
-        // The caller's own fault, or an answer that came: the endpoint works.
+        // The caller's own fault: the endpoint works, and another would refuse the same.
+        error if error.is_callers_fault() => (Outcome::Answered, false),
+        // An answer that came (a 404 or 408 too): the endpoint works.
         _ => (Outcome::Answered, false),
     }
 }
@@ -409,6 +411,10 @@ impl UpstreamHealth for RoutedUpstream {
 
 #[async_trait]
 impl Upstream for RoutedUpstream {
+    fn image_body(&self, request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError> {
+        crate::wire::images::request_body(request)
+    }
+
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
         let endpoint = call.endpoint;
         let pool = self.pool(endpoint);
@@ -430,15 +436,22 @@ impl Upstream for RoutedUpstream {
 
 #[async_trait]
 impl TaskUpstream for RoutedUpstream {
-    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>> {
+    async fn create_task(&self, request: &VideoTaskRequest) -> Attempted<String> {
+        let body = match crate::wire::video::create_body(request) {
+            Ok(body) => body,
+            Err(e) => return Attempted::direct(Err(e)),
+        };
         // The body travels as shared bytes; an attempt needs its own vector (rarely more than one).
-        self.run(&self.platform, model, Bytes::from(body), create_retry, |client, body| async move {
-            client.try_create_task(body.to_vec()).await
-        })
-        .await
+        let attempted = self
+            .run(&self.platform, &request.model, Bytes::from(body), create_retry, |client, body| async move {
+                client.try_create_task(body.to_vec()).await
+            })
+            .await;
+        let result = attempted.result.and_then(|answer| crate::wire::video::parse_created(&answer));
+        Attempted { result, via: attempted.via }
     }
 
-    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<VideoTaskState, UpstreamError> {
         self.task_endpoint(at)?.get_task(None, upstream_id).await
     }
 

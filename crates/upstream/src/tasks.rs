@@ -3,27 +3,32 @@
 //!
 //! | port call | request | 2xx answer returned |
 //! | --- | --- | --- |
-//! | `create_task(body)` | `POST <platform_base>/contents/generations/tasks`, `Content-Type: application/json`, the body as is | the body (a JSON object, `{"id":…}`) |
-//! | `get_task(id)` | `GET <platform_base>/contents/generations/tasks/<id>` | the body (the task object) |
+//! | `create_task(request)` | `POST <platform_base>/contents/generations/tasks`, `Content-Type: application/json`, the body [`crate::wire::video::create_body`] writes | the task's id (read from `{"id":…}`) |
+//! | `get_task(id)` | `GET <platform_base>/contents/generations/tasks/<id>` | the task's state ([`crate::wire::video::parse_task`]) |
 //! | `cancel_task(id)` | `DELETE <platform_base>/contents/generations/tasks/<id>` | nothing (the body is read and dropped) |
+//!
+//! [`HttpUpstream::create_task_body`] and [`HttpUpstream::get_task_body`] send and return raw bodies
+//! (the simulator's tests send bodies the gateway never writes).
 //!
 //! Every call carries `Authorization: Bearer <platform_key>` and is bounded by the config's
 //! `timeout` as a whole. Errors map as for the synchronous endpoints (see [`crate::http`]):
 //! an empty platform base → `NotConfigured("video_tasks")`; connection trouble → `Connect`; no
 //! answer in time → `Timeout`; non-2xx → `Status` with the body truncated to
 //! [`crate::transport::MAX_ERROR_BODY`] (a platform error such as 404 for an unknown id or 409 for a
-//! task that can no longer be cancelled); a 2xx create/get answer that is not a JSON object or
-//! is larger than [`MAX_TASK_ANSWER_BYTES`] → `Malformed`. An id that is empty, longer than
+//! task that can no longer be cancelled); a 2xx create/get answer that is not a JSON object, is
+//! larger than [`MAX_TASK_ANSWER_BYTES`] or lacks what the port returns (an id, a known status,
+//! a succeeded task's usage) → `Malformed`. An id that is empty, longer than
 //! [`MAX_TASK_ID_LEN`] or has characters other than ASCII letters, digits, `-`, `_` and `.` is
 //! refused as `Malformed` without sending anything.
 
 use async_trait::async_trait;
-use domain::ports::{Attempted, TaskUpstream, UpstreamError};
+use domain::ports::{Attempted, TaskUpstream, UpstreamError, VideoTaskRequest, VideoTaskState};
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method};
 
 use crate::adapter::{Failed, HttpUpstream, MAX_TASK_ANSWER_BYTES, Route};
 use crate::transport::{MAX_ERROR_BODY, read_limited, read_prefix};
+use crate::wire::video::{create_body, parse_created, parse_task};
 
 /// Longest accepted upstream task id.
 pub const MAX_TASK_ID_LEN: usize = 128;
@@ -75,6 +80,16 @@ impl HttpUpstream {
     pub(crate) async fn try_create_task(&self, body: Vec<u8>) -> Result<Vec<u8>, Failed> {
         Ok(json_object(self.task_call(Method::POST, None, Some(body)).await?)?)
     }
+
+    /// Sends `body` as a create request as it is; the 2xx answer (a JSON object).
+    pub async fn create_task_body(&self, body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+        self.try_create_task(body).await.map_err(|f| f.error)
+    }
+
+    /// The task object of `upstream_id` as it came (a JSON object).
+    pub async fn get_task_body(&self, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
+        json_object(self.task_call(Method::GET, Some(upstream_id), None).await.map_err(|f| f.error)?)
+    }
 }
 
 /// `answer` if it is a JSON object.
@@ -88,12 +103,16 @@ fn json_object(answer: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
 
 #[async_trait]
 impl TaskUpstream for HttpUpstream {
-    async fn create_task(&self, _model: &str, body: Vec<u8>) -> Attempted<Vec<u8>> {
-        Attempted::direct(self.try_create_task(body).await.map_err(|f| f.error))
+    async fn create_task(&self, request: &VideoTaskRequest) -> Attempted<String> {
+        let created = match create_body(request) {
+            Ok(body) => self.create_task_body(body).await,
+            Err(e) => Err(e),
+        };
+        Attempted::direct(created.and_then(|answer| parse_created(&answer)))
     }
 
-    async fn get_task(&self, _at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError> {
-        json_object(self.task_call(Method::GET, Some(upstream_id), None).await.map_err(|f| f.error)?)
+    async fn get_task(&self, _at: Option<&str>, upstream_id: &str) -> Result<VideoTaskState, UpstreamError> {
+        parse_task(&self.get_task_body(upstream_id).await?)
     }
 
     async fn cancel_task(&self, _at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{LONG, body_server, raw_answer};
-use domain::ports::{AssetKind, AssetStatus, AssetUpstream, TaskUpstream, UpstreamError};
+use domain::ports::{AssetKind, AssetStatus, AssetUpstream, UpstreamError};
 use serde_json::{Value, json};
 use sim::{ASSETS_PATH, SimHandle, SimOptions};
 use upstream::assets::sign;
@@ -85,7 +85,7 @@ async fn asset_becomes_active_after_the_fetch_and_serves_a_task() {
         {"type": "image_url", "image_url": {"url": format!("asset://{id}")}, "role": "reference_image"},
     ]});
     let created: Value =
-        serde_json::from_slice(&tasks.create_task("m", body.to_string().into_bytes()).await.result.unwrap()).unwrap();
+        serde_json::from_slice(&tasks.create_task_body(body.to_string().into_bytes()).await.unwrap()).unwrap();
     assert!(created["id"].as_str().unwrap().starts_with("cgt-"));
     drop(sim);
 }
@@ -109,7 +109,7 @@ async fn failed_fetches_and_unreachable_urls() {
         let tasks = common::adapter(UpstreamConfig::for_simulator(addr, LONG, LONG));
         let body =
             json!({"model": "m", "content": [{"type": "video_url", "video_url": {"url": format!("asset://{id}")}}]});
-        match tasks.create_task("m", body.to_string().into_bytes()).await.result {
+        match tasks.create_task_body(body.to_string().into_bytes()).await {
             Err(UpstreamError::Status { status: 400, body }) => assert!(body.contains("not active"), "{body}"),
             other => panic!("{other:?}"),
         }

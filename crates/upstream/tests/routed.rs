@@ -5,7 +5,9 @@
 mod common;
 
 use common::LONG;
-use domain::ports::{Endpoint, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError, Via};
+use domain::ports::{
+    Endpoint, EventStream, TaskUpstream, Upstream, UpstreamCall, UpstreamError, Via, VideoTaskRequest, VideoTaskState,
+};
 use serde_json::{Value, json};
 use sim::{SimHandle, VIDEO_TASKS_PATH};
 use upstream::config::SIM_PLATFORM_KEY;
@@ -61,8 +63,17 @@ fn via(endpoint: &str, attempts: u32) -> Option<Via> {
     Some(Via { endpoint: endpoint.into(), attempts })
 }
 
-fn video_body() -> Vec<u8> {
-    json!({"model": "video-model", "content": [{"type": "text", "text": "a fox"}]}).to_string().into_bytes()
+fn video_task() -> VideoTaskRequest {
+    VideoTaskRequest {
+        model: "video-model".into(),
+        prompt: Some("a fox".into()),
+        references: Vec::new(),
+        resolution: None,
+        ratio: None,
+        duration: None,
+        generate_audio: None,
+        deadline_secs: 3600,
+    }
 }
 
 #[tokio::test]
@@ -162,18 +173,18 @@ async fn a_video_task_is_created_elsewhere_only_when_its_request_never_left() {
     // Every creation succeeds on b, whichever endpoint round robin picked first.
     let mut created = Vec::new();
     for _ in 0..4 {
-        let attempted = up.create_task("video-model", video_body()).await;
-        let answer: Value = serde_json::from_slice(&attempted.result.unwrap()).unwrap();
+        let attempted = up.create_task(&video_task()).await;
+        let id = attempted.result.unwrap();
         let via = attempted.via.unwrap();
         assert_eq!(via.endpoint, "b");
-        created.push((answer["id"].as_str().unwrap().to_owned(), via));
+        created.push((id, via));
     }
     assert!(created.iter().any(|(_, v)| v.attempts == 2), "a refused connection was tried first at least once");
     assert_eq!(b.requests(VIDEO_TASKS_PATH), 4);
     // The task is polled and cancelled where it lives.
     let (id, via) = &created[0];
-    let task: Value = serde_json::from_slice(&up.get_task(Some(&via.endpoint), id).await.unwrap()).unwrap();
-    assert_eq!(task["id"], id.as_str());
+    let task = up.get_task(Some(&via.endpoint), id).await;
+    assert!(matches!(task, Ok(VideoTaskState::Queued | VideoTaskState::Running)), "{task:?}");
     assert!(up.get_task(Some("dead"), id).await.is_err(), "not on the other endpoint");
     let gone = up.get_task(Some("removed"), id).await;
     assert!(matches!(gone, Err(UpstreamError::NotConfigured(_))), "{gone:?}");
@@ -191,7 +202,7 @@ async fn a_video_creation_that_reached_an_upstream_is_never_sent_again() {
     // A 500 (or a timeout) may have created the task: the caller keeps its hold and asks again
     // later; no second endpoint is asked now.
     for _ in 0..4 {
-        let attempted = up.create_task("video-model", video_body()).await;
+        let attempted = up.create_task(&video_task()).await;
         assert!(matches!(attempted.result, Err(UpstreamError::Status { status: 500, .. })), "{:?}", attempted.result);
         assert_eq!(attempted.via.map(|v| v.attempts), Some(1));
     }

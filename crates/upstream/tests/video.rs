@@ -1,5 +1,6 @@
-//! Video tasks: `HttpUpstream` as `TaskUpstream` against the simulator over real HTTP on
-//! 127.0.0.1, with the simulated clock driven by the test.
+//! Video tasks: `HttpUpstream` as `TaskUpstream` (and its raw-body calls, for bodies the gateway
+//! never writes) against the simulator over real HTTP on 127.0.0.1, with the simulated clock
+//! driven by the test.
 #![allow(clippy::panic, clippy::unwrap_used)]
 
 mod common;
@@ -7,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{LONG, body_server, get, raw_answer, with};
-use domain::ports::{TaskUpstream, UpstreamError};
+use domain::ports::{AssetKind, TaskUpstream, UpstreamError, VideoTaskRequest, VideoTaskState};
 use serde_json::{Value, json};
 use sim::{ClockMode, SimHandle, SimOptions, VIDEO_TASKS_PATH};
 use upstream::{HttpUpstream, UpstreamConfig};
@@ -22,13 +23,12 @@ fn request(prompt: &str, extra: Value) -> Value {
 }
 
 async fn create(up: &HttpUpstream, body: &Value) -> Result<String, UpstreamError> {
-    let answer: Value =
-        serde_json::from_slice(&up.create_task("m", body.to_string().into_bytes()).await.result?).unwrap();
+    let answer: Value = serde_json::from_slice(&up.create_task_body(body.to_string().into_bytes()).await?).unwrap();
     Ok(answer["id"].as_str().unwrap().to_owned())
 }
 
 async fn task(up: &HttpUpstream, id: &str) -> Value {
-    serde_json::from_slice(&up.get_task(None, id).await.unwrap()).unwrap()
+    serde_json::from_slice(&up.get_task_body(id).await.unwrap()).unwrap()
 }
 
 fn status_of<T: std::fmt::Debug>(result: Result<T, UpstreamError>) -> (u16, Value) {
@@ -69,6 +69,50 @@ async fn queued_running_succeeded_on_the_test_clock() {
     let (status, content_type, _) = get(done["content"]["last_frame_url"].as_str().unwrap()).await;
     assert_eq!((status, content_type.as_str()), (200, "image/png"));
     assert_eq!(sim.requests(VIDEO_TASKS_PATH), 1);
+}
+
+fn typed(prompt: &str) -> VideoTaskRequest {
+    VideoTaskRequest {
+        model: "video-model".into(),
+        prompt: Some(prompt.into()),
+        references: Vec::new(),
+        resolution: Some(domain::Resolution::P720),
+        ratio: Some(domain::Ratio::Wide),
+        duration: Some(5),
+        generate_audio: Some(true),
+        deadline_secs: 172_800,
+    }
+}
+
+#[tokio::test]
+async fn the_port_writes_the_body_and_reads_the_states() {
+    let (up, sim, addr) = start(SimOptions::manual()).await;
+    let id = up.create_task(&typed("a fox")).await.result.unwrap();
+    assert!(id.starts_with("cgt-"), "{id}");
+    assert_eq!(up.get_task(None, &id).await, Ok(VideoTaskState::Queued));
+    sim.advance(Duration::from_secs(1));
+    assert_eq!(up.get_task(None, &id).await, Ok(VideoTaskState::Running));
+    sim.advance(Duration::from_secs(2));
+    let done = up.get_task(None, &id).await.unwrap();
+    let VideoTaskState::Succeeded { output_url, last_frame_url, tokens, usage } = done else {
+        panic!("{done:?}");
+    };
+    assert_eq!(output_url, Some(format!("http://{addr}/files/videos/{id}.mp4")));
+    assert!(last_frame_url.is_some(), "the last frame is asked for");
+    assert_eq!(tokens, 108_900);
+    let usage: Value = serde_json::from_str(&usage).unwrap();
+    assert_eq!(usage, json!({"completion_tokens": 108_900, "total_tokens": 108_900}));
+    let failing = up.create_task(&typed("[sim:video=fail] a fox")).await.result.unwrap();
+    sim.advance(Duration::from_secs(3));
+    let failed = up.get_task(None, &failing).await.unwrap();
+    assert!(
+        matches!(&failed, VideoTaskState::Failed { code, .. } if code == "OutputVideoSensitiveContentDetected"),
+        "{failed:?}"
+    );
+    // An asset the simulator does not know is the caller's fault (400), refused before a task exists.
+    let unknown = VideoTaskRequest { references: vec![(AssetKind::Image, "asset-none".into())], ..typed("x") };
+    let refused = up.create_task(&unknown).await.result.unwrap_err();
+    assert!(refused.is_callers_fault(), "{refused:?}");
 }
 
 #[tokio::test]
@@ -135,11 +179,11 @@ async fn cancel_only_while_queued() {
     assert_eq!(status_of(up.cancel_task(None, &slow).await).0, 409);
     assert_eq!(status_of(up.cancel_task(None, &normal).await).0, 409, "succeeded tasks are not deleted");
     assert_eq!(task(&up, &normal).await["status"], "succeeded");
-    let (status, body) = status_of(up.get_task(None, "cgt-unknown").await);
+    let (status, body) = status_of(up.get_task_body("cgt-unknown").await);
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("NotFound")));
     assert_eq!(status_of(up.cancel_task(None, "cgt-unknown").await).0, 404);
-    assert!(matches!(up.get_task(None, "../etc").await, Err(UpstreamError::Malformed(_))));
-    assert!(matches!(up.get_task(None, "").await, Err(UpstreamError::Malformed(_))));
+    assert!(matches!(up.get_task_body("../etc").await, Err(UpstreamError::Malformed(_))));
+    assert!(matches!(up.get_task_body("").await, Err(UpstreamError::Malformed(_))));
 }
 
 #[tokio::test]
@@ -160,7 +204,7 @@ async fn poll_errors_then_answers() {
     let (up, _sim, _) = start(SimOptions::manual()).await;
     let id = create(&up, &request("[sim:video=poll_error:2]", json!({}))).await.unwrap();
     for _ in 0..2 {
-        let (status, body) = status_of(up.get_task(None, &id).await);
+        let (status, body) = status_of(up.get_task_body(&id).await);
         assert_eq!((status, body["error"]["code"].as_str()), (500, Some("InternalServiceError")));
     }
     assert_eq!(task(&up, &id).await["status"], "queued");
@@ -200,7 +244,7 @@ async fn create_validation_edges() {
     }
     let callback = request("[sim:video=callback]", json!({"callback_url": "https://example.com/hook"}));
     assert_eq!(status_of(create(&up, &callback).await).0, 400);
-    let (status, _) = status_of(up.create_task("m", b"[1]".to_vec()).await.result);
+    let (status, _) = status_of(up.create_task_body(b"[1]".to_vec()).await);
     assert_eq!(status, 400);
     let nine = Value::Array(vec![json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}); 9]);
     assert!(create(&up, &json!({"model": "m", "content": nine})).await.is_ok());
@@ -211,7 +255,7 @@ async fn create_validation_edges() {
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
     assert_eq!(status_of(create(&keyless, &request("x", json!({}))).await).0, 401);
-    assert_eq!(status_of(keyless.get_task(None, "cgt-1").await).0, 401);
+    assert_eq!(status_of(keyless.get_task_body("cgt-1").await).0, 401);
     assert!(sim.requests(VIDEO_TASKS_PATH) >= 20);
 }
 
@@ -291,10 +335,7 @@ async fn unconfigured_platform_sends_nothing() {
         platform_base: String::new(),
         ..UpstreamConfig::for_simulator(addr, LONG, LONG)
     });
-    assert_eq!(
-        up.create_task("m", b"{}".to_vec()).await.result,
-        Err(UpstreamError::NotConfigured("video_tasks".to_owned()))
-    );
-    assert_eq!(up.get_task(None, "cgt-1").await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
+    assert_eq!(up.create_task_body(b"{}".to_vec()).await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
+    assert_eq!(up.get_task_body("cgt-1").await, Err(UpstreamError::NotConfigured("video_tasks".to_owned())));
     assert_eq!(sim.requests_total(), 0);
 }

@@ -11,6 +11,7 @@ mod size;
 use std::borrow::Cow;
 
 use catalog::{ImageLimits, ModelDef};
+use domain::ports::{ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages};
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -21,12 +22,12 @@ use crate::shape::{self, present, present_object, present_plain};
 /// A `POST /api/v1/images/generations` body. No additional properties.
 ///
 /// The references borrow from the body they were read from (when they hold no JSON escape, as Base64
-/// never does), so a 600-MiB request costs its body and the upstream body written from it, not a third
-/// copy.
+/// never does), and [`ImagePlan::generation`] lends them on, so a 600-MiB request costs its body and
+/// the upstream body the adapter writes from it, not a third copy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRequest<'a> {
-    /// The public model name (the branch); not sent upstream (see [`ImagePlan::upstream_body`]).
+    /// The public model name (the branch); not sent upstream (see [`ImagePlan::generation`]).
     #[serde(skip_serializing)]
     pub model: String,
     /// The prompt; its length in characters is bounded per model.
@@ -251,10 +252,34 @@ impl ImagePlan<'_> {
         ImagePlan { request, reference_images, max_images, max_pixels_per_image, input_mode }
     }
 
-    /// The body sent upstream: the normalised request with `model` set to `upstream_model_id`.
-    pub fn upstream_body(&self, upstream_model_id: &str) -> Result<Vec<u8>, ValidationError> {
-        let references = self.request.image.as_ref().map_or(0, |refs| refs.as_slice().iter().map(|r| r.len()).sum());
-        shape::with_model(upstream_model_id, &self.request, references + self.request.prompt.len())
+    /// What the upstream is asked for: the normalised request for model `upstream_model_id`,
+    /// borrowing its text (the upstream adapter writes the body).
+    pub fn generation<'p>(&'p self, upstream_model_id: &'p str) -> ImageGeneration<'p> {
+        let req = &self.request;
+        let references = req.image.as_ref().map(|refs| match refs {
+            ImageRefs::One(one) => ImageReferences::One(one),
+            ImageRefs::Many(many) => ImageReferences::Many(many.iter().map(|r| r.as_ref()).collect()),
+        });
+        ImageGeneration {
+            model: upstream_model_id,
+            prompt: &req.prompt,
+            response_format: req.response_format.map(ResponseFormat::as_str),
+            watermark: req.watermark,
+            stream: req.stream,
+            references,
+            size: req.size.as_deref(),
+            sequential: req.sequential_image_generation.map(SequentialMode::as_str),
+            sequential_options: req
+                .sequential_image_generation_options
+                .map(|o| SequentialImages { max_images: o.max_images }),
+            output_format: req.output_format.map(OutputFormat::as_str),
+            optimize_prompt: req.optimize_prompt,
+            prompt_options: req.optimize_prompt_options.map(|o| PromptOptimisation {
+                mode: o.mode.map(PromptMode::as_str),
+                thinking: o.thinking.map(PromptThinking::as_str),
+            }),
+            seed: req.seed,
+        }
     }
 }
 

@@ -52,7 +52,7 @@ impl FromStr for AssetKind {
 pub enum AssetStatus {
     /// The upstream is still fetching or checking it.
     Processing,
-    /// Usable as `asset://<id>`.
+    /// Usable in a task.
     Active,
     /// Refused by the upstream, with its reason.
     Failed(String),

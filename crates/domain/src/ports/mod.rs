@@ -6,6 +6,7 @@
 mod accounts;
 mod assets;
 mod error;
+mod generation;
 mod idempotency;
 mod ids;
 mod manage;
@@ -18,6 +19,9 @@ mod upstream;
 pub use accounts::{AccountStore, KeyTotal, Readiness};
 pub use assets::{AssetKind, AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
+pub use generation::{
+    ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages, VideoTaskRequest, VideoTaskState,
+};
 pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
 pub use ids::IdSource;
 pub use manage::ManageStore;

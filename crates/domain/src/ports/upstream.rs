@@ -2,6 +2,8 @@
 
 use async_trait::async_trait;
 
+use super::{ImageGeneration, VideoTaskRequest, VideoTaskState};
+
 /// Why an upstream call produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
@@ -59,6 +61,26 @@ impl UpstreamError {
             UpstreamError::Connect(_) | UpstreamError::Timeout | UpstreamError::Stream(_) => true,
             UpstreamError::Status { status, .. } => *status == 429 || *status >= 500,
             UpstreamError::Malformed(_) | UpstreamError::NotConfigured(_) | UpstreamError::Rejected { .. } => false,
+        }
+    }
+
+    /// Whether the failure is the caller's own: the upstream answered with a 4xx that refuses what
+    /// the request asked for, so the same request fails again on any endpoint and the caller may
+    /// be told why. Not the caller's: 401 and 403 (the gateway's own key), 404 (a model or task
+    /// the gateway named is unknown there), 408 and 429 (time and load), and every failure without
+    /// a 4xx answer (the speech service's and the image endpoint's in-answer refusals included:
+    /// their codes also report the gateway's own key and account).
+    pub fn is_callers_fault(&self) -> bool {
+        match self {
+            UpstreamError::Status { status, .. } => {
+                (400..500).contains(status) && !matches!(status, 401 | 403 | 404 | 408 | 429)
+            }
+            UpstreamError::Connect(_)
+            | UpstreamError::Timeout
+            | UpstreamError::Malformed(_)
+            | UpstreamError::Stream(_)
+            | UpstreamError::Rejected { .. }
+            | UpstreamError::NotConfigured(_) => false,
         }
     }
 }
@@ -157,25 +179,28 @@ impl<T> Attempted<T> {
 /// the upstream id; the adapter moves bytes and never interprets usage or prices.
 #[async_trait]
 pub trait Upstream: Send + Sync {
+    /// The [`Endpoint::ImageGenerations`] request body for `request`, written straight from the
+    /// borrowed references (no tree of JSON values, no further copy of a reference).
+    fn image_body(&self, request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError>;
     /// Sends a non-streaming request body for `call`; returns the 2xx body.
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>>;
     /// Sends a streaming request body for `call`; returns the event stream once the upstream answered 2xx.
     async fn stream(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Box<dyn EventStream>>;
 }
 
-/// The platform's content-generation tasks (video). Bodies are JSON bytes; the adapter moves them
-/// and does not interpret them.
+/// The platform's content-generation tasks (video). The adapter writes the platform's request
+/// bodies and reads its answers; callers see typed values only.
 ///
 /// A task lives on the endpoint that created it: `create_task` says which ([`Attempted::via`]),
 /// the caller records it with the task's upstream id, and later calls name it again (`at`;
 /// `None`: the first platform endpoint, for tasks recorded before routing).
 #[async_trait]
 pub trait TaskUpstream: Send + Sync {
-    /// `POST <platform base>/contents/generations/tasks` for upstream model `model`; the 2xx body
-    /// (`{"id":…}`).
-    async fn create_task(&self, model: &str, body: Vec<u8>) -> Attempted<Vec<u8>>;
-    /// `GET <platform base>/contents/generations/tasks/{id}` on endpoint `at`; the 2xx body (the task object).
-    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<Vec<u8>, UpstreamError>;
+    /// `POST <platform base>/contents/generations/tasks`: creates `request`'s task; the upstream's id
+    /// for it.
+    async fn create_task(&self, request: &VideoTaskRequest) -> Attempted<String>;
+    /// `GET <platform base>/contents/generations/tasks/{id}` on endpoint `at`: what the task is doing.
+    async fn get_task(&self, at: Option<&str>, upstream_id: &str) -> Result<VideoTaskState, UpstreamError>;
     /// `DELETE <platform base>/contents/generations/tasks/{id}` on endpoint `at`: cancels a queued task.
     async fn cancel_task(&self, at: Option<&str>, upstream_id: &str) -> Result<(), UpstreamError>;
 }
@@ -222,4 +247,31 @@ pub trait UpstreamHealth: Send + Sync {
     fn endpoints(&self) -> Vec<EndpointHealth>;
     /// Whether each pool that has endpoints has one that can take a call now.
     fn can_take_calls(&self) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UpstreamError;
+
+    #[test]
+    fn only_a_refusing_4xx_is_the_callers_fault() {
+        let status = |status| UpstreamError::Status { status, body: String::new() };
+        for callers in [400, 409, 413, 415, 422] {
+            assert!(status(callers).is_callers_fault(), "{callers}");
+        }
+        for not in [200, 401, 403, 404, 408, 429, 500, 502, 503] {
+            assert!(!status(not).is_callers_fault(), "{not}");
+        }
+        let others = [
+            UpstreamError::Connect("refused".into()),
+            UpstreamError::Timeout,
+            UpstreamError::Malformed("x".into()),
+            UpstreamError::Stream("x".into()),
+            UpstreamError::Rejected { code: "c".into(), message: "m".into() },
+            UpstreamError::NotConfigured("x".into()),
+        ];
+        for other in others {
+            assert!(!other.is_callers_fault(), "{other:?}");
+        }
+    }
 }

@@ -30,10 +30,10 @@ impl Gateway {
         let at = via.map(|v| v.endpoint);
         match video.upstream.cancel_task(at.as_deref(), &upstream_id).await {
             Ok(()) => {}
-            // The upstream refuses: the task is no longer queued there (it started or ended).
-            Err(UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
-                return Err(not_cancellable(&task));
-            }
+            // The upstream refuses the cancel: the task is no longer queued there (it started or ended).
+            Err(e) if e.is_callers_fault() => return Err(not_cancellable(&task)),
+            // The upstream no longer has it (it ended and was deleted).
+            Err(UpstreamError::Status { status: 404, .. }) => return Err(not_cancellable(&task)),
             Err(e) => return Err(crate::call::upstream_error(&e)),
         }
         let change = TaskTransition::new(TaskStatus::Queued, TaskEvent::Cancel);

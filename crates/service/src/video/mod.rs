@@ -8,7 +8,7 @@
 //!   with a lease (one replica each) as a slot frees; submits them (imports the media
 //!   links, registers every stored file as an upstream asset reached through a signed link, creates
 //!   the upstream task), polls them with back-off, and ends them through the domain state machine:
-//!   settle on `succeeded` from the upstream's `usage.completion_tokens`, refund on `failed`,
+//!   settle on `succeeded` from the output tokens the upstream reported, refund on `failed`,
 //!   `cancelled`, `expired` or the deadline. A poll that cannot reach the upstream keeps the hold.
 //! - [`cancel`]: `DELETE /api/v1/tasks/{id}` — only while `queued`: upstream first, then the task
 //!   and its refund in one commit.

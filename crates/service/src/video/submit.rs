@@ -1,17 +1,15 @@
 //! Submitting a `submitting` task: import its media links into the media store (SSRF rules, size
 //! bounds, quota), register every stored file as an asset in the owner's asset group (the upstream
 //! fetches it through a signed, expiring link), wait until the assets are active, and create the
-//! upstream task with `asset://<id>` content. Each step is recorded, so a retry (or another replica
+//! upstream task naming the assets. Each step is recorded, so a retry (or another replica
 //! after a crash) resumes where the last attempt stopped.
 
 use catalog::ModelDef;
-use domain::ports::{AssetKind, AssetStatus, UpstreamError};
+use domain::ports::{AssetKind, AssetStatus, UpstreamError, VideoTaskRequest};
 use domain::{EgressError, MediaObject, Task, VideoJob};
-use serde_json::{Value, json};
 
 use super::create::record_media;
 use super::media::{SizeLimits, TypedError, TypedSink, media_key};
-use super::poll::parse_created;
 use crate::{Gateway, ServiceError};
 
 /// How an attempt to submit ended.
@@ -41,15 +39,6 @@ fn failed(code: &'static str, message: impl Into<String>) -> Submission {
     Submission::Failed { code, message: message.into() }
 }
 
-/// The content role of a reference of `kind`.
-fn content_item(kind: AssetKind, url: &str) -> Value {
-    match kind {
-        AssetKind::Image => json!({"type": "image_url", "image_url": {"url": url}, "role": "reference_image"}),
-        AssetKind::Video => json!({"type": "video_url", "video_url": {"url": url}, "role": "reference_video"}),
-        AssetKind::Audio => json!({"type": "audio_url", "audio_url": {"url": url}, "role": "reference_audio"}),
-    }
-}
-
 impl Gateway {
     /// One attempt to submit `job` (a `submitting` task of model `def`).
     pub(crate) async fn submit_video(&self, def: &ModelDef, job: &VideoJob) -> Result<Submission, ServiceError> {
@@ -65,20 +54,25 @@ impl Gateway {
                 Err(outcome) => return Ok(outcome),
             }
         }
-        let body = upstream_body(def, task, &assets, self.video_settings.deadline.as_secs());
+        let request = task_request(def, task, assets, self.video_settings.deadline.as_secs());
         let video = self.video()?;
         let started = std::time::Instant::now();
-        let attempted = video.upstream.create_task(&def.upstream.model_id, body.to_string().into_bytes()).await;
+        let attempted = video.upstream.create_task(&request).await;
         let created = attempted.result;
         self.metrics.upstream(&def.name, started.elapsed(), created.as_ref().err());
-        Ok(match created.and_then(|b| parse_created(&b)) {
+        Ok(match created {
             Ok(id) => Submission::Accepted { id, via: attempted.via },
-            Err(e @ UpstreamError::Status { status, .. }) if (400..500).contains(&status) && status != 429 => {
+            Err(e) if e.is_callers_fault() => {
                 failed("upstream_request_failed", format!("the upstream refused the task: {e}"))
             }
-            Err(e @ (UpstreamError::Rejected { .. } | UpstreamError::Malformed(_))) => {
-                failed("upstream_request_failed", format!("the upstream refused the task: {e}"))
-            }
+            // Not the caller's fault, but asking again cannot help either: a refused key (401,
+            // 403), an unknown model (404), a timeout the upstream reported (408), an answer
+            // refusing the task or one that cannot be read.
+            Err(
+                e @ (UpstreamError::Status { status: 401 | 403 | 404 | 408, .. }
+                | UpstreamError::Rejected { .. }
+                | UpstreamError::Malformed(_)),
+            ) => failed("upstream_request_failed", format!("the upstream refused the task: {e}")),
             Err(e) => Submission::Retry(e.to_string()),
         })
     }
@@ -210,21 +204,17 @@ fn import_failure(position: u32, e: EgressError, typed: Option<TypedError>) -> S
     }
 }
 
-/// The upstream create body: the prompt, the media as `asset://` references in order, the options.
-fn upstream_body(def: &ModelDef, task: &Task, assets: &[(AssetKind, String)], deadline_secs: u64) -> Value {
-    let mut content = Vec::with_capacity(assets.len() + 1);
-    if let Some(prompt) = &task.prompt {
-        content.push(json!({"type": "text", "text": prompt}));
+/// The task to create upstream: the prompt, the media as assets in order, the options, and the
+/// gateway's deadline (the adapter writes the platform's body).
+fn task_request(def: &ModelDef, task: &Task, assets: Vec<(AssetKind, String)>, deadline_secs: u64) -> VideoTaskRequest {
+    VideoTaskRequest {
+        model: def.upstream.model_id.clone(),
+        prompt: task.prompt.clone(),
+        references: assets,
+        resolution: task.resolution,
+        ratio: task.ratio,
+        duration: task.duration,
+        generate_audio: task.generate_audio,
+        deadline_secs,
     }
-    content.extend(assets.iter().map(|(kind, id)| content_item(*kind, &format!("asset://{id}"))));
-    json!({
-        "model": def.upstream.model_id,
-        "content": content,
-        "resolution": task.resolution.map(domain::Resolution::as_str),
-        "ratio": task.ratio.map(domain::Ratio::as_str),
-        "duration": task.duration,
-        "generate_audio": task.generate_audio,
-        "return_last_frame": true,
-        "execution_expires_after": deadline_secs.clamp(3600, 259_200),
-    })
 }

@@ -10,8 +10,8 @@
 //!
 //! Advancing a task: past the deadline → `expired` (refunded, cancelled upstream when queued);
 //! `submitting` → submit ([`super::submit`]) → `queued`; `queued` / `processing` → poll: `running` →
-//! `processing`; `succeeded` → settled at the reserved price version on the upstream's
-//! `usage.completion_tokens`; `failed`, `cancelled`, `expired` → refunded. An upstream that cannot be
+//! `processing`; `succeeded` → settled at the reserved price version on the output tokens the
+//! upstream reported; `failed`, `cancelled`, `expired` → refunded. An upstream that cannot be
 //! reached keeps the reservation and the task is polled again after a back-off (the poll interval
 //! doubled per failure in a row, up to a maximum). Every state change goes through the store's
 //! compare-and-set, so a cancel racing a poll ends the task once.
@@ -23,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use catalog::ModelDef;
 use domain::duration_millis;
-use domain::ports::{StoreError, UpstreamError};
+use domain::ports::{StoreError, VideoTaskState};
 use domain::{
     ClaimShare, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount, UserId, VideoJob,
     WebhookDelivery,
 };
 use tokio::task::{JoinError, JoinSet};
 
-use super::poll::{UpstreamState, parse_task};
+use super::poll::polled;
 use super::submit::Submission;
 use crate::{Gateway, ServiceError};
 
@@ -414,12 +414,8 @@ impl Gateway {
         let started = std::time::Instant::now();
         let answer = self.video()?.upstream.get_task(job.upstream_endpoint.as_deref(), upstream_id).await;
         self.metrics.upstream(&task.model, started.elapsed(), answer.as_ref().err());
-        let state = match answer.and_then(|b| parse_task(&b)) {
+        let state = match polled(answer, upstream_id) {
             Ok(state) => state,
-            Err(UpstreamError::Status { status: 404, .. }) => UpstreamState::Failed {
-                code: "upstream_task_missing".into(),
-                message: format!("the upstream no longer knows task {upstream_id}"),
-            },
             Err(e) => {
                 // Unknown outcome: keep the reservation and look again later.
                 tracing::warn!(task = %task.id, error = %e, "polling a video task failed");
@@ -427,25 +423,21 @@ impl Gateway {
             }
         };
         match state {
-            UpstreamState::Queued => Ok(Next::Poll),
-            UpstreamState::Running if task.status == TaskStatus::Queued => {
+            VideoTaskState::Queued => Ok(Next::Poll),
+            VideoTaskState::Running if task.status == TaskStatus::Queued => {
                 let change = TaskTransition::new(TaskStatus::Queued, TaskEvent::Started);
                 self.ports.tasks.transition_task(&task.id, change).await?;
                 self.announce(&task.user_id, &task.id).await;
                 Ok(Next::Poll)
             }
-            UpstreamState::Running => Ok(Next::Poll),
-            UpstreamState::Succeeded { video_url, last_frame_url, completion_tokens, usage } => {
-                let charge = self.video_charge(job, completion_tokens).await?;
-                let update = TaskUpdate {
-                    output_url: video_url,
-                    last_frame_url,
-                    usage_json: Some(usage),
-                    ..TaskUpdate::default()
-                };
+            VideoTaskState::Running => Ok(Next::Poll),
+            VideoTaskState::Succeeded { output_url, last_frame_url, tokens, usage } => {
+                let charge = self.video_charge(job, tokens).await?;
+                let update =
+                    TaskUpdate { output_url, last_frame_url, usage_json: Some(usage), ..TaskUpdate::default() };
                 self.end(job, Some(charge), TaskEvent::Succeeded, update).await
             }
-            UpstreamState::Failed { code, message } => {
+            VideoTaskState::Failed { code, message } => {
                 self.end(
                     job,
                     None,
@@ -454,14 +446,14 @@ impl Gateway {
                 )
                 .await
             }
-            UpstreamState::Cancelled if task.status == TaskStatus::Queued => {
+            VideoTaskState::Cancelled if task.status == TaskStatus::Queued => {
                 self.end(job, None, TaskEvent::Cancel, TaskUpdate::default()).await
             }
-            UpstreamState::Cancelled => {
+            VideoTaskState::Cancelled => {
                 let update = error_update("upstream_cancelled", "the upstream cancelled the task".into());
                 self.end(job, None, TaskEvent::Failed, update).await
             }
-            UpstreamState::Expired => {
+            VideoTaskState::Expired => {
                 let update = error_update("expired", "the upstream expired the task".into());
                 self.end(job, None, TaskEvent::Expire, update).await
             }

@@ -565,22 +565,32 @@ fn model_must_match_an_image_model() {
 }
 
 #[test]
-fn upstream_body_replaces_the_model() {
+fn the_generation_names_the_upstream_model_with_the_defaults_applied() {
     let plan = plan(PRO, json!({"image": ["https://e.com/a.png"], "size": "1552X1552"}));
-    let body: Value = serde_json::from_slice(&plan.upstream_body("seedream-5-0-pro").expect("body")).expect("JSON");
+    let generation = plan.generation("seedream-5-0-pro");
     assert_eq!(
-        body,
-        json!({
-            "model": "seedream-5-0-pro", "prompt": "a cat", "image": ["https://e.com/a.png"], "size": "1552x1552",
-            "response_format": "url", "watermark": true, "output_format": "jpeg", "optimize_prompt": true,
-            "optimize_prompt_options": {"mode": "standard", "thinking": "auto"}, "seed": -1
-        })
+        generation,
+        ImageGeneration {
+            model: "seedream-5-0-pro",
+            prompt: "a cat",
+            response_format: Some("url"),
+            watermark: Some(true),
+            stream: None,
+            references: Some(ImageReferences::Many(vec!["https://e.com/a.png"])),
+            size: Some("1552x1552"),
+            sequential: None,
+            sequential_options: None,
+            output_format: Some("jpeg"),
+            optimize_prompt: Some(true),
+            prompt_options: Some(PromptOptimisation { mode: Some("standard"), thinking: Some("auto") }),
+            seed: Some(-1),
+        }
     );
     let one = self::plan(V45, json!({"image": "https://e.com/a.png", "sequential_image_generation": "auto"}));
-    let body: Value = serde_json::from_slice(&one.upstream_body("seedream-4-5").expect("body")).expect("JSON");
-    assert_eq!(body["image"], json!("https://e.com/a.png"));
-    assert_eq!(body["sequential_image_generation_options"], json!({"max_images": 14}));
-    assert!(body.get("stream").is_none() && body.get("seed").is_none());
+    let generation = one.generation("seedream-4-5");
+    assert_eq!(generation.references, Some(ImageReferences::One("https://e.com/a.png")));
+    assert_eq!(generation.sequential_options, Some(SequentialImages { max_images: Some(14) }));
+    assert_eq!((generation.stream, generation.seed), (None, None));
 }
 
 #[test]
@@ -703,7 +713,7 @@ mod props {
             let extra: serde_json::Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
             if let Ok(plan) = run(model, Value::Object(extra)) {
                 prop_assert!(plan.max_images >= 1 && plan.max_pixels_per_image > 0);
-                prop_assert!(plan.upstream_body("upstream").is_ok());
+                prop_assert_eq!(plan.generation("upstream").prompt, plan.request.prompt.as_str());
             }
         }
     }
@@ -725,4 +735,8 @@ fn references_borrow_from_the_body() {
     let refs = plan.request.image.as_ref().expect("references").as_slice();
     assert!(matches!(refs[1], std::borrow::Cow::Owned(_)), "an escaped reference is its own copy");
     assert_eq!(refs[1], "https://example.com/a.png");
+    // The generation handed to the upstream adapter lends the same text on.
+    let Some(ImageReferences::Many(lent)) = plan.generation("up").references else { panic!("references") };
+    let in_escaped = escaped.as_bytes().as_ptr_range().contains(&lent[0].as_ptr());
+    assert!(std::ptr::eq(lent[0], refs[0].as_ref()) && in_escaped, "lent, not copied");
 }
