@@ -1,6 +1,7 @@
 //! What a task was asked with, as the Task schema names it: how its media arrived
 //! ([`InputMode`]), what kind of media it carries ([`MediaType`]), and a video's aspect ratio
-//! ([`Ratio`]) and resolution ([`Resolution`]).
+//! ([`Ratio`]) and resolution ([`Resolution`]), and the kind of a media file or upstream asset
+//! ([`AssetKind`]).
 //!
 //! Each has one spelling (`as_str`) and one reading (`FromStr`); the store converts at its row
 //! boundary, so stored text that does not read back is corrupt data, never a default.
@@ -11,7 +12,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::kind::UnknownName;
-use crate::ports::AssetKind;
 
 macro_rules! named_enum {
     ($name:ident, $what:literal, [$($variant:ident),+ $(,)?]) => {
@@ -190,6 +190,45 @@ impl Resolution {
 
 named_enum!(Resolution, "resolution", [P480, P720, P1080, K4]);
 
+/// What kind of media an asset (or a stored file, or a request's media item) is (serde: the
+/// item `type` of the gateway's own API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssetKind {
+    /// A still image.
+    Image,
+    /// A video clip.
+    Video,
+    /// An audio clip.
+    Audio,
+}
+
+impl AssetKind {
+    /// Every kind, in the interface's order.
+    pub const ALL: [AssetKind; 3] = [AssetKind::Image, AssetKind::Video, AssetKind::Audio];
+
+    /// `image`, `video` or `audio` (the media item `type` of the gateway's own API).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AssetKind::Image => "image",
+            AssetKind::Video => "video",
+            AssetKind::Audio => "audio",
+        }
+    }
+}
+
+/// The one reading of a media kind's name (stored media rows, a task's media record, requests).
+impl FromStr for AssetKind {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AssetKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownName { what: "media kind", value: s.to_owned() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +275,14 @@ mod tests {
         assert_eq!(MediaType::of([K::Video]), Some(MediaType::Video));
         assert_eq!(MediaType::of([K::Image, K::Image]), Some(MediaType::Image));
         assert_eq!(MediaType::of([K::Image, K::Audio]), Some(MediaType::Multiple));
+    }
+
+    #[test]
+    fn asset_kind_names_round_trip() {
+        for kind in AssetKind::ALL {
+            assert_eq!(kind.as_str().parse::<AssetKind>(), Ok(kind));
+        }
+        assert!("Image".parse::<AssetKind>().is_err());
+        assert!("multiple".parse::<AssetKind>().is_err());
     }
 }

@@ -1,51 +1,10 @@
-//! The upstream's asset control plane and the kinds of media it registers.
-
-use std::str::FromStr;
+//! The upstream's asset control plane (the kinds of media it registers are
+//! [`crate::inputs::AssetKind`]).
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use super::UpstreamError;
-use crate::kind::UnknownName;
-
-/// What kind of media an asset (or a stored file, or a request's media item) is (serde: the
-/// item `type` of the gateway's own API).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AssetKind {
-    /// A still image.
-    Image,
-    /// A video clip.
-    Video,
-    /// An audio clip.
-    Audio,
-}
-
-impl AssetKind {
-    /// Every kind, in the interface's order.
-    pub const ALL: [AssetKind; 3] = [AssetKind::Image, AssetKind::Video, AssetKind::Audio];
-
-    /// `image`, `video` or `audio` (the media item `type` of the gateway's own API).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AssetKind::Image => "image",
-            AssetKind::Video => "video",
-            AssetKind::Audio => "audio",
-        }
-    }
-}
-
-/// The one reading of a media kind's name (stored media rows, a task's media record, requests).
-impl FromStr for AssetKind {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        AssetKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| UnknownName { what: "media kind", value: s.to_owned() })
-    }
-}
+use crate::inputs::AssetKind;
 
 /// Where an upstream asset stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,18 +28,4 @@ pub trait AssetUpstream: Send + Sync {
     async fn create_asset(&self, group_id: &str, url: &str, kind: AssetKind) -> Result<String, UpstreamError>;
     /// Where the asset stands.
     async fn asset_status(&self, asset_id: &str) -> Result<AssetStatus, UpstreamError>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for kind in AssetKind::ALL {
-            assert_eq!(kind.as_str().parse::<AssetKind>(), Ok(kind));
-        }
-        assert!("Image".parse::<AssetKind>().is_err());
-        assert!("multiple".parse::<AssetKind>().is_err());
-    }
 }

@@ -16,8 +16,9 @@ mod responses;
 mod tasks;
 mod upstream;
 
+pub use crate::inputs::AssetKind;
 pub use accounts::{AccountStore, KeyTotal, Readiness};
-pub use assets::{AssetKind, AssetStatus, AssetUpstream};
+pub use assets::{AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
 pub use generation::{
     ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages, VideoTaskRequest, VideoTaskState,
