@@ -11,6 +11,7 @@ mod request;
 
 use crate::ValidationError;
 use crate::raw::RawBody;
+use crate::shape::{count, invalid};
 use catalog::{LanguageLimits, ModelDef};
 pub use request::{
     ChatMessage, ChatRequest, ContentPart, MessageContent, Object, Role, Stop, StreamOptions, Thinking, ToolChoice,
@@ -205,15 +206,6 @@ fn check_reasoning_effort(
         effort.values.join(", "),
         def.name
     )))
-}
-
-/// A length as `u64`.
-pub(crate) fn count(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn invalid(message: String) -> ValidationError {
-    ValidationError::Invalid(message)
 }
 
 #[cfg(test)]

@@ -8,16 +8,14 @@
 mod refs;
 mod size;
 
-use std::borrow::Cow;
-
 use catalog::{ImageLimits, ModelDef};
 use domain::ports::{ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages};
 use schemars::JsonSchema;
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::ValidationError;
-use crate::shape::{self, present, present_object, present_plain};
+use crate::shape::{self, invalid, present, present_object, present_plain};
+pub use refs::ImageRefs;
 
 /// A `POST /api/v1/images/generations` body. No additional properties.
 ///
@@ -164,68 +162,6 @@ wire_enum!(
         Disabled = "disabled",
     }
 );
-
-/// `image`: one reference string or an array of them, kept in the form the client sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(untagged)]
-pub enum ImageRefs<'a> {
-    /// A single reference.
-    One(Cow<'a, str>),
-    /// An array of references.
-    Many(Vec<Cow<'a, str>>),
-}
-
-impl ImageRefs<'_> {
-    /// The same references, owning their text.
-    pub fn into_owned(self) -> ImageRefs<'static> {
-        match self {
-            ImageRefs::One(one) => ImageRefs::One(Cow::Owned(one.into_owned())),
-            ImageRefs::Many(many) => ImageRefs::Many(many.into_iter().map(|r| Cow::Owned(r.into_owned())).collect()),
-        }
-    }
-
-    /// The references.
-    pub fn as_slice(&self) -> &[Cow<'_, str>] {
-        match self {
-            ImageRefs::One(one) => std::slice::from_ref(one),
-            ImageRefs::Many(many) => many,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for ImageRefs<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ImageRefs<'de>, D::Error> {
-        struct RefsVisitor;
-        impl<'de> Visitor<'de> for RefsVisitor {
-            type Value = ImageRefs<'de>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a reference string or an array of reference strings")
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<ImageRefs<'de>, E> {
-                Ok(ImageRefs::One(Cow::Borrowed(v)))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImageRefs<'de>, E> {
-                Ok(ImageRefs::One(Cow::Owned(v.to_owned())))
-            }
-
-            fn visit_string<E: de::Error>(self, v: String) -> Result<ImageRefs<'de>, E> {
-                Ok(ImageRefs::One(Cow::Owned(v)))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ImageRefs<'de>, A::Error> {
-                let mut items = Vec::new();
-                while let Some(crate::shape::Text(item)) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(ImageRefs::Many(items))
-            }
-        }
-        d.deserialize_any(RefsVisitor)
-    }
-}
 
 /// What the service needs for a valid image request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -489,10 +425,6 @@ fn listed(def: &ModelDef, field: &str, value: &str, allowed: &[String]) -> Resul
     } else {
         Err(invalid(format!("{field} must be one of {} for model {}, got {value:?}", allowed.join(", "), def.name)))
     }
-}
-
-fn invalid(message: String) -> ValidationError {
-    ValidationError::Invalid(message)
 }
 
 #[cfg(test)]

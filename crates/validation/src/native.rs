@@ -15,6 +15,7 @@ use validator::Validate;
 use crate::ValidationError;
 use crate::chat::{MAX_OUTPUT_TOKENS, Object, TEMPLATE_OVERHEAD_TOKENS, ToolChoice};
 use crate::raw::RawBody;
+use crate::shape::invalid;
 use crate::shape::{present, present_plain, validator_message};
 
 /// What the gateway needs to know about a valid native-format request.
@@ -150,10 +151,6 @@ impl JsonSchema for TextOrBlocks {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({"anyOf": [{"type": "string"}, {"type": "array"}]})
     }
-}
-
-fn invalid(message: String) -> ValidationError {
-    ValidationError::Invalid(message)
 }
 
 /// The model's largest output, and its input window.

@@ -20,6 +20,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::shape::count;
+
 use crate::ValidationError;
 
 /// A JSON object body: its top-level members as raw JSON text borrowed from the body, sorted by key
@@ -299,11 +301,6 @@ impl<'de> DeserializeSeed<'de> for Key {
         }
         d.deserialize_str(KeyVisitor)
     }
-}
-
-/// A length as `u64`.
-fn count(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// Decimal digits of `n`.

@@ -420,3 +420,13 @@ fn field_message(field: &str, error: &validator::ValidationError) -> String {
         code => format!("{field} is invalid ({code})"),
     }
 }
+
+/// A length as `u64`.
+pub(crate) fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// A 400 `invalid_request` with `message`.
+pub(crate) fn invalid(message: String) -> ValidationError {
+    ValidationError::Invalid(message)
+}

@@ -15,6 +15,7 @@ use validator::Validate;
 
 use crate::ValidationError;
 use crate::media::is_https_url;
+use crate::shape::invalid;
 use crate::shape::{self, plain, present, present_objects, present_plain};
 
 /// Most characters of `prompt`.
@@ -147,10 +148,6 @@ impl VideoPlan {
 /// unknown fields and enumerations.
 pub fn parse_video_request(body: &[u8]) -> Result<VideoRequest, ValidationError> {
     shape::parse_body(body)
-}
-
-fn invalid(message: String) -> ValidationError {
-    ValidationError::Invalid(message)
 }
 
 /// Checks `req` for the video model `def`, with `uploads` the kinds of the files uploaded beside it

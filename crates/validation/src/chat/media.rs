@@ -5,10 +5,10 @@ use std::borrow::Cow;
 use catalog::{LanguageLimits, ModelDef};
 use serde_json::value::RawValue;
 
-use super::{count, invalid};
 use crate::ValidationError;
 use crate::media::{self as shared, Base64Rules, DataUrl, DataUrlError};
 use crate::raw::{self, Field};
+use crate::shape::{count, invalid};
 
 /// The largest image the interface allows, in pixels, when the model's limits state none.
 const DEFAULT_MAX_PIXELS: u64 = 36_000_000;

@@ -6,9 +6,10 @@ use catalog::{LanguageLimits, ModelDef};
 use serde_json::value::RawValue;
 
 use super::media::{self, MediaKind, MediaTally};
-use super::{ChatMessage, MessageContent, Role, count, invalid};
+use super::request::{ChatMessage, MessageContent, Role};
 use crate::ValidationError;
 use crate::raw::{self, RawBody, entry_size, json_size};
+use crate::shape::{count, invalid};
 
 /// What the messages contribute to the plan.
 pub(super) struct Messages {

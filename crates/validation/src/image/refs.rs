@@ -1,11 +1,78 @@
 //! `image` references of an image request: count, and each an https URL or a
 //! `data:image/<type>;base64,<data>` URI of an allowed type whose decoded size is within the limit.
 
-use catalog::ImageLimits;
+use std::borrow::Cow;
 
-use super::{ImageRefs, invalid};
+use catalog::ImageLimits;
+use schemars::JsonSchema;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
 use crate::ValidationError;
 use crate::media::{self, Base64Rules};
+use crate::shape::invalid;
+
+/// `image`: one reference string or an array of them, kept in the form the client sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ImageRefs<'a> {
+    /// A single reference.
+    One(Cow<'a, str>),
+    /// An array of references.
+    Many(Vec<Cow<'a, str>>),
+}
+
+impl ImageRefs<'_> {
+    /// The same references, owning their text.
+    pub fn into_owned(self) -> ImageRefs<'static> {
+        match self {
+            ImageRefs::One(one) => ImageRefs::One(Cow::Owned(one.into_owned())),
+            ImageRefs::Many(many) => ImageRefs::Many(many.into_iter().map(|r| Cow::Owned(r.into_owned())).collect()),
+        }
+    }
+
+    /// The references.
+    pub fn as_slice(&self) -> &[Cow<'_, str>] {
+        match self {
+            ImageRefs::One(one) => std::slice::from_ref(one),
+            ImageRefs::Many(many) => many,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ImageRefs<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ImageRefs<'de>, D::Error> {
+        struct RefsVisitor;
+        impl<'de> Visitor<'de> for RefsVisitor {
+            type Value = ImageRefs<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a reference string or an array of reference strings")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<ImageRefs<'de>, E> {
+                Ok(ImageRefs::One(Cow::Owned(v)))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ImageRefs<'de>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(crate::shape::Text(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(ImageRefs::Many(items))
+            }
+        }
+        d.deserialize_any(RefsVisitor)
+    }
+}
 
 /// What the references add to the plan.
 pub(super) struct Refs {

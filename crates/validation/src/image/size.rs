@@ -3,8 +3,8 @@
 
 use catalog::{ImageLimits, ModelDef};
 
-use super::invalid;
 use crate::ValidationError;
+use crate::shape::invalid;
 use crate::shape::quote;
 
 /// Checks `size` (or the model's default) and returns the size to send (custom sizes written `WxH`) and
