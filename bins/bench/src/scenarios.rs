@@ -1,5 +1,5 @@
 //! The scenarios as data: one row of [`SCENARIOS`] per scenario (what it talks to, whose keys,
-//! how many connections, which request), interpreted by [`crate::run`]. A new scenario is a row.
+//! how many connections, which request), interpreted by the runner (`run.rs`). A new scenario is a row.
 
 use Target::{Gateway, Simulator};
 use Users::{Hot, Many};

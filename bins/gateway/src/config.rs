@@ -27,8 +27,11 @@ use self::values::{
     Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, span_at_least, usd, within,
 };
 
+pub mod declared;
 pub mod table;
 mod values;
+
+use self::declared::PREFIX;
 
 /// Declares the settings once: the struct (`pub` fields with their docs and serde attributes), its
 /// `Default`, where the gateway's defaults are set, and [`Config::declared`], from which the
@@ -52,14 +55,14 @@ macro_rules! settings {
 
         impl $name {
             /// Every setting as declared: its name, doc, kind of value and default, in order.
-            pub fn declared() -> Vec<table::Declared> {
+            pub fn declared() -> Vec<declared::Declared> {
                 let defaults = $name::default();
-                vec![$(table::Declared {
+                vec![$(declared::Declared {
                     name: stringify!($field),
                     doc: &[$($doc),*],
-                    kind: <$ty as table::Shown>::KIND,
-                    default: table::Shown::shown(&defaults.$field),
-                    file_only: <$ty as table::Shown>::FILE_ONLY,
+                    kind: <$ty as declared::Shown>::KIND,
+                    default: declared::Shown::shown(&defaults.$field),
+                    file_only: <$ty as declared::Shown>::FILE_ONLY,
                 },)*]
             }
         }
@@ -270,9 +273,6 @@ settings! {
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]
 pub struct ConfigError(pub String);
-
-/// The prefix of the environment variables read.
-const PREFIX: &str = "GATEWAY_";
 
 /// The name the environment's layer goes by in errors.
 const ENVIRONMENT: &str = "the environment";

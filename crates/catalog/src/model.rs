@@ -121,9 +121,9 @@ pub struct UpstreamProfile {
 
 /// One catalog entry: everything the gateway knows about a model besides operator changes.
 ///
-/// Deserializing one (directly or through [`ModelDef::from_definition`] / [`crate::Catalog::from_json`])
-/// also parses `limits` into the typed [`KindLimits`] of its kind; a limit that is missing, misspelt or
-/// of the wrong type refuses the entry.
+/// Deserializing one (directly or through [`ModelDef::from_definition`] / the catalog's
+/// `Catalog::from_json`) also parses `limits` into the typed [`KindLimits`] of its kind; a limit that
+/// is missing, misspelt or of the wrong type refuses the entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "ModelDefRaw")]
 pub struct ModelDef {
@@ -382,12 +382,17 @@ mod as_text {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Catalog;
     use domain::Rate;
 
-    /// The builtin entry `name`, with a fresh one-rate sheet.
+    /// The builtin catalog's document, the one the catalog loads.
+    const BUILTIN_JSON: &str = include_str!("../../../fixtures/catalog.json");
+
+    /// The builtin entry `name`, read as the catalog reads each entry.
     fn builtin(name: &str) -> ModelDef {
-        Catalog::builtin().expect("builtin").get(name).cloned().expect("model")
+        let document: Value = serde_json::from_str(BUILTIN_JSON).expect("the builtin catalog is JSON");
+        let models = document["models"].as_array().expect("a models array");
+        let entry = models.iter().find(|m| m["name"] == name).expect("model");
+        serde_json::from_value(entry.clone()).expect("the entry reads")
     }
 
     fn sample() -> ModelDef {

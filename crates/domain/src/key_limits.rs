@@ -155,15 +155,15 @@ pub struct KeySpend {
 /// first, each once. Empty: only the balance limits the hold. Stored as one text, the ids joined
 /// by `,` (a key id never contains one), so that a reservation keeps the chain it was held on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct BudgetKeys(Vec<crate::ApiKeyId>);
+pub struct BudgetKeys(Vec<crate::ids::ApiKeyId>);
 
 impl BudgetKeys {
     /// No key: only the balance.
     pub const NONE: BudgetKeys = BudgetKeys(Vec::new());
 
     /// The chain `keys`, nearest first; a repeated key is kept once.
-    pub fn new(keys: impl IntoIterator<Item = crate::ApiKeyId>) -> BudgetKeys {
-        let mut chain: Vec<crate::ApiKeyId> = Vec::new();
+    pub fn new(keys: impl IntoIterator<Item = crate::ids::ApiKeyId>) -> BudgetKeys {
+        let mut chain: Vec<crate::ids::ApiKeyId> = Vec::new();
         for key in keys {
             if !chain.contains(&key) {
                 chain.push(key);
@@ -178,19 +178,22 @@ impl BudgetKeys {
     }
 
     /// The keys, nearest first.
-    pub fn keys(&self) -> &[crate::ApiKeyId] {
+    pub fn keys(&self) -> &[crate::ids::ApiKeyId] {
         &self.0
     }
 
     /// The stored text (`None` when empty).
     pub fn to_column(&self) -> Option<String> {
-        (!self.0.is_empty()).then(|| self.0.iter().map(crate::ApiKeyId::as_str).collect::<Vec<_>>().join(","))
+        (!self.0.is_empty()).then(|| self.0.iter().map(crate::ids::ApiKeyId::as_str).collect::<Vec<_>>().join(","))
     }
 
     /// Reads the stored text back (`None` or empty: no key).
     pub fn from_column(text: Option<&str>) -> BudgetKeys {
         BudgetKeys::new(
-            text.unwrap_or_default().split(',').filter(|id| !id.is_empty()).map(|id| crate::ApiKeyId(id.to_owned())),
+            text.unwrap_or_default()
+                .split(',')
+                .filter(|id| !id.is_empty())
+                .map(|id| crate::ids::ApiKeyId(id.to_owned())),
         )
     }
 }

@@ -11,8 +11,8 @@ use std::num::NonZeroU32;
 
 use async_trait::async_trait;
 
+use crate::ids::ApiKeyId;
 use crate::ports::StoreError;
-use crate::records::ApiKeyId;
 use crate::time::Timestamp;
 
 /// A key's rate limits; `None`: no limit of that kind.

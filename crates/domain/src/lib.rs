@@ -4,6 +4,7 @@
 
 pub mod caps;
 pub mod egress;
+pub mod ids;
 pub mod inputs;
 pub mod key_limits;
 pub mod key_rates;

@@ -1,6 +1,14 @@
 //! The engine of [`plan`]: the working state of one batch and each operation's decision.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+
+use domain::{
+    ApiKeyId, BillingStatus, LedgerKind, Task, TaskId, TaskStatus, TaskTransition, TaskUpdate, Timestamp, UsdAmount,
+    UserId,
+};
+
+use super::types::*;
+use crate::ledger::{LedgerError, Reservation, Settlement, check_credit, settle_delta};
 
 /// The note of a hold's entry.
 fn hold_note(amount: UsdAmount) -> String {

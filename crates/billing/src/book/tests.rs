@@ -1,7 +1,11 @@
 //! The plan's decisions on small batches: balances, what each decision assumed, rebasing.
 
 use super::*;
-use domain::TaskEvent;
+use domain::{
+    ApiKeyId, BillingStatus, BudgetKeys, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount, UserId,
+};
+
+use crate::ledger::LedgerError;
 
 fn usd(micros: i64) -> UsdAmount {
     UsdAmount::from_micros(micros)

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{IntRange, LimitsError, PromptLimits, one_of};
+use super::types::{IntRange, LimitsError, PromptLimits, one_of};
 
 /// An audio model's limits, mirroring its catalog `limits` object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

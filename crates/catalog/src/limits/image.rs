@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{CountRange, LimitsError, PromptLimits, RatioRange, nullable, one_of, ordered};
+use super::types::{CountRange, LimitsError, PromptLimits, RatioRange, nullable, one_of, ordered};
 
 /// The one custom size pattern the validator implements (ASCII digits only).
 pub const SIZE_PATTERN: &str = r"^\d{2,5}[xX]\d{2,5}$";

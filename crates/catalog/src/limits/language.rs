@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::Number;
 
-use super::{CountRange, nullable};
+use super::types::{CountRange, nullable};
 
 /// A language model's limits, mirroring its catalog `limits` object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

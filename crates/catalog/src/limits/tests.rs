@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use rust_decimal::Decimal;
 use serde_json::json;
 
 use super::*;

@@ -3,7 +3,7 @@
 use domain::{Ratio, Resolution};
 use serde::Deserialize;
 
-use super::PromptLimits;
+use super::types::PromptLimits;
 
 /// A video model's limits, mirroring its catalog `limits` object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

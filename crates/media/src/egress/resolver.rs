@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use domain::EgressError;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::policy::{AllowList, non_public_reason};
@@ -23,10 +24,10 @@ pub(crate) struct PolicyResolver {
 /// The permitted addresses of `host`: when none is left, a refusal that names the host but not the
 /// addresses it resolved to, nor why they were refused (what a name resolves to from inside our
 /// network is ours to know; the log keeps it).
-pub(crate) async fn permitted(allow: &AllowList, host: &str) -> Result<Vec<SocketAddr>, super::EgressError> {
+pub(crate) async fn permitted(allow: &AllowList, host: &str) -> Result<Vec<SocketAddr>, EgressError> {
     let found: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
         .await
-        .map_err(|e| super::EgressError::Network(format!("cannot resolve {host}: {e}")))?
+        .map_err(|e| EgressError::Network(format!("cannot resolve {host}: {e}")))?
         .collect();
     let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
         found.into_iter().partition(|addr| allow.permits(host, addr.ip()));
@@ -39,9 +40,9 @@ pub(crate) async fn permitted(allow: &AllowList, host: &str) -> Result<Vec<Socke
                     why = non_public_reason(addr.ip()).unwrap_or("refused"),
                     "egress refused a name that resolves to no public address"
                 );
-                super::EgressError::Refused(format!("{host} does not resolve to a public address"))
+                EgressError::Refused(format!("{host} does not resolve to a public address"))
             }
-            None => super::EgressError::Network(format!("{host} resolves to no address")),
+            None => EgressError::Network(format!("{host} resolves to no address")),
         });
     }
     if !refused.is_empty() {
@@ -57,7 +58,7 @@ impl Resolve for PolicyResolver {
         Box::pin(async move {
             match permitted(&allow, &host).await {
                 Ok(kept) => Ok(Box::new(kept.into_iter()) as Addrs),
-                Err(super::EgressError::Refused(why)) => {
+                Err(EgressError::Refused(why)) => {
                     Err(Box::new(PolicyRefusal(why)) as Box<dyn std::error::Error + Send + Sync>)
                 }
                 Err(other) => Err(std::io::Error::new(std::io::ErrorKind::NotFound, other.to_string()).into()),
