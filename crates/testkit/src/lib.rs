@@ -3,7 +3,7 @@
 //! that runs on PostgreSQL alone; [`s3`], a prefix of its own on the test S3 server, what is stored
 //! there, and a relay that can be cut; [`books`], the one test user (`NewUser`) and the check that a
 //! balance equals the sum of its ledger entries; and here a test CA and a server certificate for
-//! `localhost`, `127.0.0.1` and `::1` made with openssl, and an https receiver on loopback that
+//! `localhost`, `127.0.0.1` and `::1` made with rcgen and served with rustls, and an https receiver on loopback that
 //! records every request reaching it and answers a few fixed routes (media files of each kind,
 //! redirects, statuses, a webhook endpoint that can fail its first calls).
 //!
@@ -23,80 +23,51 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openssl::asn1::Asn1Time;
-use openssl::bn::BigNum;
-use openssl::ec::{EcGroup, EcKey};
-use openssl::hash::MessageDigest;
-use openssl::nid::Nid;
-use openssl::pkey::{PKey, Private};
-use openssl::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName};
-use openssl::x509::{X509, X509NameBuilder};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio_native_tls::TlsAcceptor;
-pub use tokio_native_tls::native_tls;
+use tokio_rustls::TlsAcceptor;
 
-fn key() -> PKey<Private> {
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
-    PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
-}
-
-fn name(cn: &str) -> openssl::x509::X509Name {
-    let mut name = X509NameBuilder::new().unwrap();
-    name.append_entry_by_text("CN", cn).unwrap();
-    name.build()
-}
+/// A server's TLS identity (its certificate and key, as a rustls server configuration), for
+/// [`receiver`].
+#[derive(Clone)]
+pub struct Identity(Arc<rustls::ServerConfig>);
 
 /// A test root (PEM) and a `localhost` / `127.0.0.1` / `::1` server identity signed by it.
-pub fn test_pki() -> (Vec<u8>, native_tls::Identity) {
+pub fn test_pki() -> (Vec<u8>, Identity) {
     test_pki_for(&["localhost", "127.0.0.1", "::1"])
 }
 
 /// A test root (PEM) and a server identity signed by it for `names` (each an IP address or a DNS
 /// name), such as a name no test connects to, for the tests of what a refused certificate's
-/// error says.
-pub fn test_pki_for(names: &[&str]) -> (Vec<u8>, native_tls::Identity) {
-    let ca_key = key();
-    let mut ca = X509::builder().unwrap();
-    ca.set_version(2).unwrap();
-    ca.set_serial_number(&BigNum::from_u32(1).unwrap().to_asn1_integer().unwrap()).unwrap();
-    ca.set_subject_name(&name("media test root")).unwrap();
-    ca.set_issuer_name(&name("media test root")).unwrap();
-    ca.set_pubkey(&ca_key).unwrap();
-    ca.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-    ca.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
-    ca.append_extension(BasicConstraints::new().critical().ca().build().unwrap()).unwrap();
-    ca.append_extension(KeyUsage::new().critical().key_cert_sign().crl_sign().build().unwrap()).unwrap();
-    ca.sign(&ca_key, MessageDigest::sha256()).unwrap();
-    let ca = ca.build();
+/// error says. ECDSA P-256 keys, made with rcgen over ring and served with rustls: the product's
+/// own TLS stack.
+pub fn test_pki_for(names: &[&str]) -> (Vec<u8>, Identity) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, "media test root");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca.self_signed(&ca_key).unwrap();
 
-    let leaf_key = key();
-    let mut leaf = X509::builder().unwrap();
-    leaf.set_version(2).unwrap();
-    leaf.set_serial_number(&BigNum::from_u32(2).unwrap().to_asn1_integer().unwrap()).unwrap();
-    leaf.set_subject_name(&name(names.first().copied().unwrap_or("localhost"))).unwrap();
-    leaf.set_issuer_name(ca.subject_name()).unwrap();
-    leaf.set_pubkey(&leaf_key).unwrap();
-    leaf.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-    leaf.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
-    let mut san = SubjectAlternativeName::new();
-    for name in names {
-        if name.parse::<std::net::IpAddr>().is_ok() {
-            san.ip(name);
-        } else {
-            san.dns(name);
-        }
-    }
-    let san = san.build(&leaf.x509v3_context(Some(&ca), None)).unwrap();
-    leaf.append_extension(san).unwrap();
-    leaf.append_extension(KeyUsage::new().critical().digital_signature().key_agreement().build().unwrap()).unwrap();
-    leaf.append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap()).unwrap();
-    leaf.sign(&ca_key, MessageDigest::sha256()).unwrap();
-    let leaf = leaf.build();
-    let identity =
-        native_tls::Identity::from_pkcs8(&leaf.to_pem().unwrap(), &leaf_key.private_key_to_pem_pkcs8().unwrap())
-            .unwrap();
-    (ca.to_pem().unwrap(), identity)
+    let leaf_key = KeyPair::generate().unwrap();
+    // Each name that parses as an IP address becomes an IP subject alternative name.
+    let mut leaf = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("localhost"));
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyAgreement];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf = leaf.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![CertificateDer::from(leaf.der().to_vec())], key)
+        .unwrap();
+    (ca.pem().into_bytes(), Identity(Arc::new(config)))
 }
 
 /// One request that reached the receiver.
@@ -174,10 +145,10 @@ pub fn sample(kind: &str) -> Vec<u8> {
 
 /// An https receiver on `bind` (`127.0.0.1:0` or `[::1]:0`); its address and log. `None` when
 /// the address cannot be bound (no IPv6 on this machine).
-pub async fn receiver(bind: &str, identity: native_tls::Identity) -> Option<(SocketAddr, Arc<Log>)> {
+pub async fn receiver(bind: &str, identity: Identity) -> Option<(SocketAddr, Arc<Log>)> {
     let listener = TcpListener::bind(bind).await.ok()?;
     let addr = listener.local_addr().unwrap();
-    let acceptor = TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap());
+    let acceptor = TlsAcceptor::from(identity.0);
     let log = Arc::new(Log::default());
     let shared = Arc::clone(&log);
     tokio::spawn(async move {
