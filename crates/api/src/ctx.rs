@@ -40,6 +40,11 @@ impl Ctx<'_> {
         self.who.as_ref().ok_or_else(|| ServiceError::Internal("a keyed handler ran without a caller".into()).into())
     }
 
+    /// The caller, taken out (for a handler that moves it onto a task of its own).
+    pub fn take_who(&mut self) -> Result<Principal, ApiError> {
+        self.who.take().ok_or_else(|| ServiceError::Internal("a keyed handler ran without a caller".into()).into())
+    }
+
     /// The operator. Only operator routes call it.
     pub fn actor(&self) -> Result<&Actor, ApiError> {
         self.actor.as_ref().ok_or_else(|| ServiceError::Internal("an operator handler ran without one".into()).into())

@@ -205,7 +205,7 @@ async fn billable(mut ctx: Ctx<'_>, route: Billable) -> Result<Response, ApiErro
     route.check_headers(&ctx.parts.headers)?;
     let bytes = ctx.json_bytes().await?;
     let key = idempotency_key(&ctx.parts.headers)?;
-    let who = ctx.who.take().ok_or_else(|| ApiError::from(ServiceError::Internal("no caller".into())))?;
+    let who = ctx.take_who()?;
     let gateway = ctx.gateway().clone();
     let user = who.user_id.as_str().to_owned();
     let background = gateway.background().clone();

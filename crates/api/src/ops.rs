@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde_json::{Value, json};
 use validation::{AudioRequest, ChatRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
 
-use crate::doc::{BILLABLE_ERRORS, Docs, Op, json_content, path_param, query};
+use crate::doc::{BILLABLE_ERRORS, Docs, Op, json_content, page, path_param, query};
 use crate::wire::{ChatStyleAnswer, KeyList, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
 
 /// `GET /healthz` and `GET /readyz`.
@@ -68,9 +68,8 @@ pub(crate) fn list_keys(d: &mut Docs) -> Op {
 }
 
 pub(crate) fn list_tasks(d: &mut Docs) -> Op {
-    let parameters = vec![
-        query("page", "Page, from 1", json!({"type": "integer", "minimum": 1})),
-        query("page_size", "Tasks per page", json!({"type": "integer", "enum": validation::TASK_PAGE_SIZES})),
+    let mut parameters = page("Tasks");
+    parameters.extend([
         query(
             "kind",
             "Only tasks of this kind of model (an addition of this gateway)",
@@ -84,7 +83,7 @@ pub(crate) fn list_tasks(d: &mut Docs) -> Op {
                 "running", "completed"
             ]}),
         ),
-    ];
+    ]);
     Op { parameters, body: None, responses: d.json_answer::<TaskList>(200, "one page", &[400, 401]) }
 }
 

@@ -32,7 +32,7 @@ const ROUTE: &str = "tasks";
 /// stored files, a held claim or a half-created task behind.
 pub(crate) async fn create(mut ctx: Ctx<'_>) -> Result<Response, ApiError> {
     let body = ctx.take_body()?;
-    let who = ctx.who.take().ok_or_else(|| ApiError::from(ServiceError::Internal("no caller".into())))?;
+    let who = ctx.take_who()?;
     let key = idempotency_key(&ctx.parts.headers)?;
     let (state, headers) = (ctx.state, ctx.parts.headers);
     let gateway = state.gateway().clone();

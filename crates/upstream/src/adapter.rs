@@ -180,17 +180,7 @@ mod tests {
 
     use super::*;
 
-    fn config(base: &str) -> UpstreamConfig {
-        UpstreamConfig {
-            platform_base: base.to_owned(),
-            platform_key: "sk-platform-secret".to_owned(),
-            speech_origin: "http://127.0.0.1:1".to_owned(),
-            speech_key: "sk-speech-secret".to_owned(),
-            messages_base: "http://127.0.0.1:1/api/compatible/".to_owned(),
-            connect_timeout: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-        }
-    }
+    use crate::config::test_config as config;
 
     #[test]
     fn debug_hides_keys_and_shows_urls() {

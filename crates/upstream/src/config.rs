@@ -131,6 +131,21 @@ impl fmt::Debug for AssetsConfig {
     }
 }
 
+/// The adapters' unit tests' configuration: the platform at `base`, the other services on a
+/// closed port, one-second timeouts.
+#[cfg(test)]
+pub(crate) fn test_config(base: &str) -> UpstreamConfig {
+    UpstreamConfig {
+        platform_base: base.to_owned(),
+        platform_key: "sk-platform-secret".to_owned(),
+        speech_origin: "http://127.0.0.1:1".to_owned(),
+        speech_key: "sk-speech-secret".to_owned(),
+        messages_base: "http://127.0.0.1:1/api/compatible/".to_owned(),
+        connect_timeout: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
