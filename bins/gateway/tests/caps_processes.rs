@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{COMMAND_TIMEOUT, Running, Sandbox, sandbox};
@@ -30,7 +29,6 @@ fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str, queue_wait_ms: u64) -> 
 
 /// One chat call whose upstream answer takes `latency_ms`: status, `Retry-After`, body.
 fn chat(addr: &str, key: &str, latency_ms: u64) -> (u16, Option<u64>, Value) {
-    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
     let body = json!({
         "model": MODEL,
         "messages": [{"role": "user", "content": "slow one"}],
@@ -38,25 +36,11 @@ fn chat(addr: &str, key: &str, latency_ms: u64) -> (u16, Option<u64>, Value) {
         "sim_latency_ms": latency_ms,
     })
     .to_string();
-    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
-    stream.set_read_timeout(Some(COMMAND_TIMEOUT)).expect("read timeout");
-    write!(
-        stream,
-        "POST /api/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read the answer");
-    let text = String::from_utf8(raw).expect("utf-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
-    let retry_after = head
-        .lines()
-        .find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: ")))
-        .and_then(|v| v.trim().parse().ok());
-    (status, retry_after, serde_json::from_str(body).unwrap_or(Value::Null))
+    let headers = [("content-type", "application/json")];
+    let path = "/api/v1/chat/completions";
+    let reply = common::request(addr, testkit::http::Method::POST, path, Some(key), &headers, body.as_bytes(), COMMAND_TIMEOUT);
+    let retry_after = reply.header("retry-after").and_then(|v| v.trim().parse().ok());
+    (reply.status, retry_after, reply.json)
 }
 
 /// The books of `user` read from the database: balance = Σ ledger, no call left reserved; the

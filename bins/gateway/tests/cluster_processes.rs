@@ -10,8 +10,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -40,33 +39,25 @@ fn serve(sandbox: &Sandbox, sim: SocketAddr, name: &str) -> (Running, String) {
     common::serve_against(sandbox, sim, name, &env)
 }
 
-/// One POST over a fresh connection: the status, or `None` when the connection broke (the
-/// replica died under it).
+/// One POST through the test client on a fresh connection: the status, or `None` when the
+/// connection broke (the replica died under it).
 fn post(addr: &str, key: &str, path: &str, body: &Value) -> Option<u16> {
-    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
+    let addr: SocketAddr = addr.parse().expect("a socket address");
+    let auth = format!("Bearer {key}");
+    let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
     let body = body.to_string();
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw);
-    text.split_whitespace().nth(1).and_then(|s| s.parse().ok())
+    let step = Duration::from_secs(60);
+    let sent = testkit::http::try_fetch(addr, testkit::http::Method::POST, path, &headers, body.as_bytes(), step);
+    testkit::http::blocking(sent).ok().map(|reply| reply.status)
 }
 
-/// The chat calls running on the replica at `addr`, from its `/metrics`.
+/// The chat calls running on the replica at `addr`, from its `/metrics` (0 when it does not answer).
 fn chat_calls_running(addr: &str) -> u64 {
-    let Ok(mut stream) = TcpStream::connect(addr) else { return 0 };
-    let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
+    let addr: SocketAddr = addr.parse().expect("a socket address");
+    let fetched = testkit::http::try_fetch(addr, testkit::http::Method::GET, "/metrics", &[], &[], COMMAND_TIMEOUT);
+    let Ok(reply) = testkit::http::blocking(fetched) else { return 0 };
     let series = format!("gateway_calls_in_flight{{model=\"{CHAT_MODEL}\"}} ");
+    let text = reply.text();
     text.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 

@@ -18,6 +18,8 @@ mod memory;
 mod multipart;
 #[path = "hostile/ops.rs"]
 mod ops;
+#[path = "hostile/raw.rs"]
+mod raw;
 #[path = "hostile/stalled_bodies.rs"]
 mod stalled_bodies;
 #[path = "hostile/stuck.rs"]

@@ -58,7 +58,8 @@ fn json_logs_carry_the_call_and_never_the_key() {
 }
 
 /// Sends a slow chat call to the gateway at `addr` and returns its connection unread (the caller
-/// decides when the client goes away).
+/// decides when the client goes away). Written by hand: the test is about the socket the client
+/// leaves, which a client library hides.
 fn send_slow_chat(addr: &str, key: &str, content: &str, latency_ms: u64) -> TcpStream {
     let body = json!({
         "model": "LangA-V4-flash",

@@ -32,12 +32,7 @@ fn serve(sandbox: &Sandbox, a: SocketAddr, b: SocketAddr) -> (Running, String) {
 
 /// The text of `GET /metrics`.
 fn metrics_text(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read /metrics");
-    text
+    common::request(addr, testkit::http::Method::GET, "/metrics", None, &[], &[], common::COMMAND_TIMEOUT).text()
 }
 
 /// `calls` chat calls from `threads` clients at once; each answer's status (0: none came).

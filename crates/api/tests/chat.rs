@@ -577,26 +577,12 @@ async fn concurrent_calls_never_overdraw() {
 /// refused before it is read; inline Base64 above a model's media limit is refused after parsing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_requests_are_413() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     for db in databases() {
         let env = chat_env(&db, "5").await;
         let before = env.server.balance(&env.user.id).await;
 
         // Declared 100 MB + 1: answered without reading the body (none is sent).
-        let mut stream = tokio::net::TcpStream::connect(env.server.addr).await.expect("connect");
-        let head = format!(
-            "POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
-            env.key,
-            100 * 1024 * 1024 + 1
-        );
-        stream.write_all(head.as_bytes()).await.expect("write head");
-        let mut answer = vec![0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
-            .await
-            .expect("answered without the body")
-            .expect("read");
-        let text = String::from_utf8_lossy(&answer[..n]);
+        let text = env.server.declare_body(CHAT, &env.key, 100 * 1024 * 1024 + 1).await;
         assert!(text.starts_with("HTTP/1.1 413"), "{}: {text}", env.ctx("declared length"));
         assert!(text.contains("request_too_large"), "{text}");
 
@@ -619,19 +605,14 @@ async fn client_disconnect_during_a_non_streaming_call_still_settles() {
         let ctx = env.ctx("non-stream disconnect");
         let request = body(json!({"sim_latency_ms": 300}));
         let bytes = serde_json::to_vec(&request).expect("json");
-        // Send the request on a raw socket, then close it before the answer (300 ms away) arrives.
+        // Send the request, then close the connection before the answer (300 ms away) arrives.
         {
-            use tokio::io::AsyncWriteExt;
-            let mut stream = tokio::net::TcpStream::connect(env.server.addr).await.expect("connect");
-            let head = format!(
-                "POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
-                 Content-Length: {}\r\n\r\n",
-                env.key,
-                bytes.len()
-            );
-            stream.write_all(head.as_bytes()).await.expect("head");
-            stream.write_all(&bytes).await.expect("body");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut client = common::Client::connect(env.server.addr).await;
+            let auth = format!("Bearer {}", env.key);
+            let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+            let sent = client.open(http::Method::POST, CHAT, &headers, &bytes);
+            assert!(tokio::time::timeout(Duration::from_millis(100), sent).await.is_err(), "{ctx}: answered early");
+            client.into_connection().abort();
         }
         let mut settled = None;
         for _ in 0..100 {

@@ -381,7 +381,7 @@ async fn routing_errors_request_ids_and_health() {
         let mut client = Client::connect(server.addr).await;
         for _ in 0..3 {
             assert_eq!(
-                client.send(Method::GET, MODELS, &[("authorization", auth.as_str())]).await.status,
+                client.send(Method::GET, MODELS, &[("authorization", auth.as_str())], &[]).await.status,
                 200,
                 "{ctx}"
             );
@@ -401,7 +401,7 @@ async fn shutdown_makes_serve_return_and_closes_idle_connections() {
 
         // An idle keep-alive connection must not hold the server open.
         let mut idle = Client::connect(server.addr).await;
-        assert_eq!(idle.send(Method::GET, MODELS, &[("authorization", auth.as_str())]).await.status, 200, "{ctx}");
+        assert_eq!(idle.send(Method::GET, MODELS, &[("authorization", auth.as_str())], &[]).await.status, 200, "{ctx}");
 
         server.trigger_shutdown();
         let started = std::time::Instant::now();

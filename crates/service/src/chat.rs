@@ -111,17 +111,6 @@ pub(crate) fn language_charge(sheet: &PriceSheet, usage: &LanguageUsage) -> Resu
         .map_err(|e| UpstreamError::Malformed(format!("the reported usage cannot be priced: {e}")))
 }
 
-/// Parses a JSON object answer and renames its `model` to the public name.
-pub(crate) fn public_answer(bytes: &[u8], public_model: &str) -> Result<Value, UpstreamError> {
-    let mut answer: Value =
-        serde_json::from_slice(bytes).map_err(|e| UpstreamError::Malformed(format!("the answer is not JSON: {e}")))?;
-    let Value::Object(o) = &mut answer else {
-        return Err(UpstreamError::Malformed("the answer is not a JSON object".into()));
-    };
-    o.insert("model".into(), Value::String(public_model.to_owned()));
-    Ok(answer)
-}
-
 /// A chat request checked before it holds anything.
 struct CheckedChat {
     def: std::sync::Arc<ModelDef>,

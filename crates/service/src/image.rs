@@ -7,12 +7,10 @@
 //! successful item of `data[]` at the pixel count of its reported `size`.
 
 use billing::ImageUsage;
-use domain::ports::{Endpoint, UpstreamError};
+use domain::ports::{Endpoint, ImageAnswer, UpstreamError};
 use domain::{ModelKind, PriceSheet};
-use serde_json::{Map, Value};
 
 use crate::call::{CallSpec, Close, Finished, TaskDetails};
-use crate::chat::public_answer;
 use crate::reply::CallReply;
 use crate::{Answer, Gateway, Principal, ServiceError};
 
@@ -74,86 +72,28 @@ impl Gateway {
             })
             .await?;
         self.run_sync(upstream.as_ref(), call, Endpoint::ImageGenerations, upstream_body, |bytes| {
-            finish_image(&bytes, &public_model, &sheet, references)
+            finish_image(upstream.read_image(&bytes, references), &public_model, &sheet, references)
         })
         .await
     }
 }
 
-/// `(width, height)` of a `<W>x<H>` size.
-fn parse_size(size: &str) -> Option<(u64, u64)> {
-    let (w, h) = size.split_once(['x', 'X'])?;
-    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
-}
-
-/// Whether a `data[]` item failed (it carries a non-null `error`).
-fn item_failed(item: &Value) -> bool {
-    item.get("error").is_some_and(|e| !e.is_null())
-}
-
-/// The upstream answer as the client's ImageGenerationResponse, and the charge for its images.
+/// The adapter's reading of the answer as the client's ImageGenerationResponse, and the charge
+/// for its images (nothing generated is refunded with the upstream's reason).
 fn finish_image(
-    bytes: &[u8],
+    read: Result<ImageAnswer, UpstreamError>,
     public_model: &str,
     sheet: &PriceSheet,
     references: u64,
 ) -> Result<Finished, UpstreamError> {
-    let mut answer = public_answer(bytes, public_model)?;
-    if answer.get("data").is_none()
-        && let Some(error) = answer.get("error").filter(|e| !e.is_null())
-    {
-        let text = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        return Err(UpstreamError::Rejected { code: text("code"), message: text("message") });
+    let ImageAnswer { body, pixels, refusal, usage } = read?;
+    let answer = Answer::Upstream { body, model: public_model.to_owned() };
+    if let Some((code, message)) = refusal {
+        return Ok(Finished { answer, close: Close::Refund { code, message, usage: Some(usage) } });
     }
-    let items = answer
-        .get("data")
-        .and_then(Value::as_array)
-        .ok_or_else(|| UpstreamError::Malformed("the image answer has no data array".into()))?;
-    let mut generated = Vec::new();
-    for (i, item) in items.iter().enumerate().filter(|(_, item)| !item_failed(item)) {
-        let (w, h) = item
-            .get("size")
-            .and_then(Value::as_str)
-            .and_then(parse_size)
-            .ok_or_else(|| UpstreamError::Malformed(format!("data[{i}] has no WxH size")))?;
-        generated.push(w.checked_mul(h).ok_or_else(|| UpstreamError::Malformed(format!("data[{i}] size overflows")))?);
-    }
-    let first_error = items.iter().find(|i| item_failed(i)).and_then(|i| i.get("error")).cloned();
-    let count = generated.len() as u64;
-    let usage = complete_usage(&mut answer, count, references);
-    if generated.is_empty() {
-        let text = |k: &str| first_error.as_ref().and_then(|e| e.get(k)).and_then(Value::as_str).map(str::to_owned);
-        let code = text("code").unwrap_or_else(|| "no_image_generated".into());
-        let message = text("message").unwrap_or_else(|| "the upstream generated no image".into());
-        return Ok(Finished {
-            answer: Answer::Value(answer),
-            close: Close::Refund { code, message, usage: Some(usage) },
-        });
-    }
-    let charge = billing::image_charge(sheet, &ImageUsage { reference_images: references, generated })
+    let charge = billing::image_charge(sheet, &ImageUsage { reference_images: references, generated: pixels })
         .map_err(|e| UpstreamError::Malformed(format!("the generated images cannot be priced: {e}")))?;
-    Ok(Finished {
-        answer: Answer::Value(answer),
-        close: Close::Charge { amount: charge.total, usage: Some(usage), tokens: 0 },
-    })
-}
-
-/// Makes the answer's `usage` state what was billed (`generated_images` = successful items,
-/// `input_images` = references sent), keeping the upstream's token counts; returns it as JSON text.
-fn complete_usage(answer: &mut Value, generated: u64, references: u64) -> String {
-    let Value::Object(object) = answer else { return String::from("{}") };
-    let usage = object.entry("usage").or_insert_with(|| Value::Object(Map::new()));
-    if !usage.is_object() {
-        *usage = Value::Object(Map::new());
-    }
-    if let Value::Object(u) = usage {
-        u.insert("generated_images".into(), Value::from(generated));
-        u.insert("input_images".into(), Value::from(references));
-        for key in ["output_tokens", "total_tokens"] {
-            u.entry(key).or_insert(Value::from(0));
-        }
-    }
-    usage.to_string()
+    Ok(Finished { answer, close: Close::Charge { amount: charge.total, usage: Some(usage), tokens: 0 } })
 }
 
 #[cfg(test)]
@@ -171,47 +111,34 @@ mod tests {
         catalog.get("Vendor-Imagegen-5.0-pro").and_then(|d| d.pricing.clone()).expect("priced")
     }
 
-    fn finish(answer: Value, sheet: &PriceSheet, references: u64) -> Result<Finished, UpstreamError> {
-        finish_image(answer.to_string().as_bytes(), "Public", sheet, references)
+    fn read(pixels: Vec<u64>, refusal: Option<(&str, &str)>) -> Result<ImageAnswer, UpstreamError> {
+        let refusal = refusal.map(|(c, m)| (c.to_owned(), m.to_owned()));
+        Ok(ImageAnswer { body: br#"{"model":"up","data":[]}"#.to_vec(), pixels, refusal, usage: "{}".into() })
     }
 
-    #[test]
-    fn failed_items_are_free() {
-        let mut data: Vec<Value> = (0..12).map(|_| json!({"url": "https://x/a.png", "size": "2048x2048"})).collect();
-        data[3] = json!({"error": {"code": "OutputImageSensitiveContentDetected", "message": "no"}});
-        let done = finish(json!({"model": "up", "data": data, "usage": {"generated_images": 11}}), &pieces(), 3)
-            .expect("finished");
-        assert_eq!(done.answer.member("model").expect("model"), json!("Public"));
-        assert_eq!(done.answer.member("usage").expect("usage")["input_images"], json!(3));
-        assert!(matches!(done.close, Close::Charge { amount, .. } if amount.micros() == 11 * 36_000));
-    }
-
-    #[test]
-    fn pro_pixel_tiers_follow_the_reported_size() {
-        let answer = |size: &str| json!({"data": [{"b64_json": "AA==", "size": size}]});
-        let charge = |size: &str| match finish(answer(size), &pro(), 2).expect("finished").close {
+    fn charged(done: Finished) -> i64 {
+        match done.close {
             Close::Charge { amount, .. } => amount.micros(),
             Close::Refund { .. } => -1,
-        };
-        assert_eq!(charge("1536x1536"), 2 * 3_000 + 45_000);
-        assert_eq!(charge("1552x1552"), 2 * 3_000 + 90_000);
+        }
     }
 
     #[test]
-    fn nothing_generated_is_refunded_and_bad_answers_refused() {
-        let all_failed = json!({"data": [{"error": {"code": "OutputImageSensitiveContentDetected", "message": "m"}}]});
-        let done = finish(all_failed, &pieces(), 0).expect("finished");
+    fn each_generated_image_is_charged_on_its_pixels_and_the_public_model_named() {
+        let done = finish_image(read(vec![2048 * 2048; 11], None), "Public", &pieces(), 3).expect("finished");
+        assert_eq!(done.answer.member("model").expect("model"), json!("Public"));
+        assert_eq!(charged(done), 11 * 36_000);
+        let pro_charge = |pixels| charged(finish_image(read(vec![pixels], None), "P", &pro(), 2).expect("finished"));
+        assert_eq!(pro_charge(1536 * 1536), 2 * 3_000 + 45_000);
+        assert_eq!(pro_charge(1552 * 1552), 2 * 3_000 + 90_000);
+    }
+
+    #[test]
+    fn nothing_generated_is_refunded_with_the_reason_and_refusals_pass_on() {
+        let done = finish_image(read(vec![], Some(("OutputImageSensitiveContentDetected", "m"))), "P", &pieces(), 0)
+            .expect("finished");
         assert!(matches!(&done.close, Close::Refund { code, .. } if code == "OutputImageSensitiveContentDetected"));
-        assert_eq!(done.answer.member("usage").expect("usage")["generated_images"], json!(0));
-        let refused =
-            finish(json!({"error": {"code": "InputTextSensitiveContentDetected", "message": "m"}}), &pieces(), 0);
-        assert!(
-            matches!(refused, Err(UpstreamError::Rejected { ref code, .. }) if code == "InputTextSensitiveContentDetected")
-        );
-        assert!(matches!(finish(json!({"data": 1}), &pieces(), 0), Err(UpstreamError::Malformed(_))));
-        assert!(matches!(finish(json!({"data": [{"url": "u"}]}), &pieces(), 0), Err(UpstreamError::Malformed(_))));
-        assert!(finish(json!({"data": [{"url": "u", "size": "99999999999x99999999999"}]}), &pieces(), 0).is_err());
-        assert_eq!(parse_size("2048X1024"), Some((2048, 1024)));
-        assert_eq!(parse_size("2048*1024"), None);
+        let refused = Err(UpstreamError::Rejected { code: "X".into(), message: "m".into() });
+        assert!(matches!(finish_image(refused, "P", &pieces(), 0), Err(UpstreamError::Rejected { .. })));
     }
 }

@@ -1,5 +1,5 @@
 //! Test support shared by the crates' tests (a dev-dependency only), one helper per job:
-//! [`pg`], a private PostgreSQL schema per test and the visible skip (a failure in CI) of a test
+//! [`http`], the one client tests drive a server with; [`pg`], a private PostgreSQL schema per test and the visible skip (a failure in CI) of a test
 //! that runs on PostgreSQL alone; [`s3`], a prefix of its own on the test S3 server, what is stored
 //! there, and a relay that can be cut; [`books`], the one test user (`NewUser`) and the check that a
 //! balance equals the sum of its ledger entries; and here a test CA and a server certificate for
@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::panic, missing_docs)]
 
 pub mod books;
+pub mod http;
 pub mod pg;
 pub mod s3;
 

@@ -70,7 +70,7 @@ impl HttpUpstream {
             .map(Duration::from_secs);
         let body = read_prefix(response, MAX_ERROR_BODY).await;
         tracing::debug!(status = status.as_u16(), url = %route.url, "upstream answered with an error status");
-        Err(Failed { error: UpstreamError::Status { status: status.as_u16(), body }, retry_after, unsent: false })
+        Err(Failed { error: crate::wire::errors::status(status.as_u16(), body), retry_after, unsent: false })
     }
 
     async fn complete_inner(&self, route: &Route, body: Bytes) -> Result<Vec<u8>, Failed> {
@@ -119,6 +119,14 @@ impl HttpUpstream {
 impl Upstream for HttpUpstream {
     fn image_body(&self, request: &domain::ports::ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError> {
         crate::wire::images::request_body(request)
+    }
+
+    fn read_image(&self, answer: &[u8], references: u64) -> Result<domain::ports::ImageAnswer, UpstreamError> {
+        crate::wire::images::read_answer(answer, references)
+    }
+
+    fn read_speech(&self, answer: &[u8]) -> Result<domain::ports::SpeechAnswer, UpstreamError> {
+        crate::wire::speech::read_answer(answer)
     }
 
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {

@@ -415,6 +415,14 @@ impl Upstream for RoutedUpstream {
         crate::wire::images::request_body(request)
     }
 
+    fn read_image(&self, answer: &[u8], references: u64) -> Result<domain::ports::ImageAnswer, UpstreamError> {
+        crate::wire::images::read_answer(answer, references)
+    }
+
+    fn read_speech(&self, answer: &[u8]) -> Result<domain::ports::SpeechAnswer, UpstreamError> {
+        crate::wire::speech::read_answer(answer)
+    }
+
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>> {
         let endpoint = call.endpoint;
         let pool = self.pool(endpoint);
@@ -469,7 +477,7 @@ mod tests {
     }
 
     fn status(code: u16) -> UpstreamError {
-        UpstreamError::Status { status: code, body: String::new() }
+        UpstreamError::Status { status: code, body: String::new(), reason: String::new() }
     }
 
     #[test]

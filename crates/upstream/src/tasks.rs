@@ -65,7 +65,7 @@ impl HttpUpstream {
             if !status.is_success() {
                 let body = read_prefix(response, MAX_ERROR_BODY).await;
                 tracing::debug!(status = status.as_u16(), "video task call answered with an error status");
-                return Err(UpstreamError::Status { status: status.as_u16(), body }.into());
+                return Err(crate::wire::errors::status(status.as_u16(), body).into());
             }
             Ok(read_limited(response, MAX_TASK_ANSWER_BYTES).await?)
         };

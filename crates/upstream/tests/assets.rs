@@ -110,7 +110,7 @@ async fn failed_fetches_and_unreachable_urls() {
         let body =
             json!({"model": "m", "content": [{"type": "video_url", "video_url": {"url": format!("asset://{id}")}}]});
         match tasks.create_task_body(body.to_string().into_bytes()).await {
-            Err(UpstreamError::Status { status: 400, body }) => assert!(body.contains("not active"), "{body}"),
+            Err(UpstreamError::Status { status: 400, body, .. }) => assert!(body.contains("not active"), "{body}"),
             other => panic!("{other:?}"),
         }
     }
@@ -146,7 +146,7 @@ async fn bad_credentials_are_refused_with_401() {
             ..AssetsConfig::for_simulator(addr, LONG, LONG)
         };
         match HttpAssetUpstream::new(config).unwrap().asset_group("u").await {
-            Err(UpstreamError::Status { status: 401, body }) => {
+            Err(UpstreamError::Status { status: 401, body, .. }) => {
                 let body: Value = serde_json::from_str(&body).unwrap();
                 assert_eq!(body["ResponseMetadata"]["Error"]["Code"], code);
             }

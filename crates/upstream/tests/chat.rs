@@ -187,7 +187,7 @@ async fn status_faults() {
         ("status_503", 503, "ServiceUnavailable"),
     ] {
         match complete(&up, request(json!({"sim_fault": fault}))).await {
-            Err(UpstreamError::Status { status: s, body }) => {
+            Err(UpstreamError::Status { status: s, body, .. }) => {
                 assert_eq!(s, status);
                 let v: Value = serde_json::from_str(&body).unwrap();
                 assert!(v["error"]["code"].as_str().unwrap().starts_with(code), "{body}");
@@ -205,7 +205,7 @@ async fn auth_bad_request_and_not_found() {
     let (addr, _sim) = sim::spawn().await.unwrap();
     let no_key = chat_only(&format!("http://{addr}/api/v3"), "");
     match complete(&no_key, request(json!({}))).await {
-        Err(UpstreamError::Status { status: 401, body }) => {
+        Err(UpstreamError::Status { status: 401, body, .. }) => {
             assert!(body.contains("\"AuthenticationError\"") && body.contains("\"Unauthorized\""), "{body}");
         }
         other => panic!("{other:?}"),
@@ -213,7 +213,7 @@ async fn auth_bad_request_and_not_found() {
     let up = chat_only(&format!("http://{addr}/api/v3"), "k");
     for bad in [json!({"messages": []}), json!({"model": "m"}), json!([1])] {
         match complete(&up, bad).await {
-            Err(UpstreamError::Status { status: 400, body }) => assert!(body.contains("\"BadRequest\""), "{body}"),
+            Err(UpstreamError::Status { status: 400, body, .. }) => assert!(body.contains("\"BadRequest\""), "{body}"),
             other => panic!("{other:?}"),
         }
     }

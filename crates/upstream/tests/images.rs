@@ -21,7 +21,7 @@ async fn generate(up: &HttpUpstream, body: Value) -> Result<Value, UpstreamError
 
 fn status_of(result: Result<Value, UpstreamError>) -> (u16, Value) {
     match result {
-        Err(UpstreamError::Status { status, body }) => (status, serde_json::from_str(&body).unwrap()),
+        Err(UpstreamError::Status { status, body, .. }) => (status, serde_json::from_str(&body).unwrap()),
         other => panic!("expected a status error, got {other:?}"),
     }
 }

@@ -109,7 +109,7 @@ async fn status_and_transport_faults() {
         ("status_503", 503, 55_000_003),
     ] {
         match speak(&up, request(json!({"text_prompt": format!("x [sim:fault={fault}]")}))).await {
-            Err(UpstreamError::Status { status: s, body }) => {
+            Err(UpstreamError::Status { status: s, body, .. }) => {
                 assert_eq!(s, status);
                 assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["code"], code);
             }
@@ -132,7 +132,7 @@ async fn key_is_required_and_streaming_is_not_offered() {
     let no_key =
         adapter(UpstreamConfig { speech_key: String::new(), ..UpstreamConfig::for_simulator(addr, LONG, LONG) });
     match speak(&no_key, request(json!({}))).await {
-        Err(UpstreamError::Status { status: 401, body }) => assert!(body.contains("45000010"), "{body}"),
+        Err(UpstreamError::Status { status: 401, body, .. }) => assert!(body.contains("45000010"), "{body}"),
         other => panic!("{other:?}"),
     }
     // The platform key (Bearer) does not open the speech service.

@@ -33,7 +33,7 @@ async fn task(up: &HttpUpstream, id: &str) -> Value {
 
 fn status_of<T: std::fmt::Debug>(result: Result<T, UpstreamError>) -> (u16, Value) {
     match result {
-        Err(UpstreamError::Status { status, body }) => (status, serde_json::from_str(&body).unwrap()),
+        Err(UpstreamError::Status { status, body, .. }) => (status, serde_json::from_str(&body).unwrap()),
         other => panic!("expected a status error, got {other:?}"),
     }
 }

@@ -5,8 +5,7 @@
 #![allow(dead_code, clippy::panic)]
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -218,27 +217,36 @@ pub fn http_get(addr: &str, path: &str, key: Option<&str>) -> (u16, Value) {
     http_request(addr, "GET", path, key, None)
 }
 
-/// One request (a JSON `body` when given) over a plain HTTP/1.1 connection to 127.0.0.1; returns
-/// status and JSON body (`Null` when the body is not JSON).
+/// One request (a JSON `body` when given) through the test client (`testkit::http`) to the
+/// gateway at `addr`; returns status and JSON body (`Null` when the body is not JSON).
 pub fn http_request(addr: &str, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {
-    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
-    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
-    stream.set_read_timeout(Some(COMMAND_TIMEOUT)).expect("read timeout");
-    let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
-    let payload = body.map(Value::to_string).unwrap_or_default();
-    let content = if body.is_some() {
-        format!("Content-Type: application/json\r\nContent-Length: {}\r\n", payload.len())
-    } else {
-        String::new()
-    };
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{content}Connection: close\r\n\r\n{payload}")
-        .expect("send request");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let text = String::from_utf8(raw).expect("utf-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status code");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let method = testkit::http::Method::from_bytes(method.as_bytes()).expect("method");
+    let payload = body.map(|b| serde_json::to_vec(b).expect("JSON")).unwrap_or_default();
+    let mut headers = Vec::new();
+    if body.is_some() {
+        headers.push(("content-type", "application/json"));
+    }
+    let reply = request(addr, method, path, key, &headers, &payload, COMMAND_TIMEOUT);
+    (reply.status, reply.json)
+}
+
+/// `method path` with `Authorization: Bearer key` (when given), the `headers` and `body`, through
+/// the test client on a fresh connection to `addr`, waiting at most `limit` for each step.
+pub fn request(
+    addr: &str,
+    method: testkit::http::Method,
+    path: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    limit: Duration,
+) -> testkit::http::Reply {
+    let addr: std::net::SocketAddr = addr.parse().expect("a socket address");
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let mut all: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    all.extend_from_slice(headers);
+    let fetched = testkit::http::blocking(testkit::http::try_fetch(addr, method, path, &all, body, limit));
+    fetched.unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// Sends SIGTERM to `child` through `kill(1)` and waits (bounded) for a clean exit.
@@ -309,34 +317,6 @@ pub fn account_with(sandbox: &Sandbox, balance: &str, scopes: &str, options: &[&
     let id = user["id"].as_str().expect("user id").to_owned();
     let key = sandbox.run(&["admin", "key", "create", "--user", &id, "--scopes", scopes]).json();
     (id, key["key"].as_str().expect("key").to_owned())
-}
-
-/// `POST path` with the JSON bytes `body`, the user's `key` and extra header lines `headers` (each
-/// ending in `\r\n`), on a fresh connection to 127.0.0.1 closed after the answer: the status (0
-/// when none came within `limit`) and the whole answer's text. The gateway may answer (400, 413,
-/// 503) before it has read the whole body; a failed write is then fine.
-pub fn post_bytes(addr: &str, path: &str, key: &str, headers: &str, body: &[u8], limit: Duration) -> (u16, String) {
-    post_body(addr, path, key, &format!("{headers}Content-Type: application/json\r\n"), body, limit)
-}
-
-/// [`post_bytes`] with the `Content-Type` (and any other header lines) in `headers`.
-pub fn post_body(addr: &str, path: &str, key: &str, headers: &str, body: &[u8], limit: Duration) -> (u16, String) {
-    assert!(addr.starts_with("127.0.0.1:"), "tests only talk to 127.0.0.1, not {addr}");
-    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
-    stream.set_read_timeout(Some(limit)).expect("read timeout");
-    stream.set_write_timeout(Some(limit)).expect("write timeout");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n{headers}\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
-    let mut raw = Vec::new();
-    // What came before an error (a reset after an early answer) is kept.
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, text)
 }
 
 /// The lines above `INFO` that the `serve` started by [`serve_against`] under `name` has logged so

@@ -16,7 +16,7 @@ const MIB: u64 = 1024 * 1024;
 /// Sends `body` as a JSON `POST path` on a fresh connection and returns (status, time to answer).
 fn post(addr: &str, key: &str, path: &str, body: &[u8]) -> (u16, Duration) {
     let started = Instant::now();
-    let (status, _) = common::post_bytes(addr, path, key, "", body, Duration::from_secs(120));
+    let (status, _) = super::raw::post_bytes(addr, path, key, "", body, Duration::from_secs(120));
     (status, started.elapsed())
 }
 

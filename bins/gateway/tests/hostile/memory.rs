@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::common::{account, post_bytes, sandbox, serve_against};
+use super::common::{account, sandbox, serve_against};
+use super::raw::post_bytes;
 
 /// The body size of the probe.
 const BODY_BYTES: usize = 60_000_000;

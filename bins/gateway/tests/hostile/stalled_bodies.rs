@@ -61,7 +61,7 @@ fn a_body_sent_fast_then_stopped_holds_its_room_only_for_the_stall_time() {
     let (addr_b, key_b) = (addr.clone(), b.clone());
     let b_call = std::thread::spawn(move || {
         let (status, answer) =
-            common::post_bytes(&addr_b, "/api/v1/images/generations", &key_b, "", &b_body, Duration::from_secs(30));
+            super::raw::post_bytes(&addr_b, "/api/v1/images/generations", &key_b, "", &b_body, Duration::from_secs(30));
         (status, answer, stalled.elapsed())
     });
     let a_end = read_status(&mut a_call, Duration::from_secs(30)).map(|(s, _)| s);
@@ -101,7 +101,7 @@ fn a_huge_declared_length_costs_only_the_bytes_sent() {
     let (server, addr) =
         common::serve_against(&sandbox, sim, "serve-declared", &[("GATEWAY_CAPS", "false".to_owned())]);
     let pid = server.0.id();
-    let (status, _) = common::post_bytes(
+    let (status, _) = super::raw::post_bytes(
         &addr,
         "/api/v1/images/generations",
         &key,

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::common::{account, http_get, logged_problems, memory_kib, post_bytes, sandbox, serve_against, terminate};
+use super::common::{account, http_get, logged_problems, memory_kib, sandbox, serve_against, terminate};
+use super::raw::post_bytes;
 
 /// The trailer bound of the upstream client.
 const TRAILER_BOUND: usize = 16 * 1024;

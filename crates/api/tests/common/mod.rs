@@ -10,15 +10,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use domain::ports::TaskStore;
 use domain::{
     BillingStatus, ModelKind, Scope, SystemClock, Task, TaskBilling, TaskId, TaskStatus, Timestamp, UsdAmount, User,
     UserId,
 };
-use http::{HeaderMap, Method, Request, header};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
+use http::Method;
 use serde_json::Value;
 use service::{CreatedKey, Gateway, NewUserRequest, Ports};
 use store::Store;
@@ -250,8 +247,7 @@ impl Server {
 
     /// One request on a fresh HTTP/1.1 connection.
     pub async fn request(&self, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
-        let mut client = Client::connect(self.addr).await;
-        client.send(method, path, headers).await
+        testkit::http::fetch(self.addr, method, path, headers, &[]).await
     }
 }
 
@@ -264,102 +260,8 @@ impl Drop for Server {
     }
 }
 
-/// One HTTP/1.1 client connection (hyper's), kept open for several requests.
-pub struct Client {
-    addr: SocketAddr,
-    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
-    conn: JoinHandle<Result<(), hyper::Error>>,
-}
-
-impl Client {
-    /// Connects to `addr`.
-    pub async fn connect(addr: SocketAddr) -> Client {
-        let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .expect("connect timed out")
-            .expect("connect");
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
-        let conn = tokio::spawn(conn);
-        Client { addr, sender, conn }
-    }
-
-    /// Sends one request with an empty body and reads the whole reply.
-    pub async fn send(&mut self, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
-        let mut builder = Request::builder().method(method).uri(path).header(header::HOST, self.addr.to_string());
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        let request = builder.body(Empty::<Bytes>::new()).expect("request");
-        let sender = &mut self.sender;
-        let exchange = async move {
-            sender.ready().await.expect("connection ready");
-            let response = sender.send_request(request).await.expect("send request");
-            let (parts, body) = response.into_parts();
-            let bytes = body.collect().await.expect("read body").to_bytes();
-            (parts, bytes)
-        };
-        let (parts, bytes) = tokio::time::timeout(STEP_TIMEOUT, exchange).await.expect("request timed out");
-        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
-    }
-
-    /// Waits (bounded) until the server closes this connection; true when it did.
-    pub async fn closed_by_server(self) -> bool {
-        let Client { sender, conn, .. } = self;
-        // Keep the sender alive so that only the server can end the connection.
-        let ended = tokio::time::timeout(STEP_TIMEOUT, conn).await.is_ok();
-        drop(sender);
-        ended
-    }
-}
-
-/// A whole HTTP reply.
-#[derive(Debug)]
-pub struct Reply {
-    /// Status code.
-    pub status: u16,
-    /// Headers.
-    pub headers: HeaderMap,
-    /// Body bytes.
-    pub raw: Bytes,
-    /// Body as JSON, `Null` when it is not JSON.
-    pub json: Value,
-}
-
-impl Reply {
-    /// A header's value as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// Asserts the exact error envelope `{"error":{"code","message"}}` with `status` and `code`.
-    pub fn assert_error(&self, status: u16, code: &str, context: &str) {
-        assert_eq!(self.status, status, "{context}: status; body {}", String::from_utf8_lossy(&self.raw));
-        assert_envelope(&self.json, context);
-        assert_eq!(self.json["error"]["code"], code, "{context}: error code");
-        assert!(
-            self.header("content-type").is_some_and(|c| c.starts_with("application/json")),
-            "{context}: error content type"
-        );
-    }
-}
-
-/// `{"error":{"code": string, "message": non-empty string}}` and no other keys anywhere.
-pub fn assert_envelope(body: &Value, context: &str) {
-    let top = body.as_object().unwrap_or_else(|| panic!("{context}: error body is not an object: {body}"));
-    assert_eq!(top.keys().collect::<Vec<_>>(), vec!["error"], "{context}: top-level keys of {body}");
-    let inner = top["error"].as_object().unwrap_or_else(|| panic!("{context}: error is not an object: {body}"));
-    let mut keys: Vec<&String> = inner.keys().collect();
-    keys.sort();
-    assert_eq!(keys, vec!["code", "message"], "{context}: keys of error in {body}");
-    let code = inner["code"].as_str().unwrap_or_else(|| panic!("{context}: code is not a string"));
-    assert!(
-        !code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
-        "{context}: code {code:?} is not snake_case"
-    );
-    let message = inner["message"].as_str().unwrap_or_else(|| panic!("{context}: message is not a string"));
-    assert!(!message.trim().is_empty(), "{context}: empty message");
-}
+#[allow(unused_imports)] // each test binary uses some of them
+pub use testkit::http::{Client, Reply, assert_envelope};
 
 /// True when `text` matches `^-?\d+\.\d{6}$` (the interface's `UsdAmount`).
 pub fn is_usd_amount(text: &str) -> bool {
@@ -471,14 +373,9 @@ impl Server {
         body: &[u8],
     ) -> Reply {
         let (parts, incoming, conn) = self.open_with_body(method, path, key, content_type, headers, body).await;
-        let bytes = tokio::time::timeout(STEP_TIMEOUT, incoming.collect())
-            .await
-            .expect("reading the body timed out")
-            .expect("read body")
-            .to_bytes();
+        let reply = Reply::read(parts, incoming).await;
         conn.abort();
-        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status: parts.status.as_u16(), headers: parts.headers, raw: bytes, json }
+        reply
     }
 
     /// `POST path` with a JSON `body`; the whole reply.
@@ -534,33 +431,15 @@ impl Server {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> (http::response::Parts, hyper::body::Incoming, JoinHandle<Result<(), hyper::Error>>) {
-        let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(self.addr))
-            .await
-            .expect("connect timed out")
-            .expect("connect");
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake::<_, http_body_util::Full<Bytes>>(TokioIo::new(stream))
-                .await
-                .expect("handshake");
-        let conn = tokio::spawn(conn);
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::HOST, self.addr.to_string())
-            .header(header::CONTENT_TYPE, content_type);
-        if let Some(k) = key {
-            builder = builder.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut all: Vec<(&str, &str)> = vec![("content-type", content_type)];
+        if let Some(auth) = &auth {
+            all.push(("authorization", auth));
         }
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        let request = builder.body(http_body_util::Full::new(Bytes::copy_from_slice(body))).expect("request");
-        let exchange = async move {
-            sender.ready().await.expect("connection ready");
-            sender.send_request(request).await.expect("send request")
-        };
-        let response = tokio::time::timeout(STEP_TIMEOUT, exchange).await.expect("request timed out");
-        let (parts, incoming) = response.into_parts();
+        all.extend_from_slice(headers);
+        let mut client = Client::connect(self.addr).await;
+        let (parts, incoming) = client.open(method, path, &all, body).await;
+        let conn = client.into_connection();
         (parts, incoming, conn)
     }
 

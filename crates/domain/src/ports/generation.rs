@@ -128,3 +128,31 @@ pub enum VideoTaskState {
     /// Expired upstream.
     Expired,
 }
+
+/// A 2xx image generation answer, read by the adapter: the client's answer and what it bills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageAnswer {
+    /// The answer as the members of the public ImageGenerationResponse (one JSON object's text):
+    /// the upstream's members, with `usage` stating what is billed (`generated_images`,
+    /// `input_images`, and the token counts the upstream gave, else 0).
+    pub body: Vec<u8>,
+    /// The pixel count of each generated image, in order; failed items are not in it.
+    pub pixels: Vec<u64>,
+    /// Why nothing was generated (the first failed item's code and message, or the adapter's
+    /// own); `Some` exactly when `pixels` is empty.
+    pub refusal: Option<(String, String)>,
+    /// The `usage` object of `body`, as JSON text (recorded on the task).
+    pub usage: String,
+}
+
+/// A 2xx speech answer, read by the adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeechAnswer {
+    /// The answer as the members of the public AudioGenerationResponse (one JSON object's text):
+    /// `audio` as raw Base64, `code` and `message` present, the upstream's other members as they
+    /// came.
+    pub body: Vec<u8>,
+    /// The seconds of speech the call is billed on (`original_duration`), as the number's exact
+    /// JSON text (`0.6` stays 0.6; never negative).
+    pub seconds: String,
+}

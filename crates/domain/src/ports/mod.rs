@@ -21,7 +21,8 @@ pub use accounts::{AccountStore, KeyTotal, Readiness};
 pub use assets::{AssetStatus, AssetUpstream};
 pub use error::{BadValue, Cause, StoreError};
 pub use generation::{
-    ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages, VideoTaskRequest, VideoTaskState,
+    ImageAnswer, ImageGeneration, ImageReferences, PromptOptimisation, SequentialImages, SpeechAnswer,
+    VideoTaskRequest, VideoTaskState,
 };
 pub use idempotency::{IdempotencyClaim, IdempotencyScope, IdempotencyStore};
 pub use ids::IdSource;

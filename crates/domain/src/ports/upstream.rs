@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{ImageGeneration, VideoTaskRequest, VideoTaskState};
+use super::{ImageAnswer, ImageGeneration, SpeechAnswer, VideoTaskRequest, VideoTaskState};
 
 /// Why an upstream call produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +20,9 @@ pub enum UpstreamError {
         status: u16,
         /// Response text, for logs.
         body: String,
+        /// The upstream's own reason, read from its error body by the adapter (shortened); empty
+        /// when the body gave none. Only a refusal that is the caller's fault passes it on.
+        reason: String,
     },
     /// The answer was not in the expected format.
     #[error("malformed upstream answer: {0}")]
@@ -182,6 +185,13 @@ pub trait Upstream: Send + Sync {
     /// The [`Endpoint::ImageGenerations`] request body for `request`, written straight from the
     /// borrowed references (no tree of JSON values, no further copy of a reference).
     fn image_body(&self, request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamError>;
+    /// Reads a 2xx [`Endpoint::ImageGenerations`] answer to a request that sent `references`
+    /// reference images: `Rejected` when the upstream refused inside it, `Malformed` when it is
+    /// not an answer.
+    fn read_image(&self, answer: &[u8], references: u64) -> Result<ImageAnswer, UpstreamError>;
+    /// Reads a 2xx [`Endpoint::Speech`] answer: `Rejected` when it carries a non-zero `code`,
+    /// `Malformed` without usable audio or duration.
+    fn read_speech(&self, answer: &[u8]) -> Result<SpeechAnswer, UpstreamError>;
     /// Sends a non-streaming request body for `call`; returns the 2xx body.
     async fn complete(&self, call: UpstreamCall<'_>, body: Vec<u8>) -> Attempted<Vec<u8>>;
     /// Sends a streaming request body for `call`; returns the event stream once the upstream answered 2xx.
@@ -255,7 +265,7 @@ mod tests {
 
     #[test]
     fn only_a_refusing_4xx_is_the_callers_fault() {
-        let status = |status| UpstreamError::Status { status, body: String::new() };
+        let status = |status| UpstreamError::Status { status, body: String::new(), reason: String::new() };
         for callers in [400, 409, 413, 415, 422] {
             assert!(status(callers).is_callers_fault(), "{callers}");
         }

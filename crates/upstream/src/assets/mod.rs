@@ -146,10 +146,7 @@ impl HttpAssetUpstream {
             tokio::time::timeout(self.timeout, exchange).await.map_err(|_| UpstreamError::Timeout)??;
         if !status.is_success() {
             tracing::debug!(status = status.as_u16(), action, "asset control plane answered with an error status");
-            return Err(UpstreamError::Status {
-                status: status.as_u16(),
-                body: truncate_lossy(&answer, MAX_ERROR_BODY),
-            });
+            return Err(crate::wire::errors::status(status.as_u16(), truncate_lossy(&answer, MAX_ERROR_BODY)));
         }
         envelope_result(&answer)
     }

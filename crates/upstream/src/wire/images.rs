@@ -1,10 +1,12 @@
 //! `POST <platform base>/images/generations` (upstream-wire §3): the request body, written from a
-//! [`domain::ports::ImageGeneration`] straight into one buffer sized for it. The references are
+//! [`domain::ports::ImageGeneration`] straight into one buffer sized for it, and the answer read
+//! into a [`domain::ports::ImageAnswer`]. The references are
 //! borrowed from the client's body, so a 600-MiB request costs its body and this one, and no tree
 //! of JSON values is built.
 
-use domain::ports::{ImageGeneration, ImageReferences, UpstreamError};
+use domain::ports::{ImageAnswer, ImageGeneration, ImageReferences, UpstreamError};
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// The request body, in the platform's field names and order.
 #[derive(Debug, Serialize)]
@@ -92,6 +94,83 @@ pub fn request_body(request: &ImageGeneration<'_>) -> Result<Vec<u8>, UpstreamEr
     Ok(out)
 }
 
+/// `(width, height)` of a `<W>x<H>` size.
+fn parse_size(size: &str) -> Option<(u64, u64)> {
+    let (w, h) = size.split_once(['x', 'X'])?;
+    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
+}
+
+/// Whether a `data[]` item failed (it carries a non-null `error`).
+fn item_failed(item: &Value) -> bool {
+    item.get("error").is_some_and(|e| !e.is_null())
+}
+
+/// A string member of an error object.
+fn text(error: Option<&Value>, key: &str) -> Option<String> {
+    error.and_then(|e| e.get(key)).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Reads a 2xx answer (upstream-wire §3) to a request that sent `references` reference images:
+/// each generated image's pixels, why nothing was generated when nothing was, and the answer with
+/// its `usage` stating what is billed. A top-level `error` without `data` is `Rejected`; an answer
+/// without a `data` array, or a generated item without a `WxH` size, is `Malformed`.
+pub fn read_answer(bytes: &[u8], references: u64) -> Result<ImageAnswer, UpstreamError> {
+    let mut answer: Value =
+        serde_json::from_slice(bytes).map_err(|e| UpstreamError::Malformed(format!("the answer is not JSON: {e}")))?;
+    if !answer.is_object() {
+        return Err(UpstreamError::Malformed("the answer is not a JSON object".into()));
+    }
+    if answer.get("data").is_none()
+        && let Some(error) = answer.get("error").filter(|e| !e.is_null())
+    {
+        return Err(UpstreamError::Rejected {
+            code: text(Some(error), "code").unwrap_or_default(),
+            message: text(Some(error), "message").unwrap_or_default(),
+        });
+    }
+    let items = answer
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| UpstreamError::Malformed("the image answer has no data array".into()))?;
+    let mut pixels = Vec::new();
+    for (i, item) in items.iter().enumerate().filter(|(_, item)| !item_failed(item)) {
+        let (w, h) = item
+            .get("size")
+            .and_then(Value::as_str)
+            .and_then(parse_size)
+            .ok_or_else(|| UpstreamError::Malformed(format!("data[{i}] has no WxH size")))?;
+        pixels.push(w.checked_mul(h).ok_or_else(|| UpstreamError::Malformed(format!("data[{i}] size overflows")))?);
+    }
+    let refusal = pixels.is_empty().then(|| {
+        let error = items.iter().find(|i| item_failed(i)).and_then(|i| i.get("error"));
+        (
+            text(error, "code").unwrap_or_else(|| "no_image_generated".into()),
+            text(error, "message").unwrap_or_else(|| "the upstream generated no image".into()),
+        )
+    });
+    let usage = complete_usage(&mut answer, pixels.len() as u64, references);
+    let body = serde_json::to_vec(&answer).map_err(|e| UpstreamError::Malformed(e.to_string()))?;
+    Ok(ImageAnswer { body, pixels, refusal, usage })
+}
+
+/// Makes the answer's `usage` state what is billed (`generated_images` = successful items,
+/// `input_images` = references sent), keeping the upstream's token counts; returns it as JSON text.
+fn complete_usage(answer: &mut Value, generated: u64, references: u64) -> String {
+    let Value::Object(object) = answer else { return String::from("{}") };
+    let usage = object.entry("usage").or_insert_with(|| Value::Object(Map::new()));
+    if !usage.is_object() {
+        *usage = Value::Object(Map::new());
+    }
+    if let Value::Object(u) = usage {
+        u.insert("generated_images".into(), Value::from(generated));
+        u.insert("input_images".into(), Value::from(references));
+        for key in ["output_tokens", "total_tokens"] {
+            u.entry(key).or_insert(Value::from(0));
+        }
+    }
+    usage.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use domain::ports::{PromptOptimisation, SequentialImages};
@@ -119,6 +198,47 @@ mod tests {
 
     fn written(request: &ImageGeneration<'_>) -> Value {
         serde_json::from_slice(&request_body(request).expect("written")).expect("JSON")
+    }
+
+    fn read(answer: &Value, references: u64) -> Result<ImageAnswer, UpstreamError> {
+        read_answer(answer.to_string().as_bytes(), references)
+    }
+
+    #[test]
+    fn failed_items_are_left_out_and_usage_states_what_is_billed() {
+        let mut data: Vec<Value> = (0..12).map(|_| json!({"url": "https://x/a.png", "size": "2048x2048"})).collect();
+        data[3] = json!({"error": {"code": "OutputImageSensitiveContentDetected", "message": "no"}});
+        let answer = json!({"model": "up", "data": data, "usage": {"generated_images": 11, "output_tokens": 7}});
+        let got = read(&answer, 3).expect("read");
+        assert_eq!(got.pixels, vec![2048 * 2048; 11]);
+        assert_eq!(got.refusal, None);
+        let usage: Value = serde_json::from_str(&got.usage).expect("usage");
+        assert_eq!(usage, json!({"generated_images": 11, "input_images": 3, "output_tokens": 7, "total_tokens": 0}));
+        let body: Value = serde_json::from_slice(&got.body).expect("body");
+        assert_eq!(body["usage"], usage);
+        assert_eq!(body["model"], json!("up"));
+        assert_eq!(body["data"][3]["error"]["code"], json!("OutputImageSensitiveContentDetected"));
+    }
+
+    #[test]
+    fn nothing_generated_gives_the_reason_and_bad_answers_are_refused() {
+        let all_failed = json!({"data": [{"error": {"code": "OutputImageSensitiveContentDetected", "message": "m"}}]});
+        let got = read(&all_failed, 0).expect("read");
+        assert_eq!(got.refusal, Some(("OutputImageSensitiveContentDetected".into(), "m".into())));
+        assert!(got.usage.contains(r#""generated_images":0"#), "{}", got.usage);
+        let empty = super::read_answer(br#"{"data": []}"#, 1).expect("read");
+        assert_eq!(empty.refusal.map(|r| r.0).as_deref(), Some("no_image_generated"));
+        let refused = read(&json!({"error": {"code": "InputTextSensitiveContentDetected", "message": "m"}}), 0);
+        assert!(
+            matches!(refused, Err(UpstreamError::Rejected { ref code, .. }) if code == "InputTextSensitiveContentDetected")
+        );
+        assert!(matches!(read(&json!({"data": 1}), 0), Err(UpstreamError::Malformed(_))));
+        assert!(matches!(read(&json!([1]), 0), Err(UpstreamError::Malformed(_))));
+        assert!(matches!(super::read_answer(b"nope", 0), Err(UpstreamError::Malformed(_))));
+        assert!(matches!(read(&json!({"data": [{"url": "u"}]}), 0), Err(UpstreamError::Malformed(_))));
+        assert!(read(&json!({"data": [{"url": "u", "size": "99999999999x99999999999"}]}), 0).is_err());
+        assert_eq!(parse_size("2048X1024"), Some((2048, 1024)));
+        assert_eq!(parse_size("2048*1024"), None);
     }
 
     #[test]
