@@ -80,6 +80,8 @@ impl ApiError {
     }
 
     /// The response carrying this error.
+    /// The error itself rides along in the response's extensions, so that the `/v1` base URL can
+    /// write it in its dialect (`crate::v1::dialect`).
     pub fn into_response(self) -> Response {
         let body = ErrorEnvelope { error: ErrorBody { code: self.code, message: &self.message } };
         let mut response = json_response(self.status, &body);
@@ -89,6 +91,7 @@ impl ApiError {
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        response.extensions_mut().insert(self);
         response
     }
 }

@@ -102,6 +102,11 @@ pub(crate) async fn audio(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     billable(ctx, Billable::Audio).await
 }
 
+/// `POST /v1/audio/speech` (OpenAI's shape).
+pub(crate) async fn speech(ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    billable(ctx, Billable::Speech).await
+}
+
 /// `POST /v1/messages`.
 pub(crate) async fn messages(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     billable(ctx, Billable::Messages).await
@@ -122,6 +127,9 @@ pub(crate) enum Billable {
     Image,
     /// `POST /api/v1/audio/generations`.
     Audio,
+    /// `POST /v1/audio/speech`: OpenAI's request, run as an audio generation, answered with the
+    /// audio's bytes.
+    Speech,
     /// `POST /v1/messages`.
     Messages,
     /// `POST /v1/responses`.
@@ -135,6 +143,7 @@ impl Billable {
             Billable::Chat => "chat.completions",
             Billable::Image => "images.generations",
             Billable::Audio => "audio.generations",
+            Billable::Speech => "audio.speech",
             Billable::Messages => "messages",
             Billable::Responses => "responses",
         }
@@ -143,7 +152,7 @@ impl Billable {
     fn stream_format(self) -> StreamFormat {
         match self {
             // Image and audio calls never stream (their requests cannot ask for it).
-            Billable::Chat | Billable::Image | Billable::Audio => StreamFormat::Chat,
+            Billable::Chat | Billable::Image | Billable::Audio | Billable::Speech => StreamFormat::Chat,
             Billable::Messages => StreamFormat::Messages,
             Billable::Responses => StreamFormat::Responses,
         }
@@ -155,6 +164,10 @@ impl Billable {
             Billable::Chat => gateway.chat(who, body).await,
             Billable::Image => gateway.image(who, body).await,
             Billable::Audio => gateway.audio(who, body).await,
+            Billable::Speech => {
+                let (audio, _) = validation::speech_to_audio(body).map_err(ServiceError::from)?;
+                gateway.audio(who, &audio).await
+            }
             Billable::Messages => gateway.messages(who, body).await,
             Billable::Responses => gateway.responses(who, body).await,
         }
@@ -182,7 +195,7 @@ impl Billable {
                 let svc = serde_json::value::to_raw_value(&Svc { task_id: call.task_id.as_str(), billing })?;
                 answer.to_json_with(&[("svc", &svc)])
             }
-            Billable::Image | Billable::Audio => {
+            Billable::Image | Billable::Audio | Billable::Speech => {
                 let task_id = serde_json::value::to_raw_value(call.task_id.as_str())?;
                 let billing = serde_json::value::to_raw_value(&billing)?;
                 answer.to_json_with(&[("task_id", &task_id), ("billing", &billing)])
@@ -234,6 +247,11 @@ async fn billable_call(
         };
     };
     let claim = match gateway.idempotency_claim(who, route.name(), &key, bytes).await? {
+        Claim::Replay { status, body } if route == Billable::Speech && status == 200 => {
+            let mut response = crate::v1::speech_answer(&body)?;
+            response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+            return Ok(response);
+        }
         Claim::Replay { status, body } => return Ok(replay(status, body)),
         Claim::Run(claim) => claim,
     };
@@ -290,8 +308,13 @@ fn complete_response(route: Billable, answer: &Answer, call: &CallBilling) -> Re
             .map_err(|e| ApiError::from(ServiceError::Internal(format!("answer not serialisable: {e}"))))?,
     );
     // The body and the copy kept for replays share one buffer.
-    let mut response = http::Response::new(crate::response::full(bytes.clone()));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut response = if route == Billable::Speech {
+        crate::v1::speech_answer(&bytes)?
+    } else {
+        let mut response = http::Response::new(crate::response::full(bytes.clone()));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
     response.headers_mut().insert("x-svc-task-id", task_header(&call.task_id)?);
     response.extensions_mut().insert(CallLog {
         user: None,

@@ -21,6 +21,7 @@ mod sse;
 mod state;
 mod table;
 mod tasks;
+mod v1;
 pub mod wire;
 
 pub use body::{BodyBudget, BufferedBody, Pace};

@@ -144,6 +144,12 @@ pub(crate) fn audio(d: &mut Docs) -> Op {
     Op { parameters: vec![], body, responses: d.json_answer::<MediaAnswer>(200, "the audio", BILLABLE_ERRORS) }
 }
 
+pub(crate) fn speech(d: &mut Docs) -> Op {
+    let body = d.request::<validation::SpeechRequest>();
+    let audio = json!({"audio/*": {"schema": {"type": "string", "format": "binary"}}});
+    Op { parameters: vec![], body, responses: d.answers(vec![(200, "the audio's bytes", Some(audio))], BILLABLE_ERRORS) }
+}
+
 pub(crate) fn messages(d: &mut Docs) -> Op {
     let body = d.request::<MessagesRequest>();
     let content = stream(d);
@@ -164,4 +170,26 @@ pub(crate) fn responses(d: &mut Docs) -> Op {
     // 404: a `previous_response_id` that is not one of the caller's responses.
     let codes = [400, 401, 402, 404, 413, 415, 429, 502, 503];
     Op { parameters: vec![], body, responses: d.answers(vec![(200, "the response", Some(content))], &codes) }
+}
+
+pub(crate) fn v1_models(d: &mut Docs) -> Op {
+    let version = json!({
+        "name": "anthropic-version", "in": "header", "required": false,
+        "description": "When sent, the list is in Anthropic's shape", "schema": {"type": "string"}
+    });
+    let openai = d.response::<crate::v1::OpenAiModelList>();
+    let anthropic = d.response::<crate::v1::AnthropicModelList>();
+    let content = json_content(json!({"oneOf": [openai, anthropic]}));
+    Op { parameters: vec![version], body: None, responses: d.answers(vec![(200, "the models", Some(content))], &[401]) }
+}
+
+pub(crate) fn v1_model(d: &mut Docs) -> Op {
+    let openai = d.response::<crate::v1::OpenAiModel>();
+    let anthropic = d.response::<crate::v1::AnthropicModel>();
+    let content = json_content(json!({"oneOf": [openai, anthropic]}));
+    Op {
+        parameters: vec![path_param("model", "The public model name")],
+        body: None,
+        responses: d.answers(vec![(200, "the model", Some(content))], &[401, 404]),
+    }
 }

@@ -36,6 +36,10 @@ pub const IMAGE_BODY_LIMIT: u64 = 600 * 1024 * 1024;
 /// Largest audio request body: 64 MiB. Three 10 MiB Base64 references take about 42 MB.
 pub const AUDIO_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
+/// Largest `/v1/audio/speech` body: 64 KiB. It carries no media: at most 3,000 characters of text
+/// (12 KB fully escaped as `\uXXXX`… 18 KB), a voice name and three small settings.
+pub const SPEECH_BODY_LIMIT: u64 = 64 * 1024;
+
 /// Largest management request body: 64 KiB (the largest, a price sheet, is a few hundred bytes).
 pub const MANAGE_BODY_LIMIT: u64 = 64 * 1024;
 
@@ -59,7 +63,7 @@ pub static ROUTES: &[Route] = &[
     Route {
         method: Method::POST,
         path: "/api/v1/chat/completions",
-        aliases: &[],
+        aliases: &["/v1/chat/completions"],
         auth: Key(Scope::LanguageCreate),
         body: Json(CHAT_BODY_LIMIT),
         effect: Billed,
@@ -92,7 +96,7 @@ pub static ROUTES: &[Route] = &[
     Route {
         method: Method::POST,
         path: "/api/v1/images/generations",
-        aliases: &[],
+        aliases: &["/v1/images/generations"],
         auth: Key(Scope::ImageCreate),
         body: Json(IMAGE_BODY_LIMIT),
         effect: Billed,
@@ -110,6 +114,17 @@ pub static ROUTES: &[Route] = &[
         summary: "Speech generation, billed on the reported duration",
         handler: h!(handlers::audio),
         doc: ops::audio,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/audio/speech",
+        aliases: &[],
+        auth: Key(Scope::AudioCreate),
+        body: Json(SPEECH_BODY_LIMIT),
+        effect: Billed,
+        summary: "Speech in OpenAI's shape: billed as an audio generation, answered with the audio's bytes",
+        handler: h!(handlers::speech),
+        doc: ops::speech,
     },
     Route {
         method: Method::GET,
@@ -165,6 +180,28 @@ pub static ROUTES: &[Route] = &[
         summary: "Enabled models with limits, capabilities, active pricing and request/response schemas",
         handler: h!(handlers::list_models),
         doc: ops::list_models,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/models",
+        aliases: &[],
+        auth: KeyOrXApiKey(Scope::ModelsRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "Enabled models in OpenAI's list shape, or Anthropic's when `anthropic-version` is sent",
+        handler: h!(crate::v1::models),
+        doc: ops::v1_models,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/models/{model}",
+        aliases: &[],
+        auth: KeyOrXApiKey(Scope::ModelsRead),
+        body: NO_BODY,
+        effect: Read,
+        summary: "One enabled model in OpenAI's shape, or Anthropic's when `anthropic-version` is sent",
+        handler: h!(crate::v1::model),
+        doc: ops::v1_model,
     },
     Route {
         method: Method::GET,
@@ -523,6 +560,21 @@ pub static ROUTES: &[Route] = &[
 /// Each route's metrics label (its documented path), by its place in [`ROUTES`].
 static LABELS: LazyLock<Vec<String>> = LazyLock::new(|| ROUTES.iter().map(Route::documented_path).collect());
 
+/// What the table serves under the `/v1` base URL (`METHOD path`, each once), for the 404 of a
+/// path it does not serve there.
+static V1_SERVED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut served: Vec<&'static str> = Vec::new();
+    for route in ROUTES {
+        for path in std::iter::once(route.path).chain(route.aliases.iter().copied()) {
+            let Some(rest) = path.strip_prefix(crate::v1::PREFIX) else { continue };
+            if !rest.starts_with("v1/") && !served.contains(&path) {
+                served.push(path);
+            }
+        }
+    }
+    served
+});
+
 /// The route for `method` and `path` (404 or 405 when there is none).
 pub fn route(method: &Method, path: &str) -> Result<&'static Route, ApiError> {
     find(ROUTES, method, path).map(|(index, _)| &ROUTES[index])
@@ -551,6 +603,9 @@ pub(crate) async fn dispatch(
 ) -> (&'static str, Result<Response, ApiError>) {
     let (index, param) = match find(ROUTES, &parts.method, parts.uri.path()) {
         Ok(found) => found,
+        Err(e) if e.status == http::StatusCode::NOT_FOUND && parts.uri.path().starts_with(crate::v1::PREFIX) => {
+            return (crate::route::UNMATCHED_ROUTE, Err(crate::v1::not_served(parts.uri.path(), &V1_SERVED)));
+        }
         Err(e) => return (crate::route::UNMATCHED_ROUTE, Err(e)),
     };
     let (route, label) = (&ROUTES[index], LABELS[index].as_str());

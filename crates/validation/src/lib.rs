@@ -13,6 +13,7 @@ mod raw;
 pub mod schema;
 mod shape;
 pub mod sniff;
+mod speech;
 mod video;
 
 pub use audio::{
@@ -38,6 +39,7 @@ pub use native::{
     MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,
 };
 pub use raw::RawBody;
+pub use speech::{STOCK_VOICES, SpeechFormat, SpeechRequest, speech_to_audio};
 /// The rule check every management body passes (`manage_body`), for callers that name the bound.
 pub use validator::Validate;
 pub use video::{
