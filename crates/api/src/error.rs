@@ -115,6 +115,9 @@ impl From<ServiceError> for ApiError {
                 ApiError::new(StatusCode::PAYMENT_REQUIRED, "insufficient_balance", e.to_string())
             }
             ServiceError::KeyBudgetExceeded(m) => ApiError::new(StatusCode::PAYMENT_REQUIRED, "key_budget_exceeded", m),
+            ServiceError::MaxCostExceeded { .. } => {
+                ApiError::new(StatusCode::PAYMENT_REQUIRED, "max_cost_exceeded", e.to_string())
+            }
             ServiceError::ProviderNotConfigured(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", m)
             }

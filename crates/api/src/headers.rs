@@ -1,4 +1,5 @@
-//! What the handlers read from request headers (the `Authorization: Bearer` key, `Idempotency-Key`),
+//! What the handlers read from request headers (the `Authorization: Bearer` key, `Idempotency-Key`,
+//! `X-Max-Cost`),
 //! the digest a presented token is compared by, and the stored first answer they replay under a key.
 
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -27,6 +28,18 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
             .to_str()
             .map(|s| Some(s.trim().to_owned()))
             .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII")),
+    }
+}
+
+/// The `X-Max-Cost` header: the most the request's call may cost, in USD (`0.05`, at most six
+/// decimals, not negative); absent: no cap. Anything else is 400.
+pub(crate) fn max_cost(headers: &HeaderMap) -> Result<Option<domain::UsdAmount>, ApiError> {
+    let Some(value) = headers.get("x-max-cost") else { return Ok(None) };
+    let refused = || ApiError::invalid("X-Max-Cost must be a USD amount such as 0.50 (at most six decimals, not negative)");
+    let text = value.to_str().map_err(|_| refused())?.trim();
+    match domain::UsdAmount::parse_decimal(text) {
+        Ok(cap) if !cap.is_negative() && !text.starts_with('-') => Ok(Some(cap)),
+        _ => Err(refused()),
     }
 }
 

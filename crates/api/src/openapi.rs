@@ -39,8 +39,17 @@ pub fn document_of(routes: &[Route]) -> Value {
             }
             (_, Some(scope)) => json!([{"bearer": [scope.as_str()]}]),
         };
-        if !op.parameters.is_empty() {
-            operation["parameters"] = Value::Array(op.parameters);
+        let mut parameters = op.parameters;
+        if route.effect == crate::route::Effect::Billed || route.path.ends_with("/quote") {
+            parameters.push(json!({
+                "name": "X-Max-Cost", "in": "header", "required": false,
+                "description": "The most this call may cost, in USD (such as `0.50`): a hold above it is 402 \
+                    `max_cost_exceeded` before anything is held or sent, and the charge never exceeds it",
+                "schema": {"type": "string", "pattern": "^\\d+(\\.\\d{1,6})?$"}
+            }));
+        }
+        if !parameters.is_empty() {
+            operation["parameters"] = Value::Array(parameters);
         }
         if let Some(body) = op.body {
             operation["requestBody"] = body;

@@ -635,6 +635,10 @@ async fn authenticate(ctx: &mut Ctx<'_>, auth: Auth) -> Result<(), ApiError> {
             ctx.who = Some(who);
         }
     }
+    // A caller's cap on what this request's call may cost holds on every route that bills or quotes.
+    if let Some(who) = ctx.who.as_mut() {
+        who.max_cost = crate::headers::max_cost(&ctx.parts.headers)?;
+    }
     Ok(())
 }
 

@@ -329,6 +329,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
             balance_after: None,
             usage_json: None,
             budget_keys: domain::BudgetKeys::NONE,
+            max_cost: None,
         },
         output_url: None,
         last_frame_url: None,

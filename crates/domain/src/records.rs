@@ -193,6 +193,8 @@ pub struct TaskBilling {
     /// The keys whose spend budgets the reservation counts against (the key that made the task
     /// and its ancestors that had a budget then); empty: only the balance.
     pub budget_keys: crate::BudgetKeys,
+    /// The most the call may be charged (the caller's `X-Max-Cost`); `None`: no cap.
+    pub max_cost: Option<UsdAmount>,
 }
 
 /// A unit of billable work: a video task, or one synchronous call.

@@ -40,6 +40,7 @@ impl Gateway {
             estimate,
             rate,
             details,
+            max_cost: who.max_cost,
         };
         let call = self.open_call(spec).await.map_err(|e| match e {
             ServiceError::InsufficientBalance { needed, available, .. } => ServiceError::InsufficientBalance {

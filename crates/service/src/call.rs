@@ -64,6 +64,8 @@ pub(crate) struct CallSpec {
     pub rate: crate::rates::RateClaim,
     /// Descriptive task fields.
     pub details: TaskDetails,
+    /// The most the call may be charged (the caller's `X-Max-Cost`); `None`: no cap.
+    pub max_cost: Option<UsdAmount>,
 }
 
 /// An open call: its estimate is held and its task is `processing`. Close it exactly once.
@@ -91,6 +93,8 @@ struct CallState {
     /// The upstream endpoint that served the call and the attempts it made, once it was sent.
     via: Option<domain::ports::Via>,
     estimate: UsdAmount,
+    /// The caller's cap: a charge above it is cut to it.
+    max_cost: Option<UsdAmount>,
     pricing_version_id: domain::PricingVersionId,
     /// Counts the call in `gateway_calls_in_flight` until it ends.
     _in_flight: crate::metrics::InFlight,
@@ -100,6 +104,28 @@ struct CallState {
     /// The call's token reservation against its key's `tpm` (`None` for a key without limits),
     /// settled on the tokens used when the call ends.
     rate: Option<crate::rates::RateTicket>,
+}
+
+/// Refuses a hold above the caller's cap (`X-Max-Cost`): 402 `max_cost_exceeded`.
+pub(crate) fn within_cap(hold: UsdAmount, cap: Option<UsdAmount>) -> Result<(), ServiceError> {
+    match cap {
+        Some(cap) if hold > cap => Err(ServiceError::MaxCostExceeded { hold, cap }),
+        _ => Ok(()),
+    }
+}
+
+impl Gateway {
+    /// `charge`, cut to the caller's `cap`: an excess is not charged; it is counted in
+    /// `gateway_overdraft_micro_usd_total` and logged.
+    pub(crate) fn capped(&self, task: &TaskId, model: &str, charge: UsdAmount, cap: Option<UsdAmount>) -> UsdAmount {
+        match cap {
+            Some(cap) if charge > cap => {
+                self.metrics.uncharged_excess(task, model, charge, cap);
+                cap
+            }
+            _ => charge,
+        }
+    }
 }
 
 /// The client-facing message for an upstream failure that was refunded.
@@ -206,7 +232,9 @@ impl Gateway {
             catalog::Mode::Synchronous => TaskStatus::Processing,
             catalog::Mode::Asynchronous => TaskStatus::Submitting,
         };
-        // The key's rate limits first: a refusal is immediate, holds nothing and queues for nothing.
+        // The caller's cap first: a hold above it is refused before anything is counted or held.
+        within_cap(spec.estimate, spec.max_cost)?;
+        // The key's rate limits next: a refusal is immediate, holds nothing and queues for nothing.
         let rate = self.rates.admit(&spec.rate).await.inspect_err(|e| {
             if matches!(e, ServiceError::RateLimitExceeded { .. }) {
                 self.metrics.key_refused(crate::metrics::KeyRefusal::Rate);
@@ -241,6 +269,7 @@ impl Gateway {
                 balance_after: None,
                 usage_json: None,
                 budget_keys: spec.budget_keys.clone(),
+                max_cost: spec.max_cost,
             },
             output_url: None,
             last_frame_url: None,
@@ -270,6 +299,7 @@ impl Gateway {
             def: spec.def,
             via: None,
             estimate: spec.estimate,
+            max_cost: spec.max_cost,
             pricing_version_id,
             _permit: permit,
             rate,
@@ -365,6 +395,7 @@ impl CallState {
         error: Option<(String, String)>,
         usage_json: Option<String>,
     ) -> Result<CallBilling, ServiceError> {
+        let charge = charge.map(|c| self.gateway.capped(&self.task_id, &self.def.name, c, self.max_cost));
         let (error_code, error_message) = error.unzip();
         let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message, via: self.via };
         let calls = &self.gateway.ports.calls;
@@ -384,6 +415,7 @@ impl CallState {
                 balance_after: Some(ended.balance_after),
                 usage_json,
                 budget_keys: self.budget_keys,
+                max_cost: self.max_cost,
             },
         })
     }
@@ -650,6 +682,7 @@ mod tests {
             role: domain::Role::User,
             ancestors: Vec::new(),
             budget_keys: domain::BudgetKeys::NONE,
+            max_cost: None,
         }
     }
 
@@ -665,6 +698,7 @@ mod tests {
             estimate: UsdAmount::from_micros(micros),
             rate: crate::rates::RateClaim::request(&anyone(user)),
             details: TaskDetails::default(),
+            max_cost: None,
         };
         gateway.open_call(spec).await.expect("open")
     }
@@ -714,6 +748,7 @@ mod tests {
             estimate: UsdAmount::from_micros(2_000_000),
             rate: crate::rates::RateClaim::request(&anyone(&user)),
             details: TaskDetails::default(),
+            max_cost: None,
         };
         let refused = gateway.open_call(spec).await.expect_err("402");
         assert!(matches!(refused, ServiceError::InsufficientBalance { .. }), "{refused:?}");

@@ -148,6 +148,7 @@ impl Gateway {
     /// What a chat call with `body` would hold, and at which price, without making it.
     pub async fn quote_chat(&self, who: &Principal, body: &[u8]) -> Result<crate::Quote, ServiceError> {
         let checked = self.checked_chat(who, body).await?;
+        crate::call::within_cap(checked.estimate, who.max_cost)?;
         Ok(crate::Quote { model: checked.def.name.clone(), pricing: checked.pricing, hold: checked.estimate })
     }
 
@@ -173,6 +174,7 @@ impl Gateway {
             estimate,
             rate,
             details,
+            max_cost: who.max_cost,
         };
         let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
         if plan.stream {

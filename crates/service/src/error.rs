@@ -33,6 +33,15 @@ pub enum ServiceError {
         /// What the balance held.
         available: UsdAmount,
     },
+    /// The call's hold is above the caller's `X-Max-Cost` (402 `max_cost_exceeded`); nothing was
+    /// held or sent.
+    #[error("this call holds {hold} USD, above the X-Max-Cost of {cap} USD; nothing was held or sent")]
+    MaxCostExceeded {
+        /// The hold the call needs.
+        hold: UsdAmount,
+        /// The caller's cap.
+        cap: UsdAmount,
+    },
     /// The API key's spend budget does not cover the reservation (402 `key_budget_exceeded`; the
     /// message names the key's limit).
     #[error("{0}")]

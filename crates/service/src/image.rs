@@ -41,6 +41,7 @@ impl Gateway {
     /// What an image call with `body` would hold, and at which price, without making it.
     pub async fn quote_image(&self, who: &Principal, body: &[u8]) -> Result<crate::Quote, ServiceError> {
         let (def, pricing, _, hold) = self.checked_image(who, body).await?;
+        crate::call::within_cap(hold, who.max_cost)?;
         Ok(crate::Quote { model: def.name.clone(), pricing, hold })
     }
 
@@ -69,6 +70,7 @@ impl Gateway {
                 estimate,
                 rate,
                 details,
+                max_cost: who.max_cost,
             })
             .await?;
         self.run_sync(upstream.as_ref(), call, Endpoint::ImageGenerations, upstream_body, |bytes| {

@@ -188,6 +188,9 @@ pub struct Principal {
     /// The keys whose budgets this caller's holds count against: the key itself when it has a
     /// budget, then each ancestor that has one.
     pub budget_keys: domain::BudgetKeys,
+    /// The most this request's call may cost (its `X-Max-Cost` header), set by the edge per
+    /// request; `None`: no cap.
+    pub max_cost: Option<domain::UsdAmount>,
 }
 
 impl Principal {
@@ -383,6 +386,7 @@ impl Gateway {
                     role: user.role,
                     ancestors: lineage.ancestors,
                     budget_keys,
+                    max_cost: None,
                 };
                 self.caches.remember_principal(hash, principal.clone());
                 principal

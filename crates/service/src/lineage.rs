@@ -257,6 +257,7 @@ mod tests {
             role: domain::Role::User,
             ancestors: Vec::new(),
             budget_keys: BudgetKeys::NONE,
+            max_cost: None,
         };
         let local: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
         assert!(who.may_connect_from(None), "a key without a list takes any caller");

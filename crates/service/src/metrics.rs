@@ -302,6 +302,17 @@ impl Metrics {
         self.upstream_errors.get_or_create(&UpstreamErrorLabels { model: model.to_owned(), kind: error.kind() }).inc();
     }
 
+    /// Counts what call `task` of `model` was not charged because the caller's cap was below
+    /// what the upstream reported (`charged` above `cap`), in `gateway_overdraft_micro_usd_total`.
+    pub(crate) fn uncharged_excess(&self, task: &TaskId, model: &str, charged: UsdAmount, cap: UsdAmount) {
+        let over = charged.micros().saturating_sub(cap.micros());
+        self.overdraft_micros.inc_by(u64::try_from(over).unwrap_or(0));
+        tracing::warn!(
+            %task, model, cap_micro_usd = cap.micros(), reported_micro_usd = charged.micros(),
+            "the upstream reported more than the caller's X-Max-Cost; the cap was charged"
+        );
+    }
+
     /// Counts call `task` of `model` ended as `status`: `charged` taken, or `held` returned. A
     /// settlement above its hold is counted in `gateway_overdraft_micro_usd_total` and logged.
     pub(crate) fn call_ended(

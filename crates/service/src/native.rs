@@ -145,6 +145,7 @@ impl Gateway {
             estimate,
             rate,
             details,
+            max_cost: who.max_cost,
         };
         // Boxed steps, as in `chat`: the call's own future stays small.
         let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;

@@ -156,6 +156,8 @@ pub mod tasks {
         pub upstream_endpoint: Option<String>,
         /// The attempts its upstream call made (migration 0017).
         pub upstream_attempts: Option<i32>,
+        /// The most the call may cost, from `X-Max-Cost` (migration 0020).
+        pub max_cost_micros: Option<i64>,
     }
     no_relations!();
 }

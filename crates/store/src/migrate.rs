@@ -103,6 +103,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0019_key_parents.sql"),
         include_str!("../../../migrations/postgres/0019_key_parents.sql"),
     ),
+    (
+        20,
+        include_str!("../../../migrations/sqlite/0020_task_max_cost.sql"),
+        include_str!("../../../migrations/postgres/0020_task_max_cost.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

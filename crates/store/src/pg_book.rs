@@ -122,11 +122,11 @@ ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balan
 newt AS (INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
     duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, error_code, \
     error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id, upstream_endpoint, \
-    upstream_attempts) \
+    upstream_attempts, max_cost_micros) \
   SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], \
     $27::text[], $28::text[], $29::text[], $30::int8[], $31::text[], $32::text[], $33::bool[], $34::text[], $35::text[], \
     $36::text[], $37::text[], $38::text[], $39::text[], $40::text[], $41::int8[], $42::int8[], $43::int8[], $44::text[], \
-    $56::text[], $71::text[], $82::text[], $83::int4[]) \
+    $56::text[], $71::text[], $82::text[], $83::int4[], $86::int8[]) \
   ON CONFLICT (id) DO NOTHING RETURNING 1), \
 movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
     completed_at = CASE WHEN v.done THEN $55::int8 ELSE t.completed_at END, \

@@ -4,7 +4,8 @@
 //! amount each ending reservation must have (`$66`–`$67`), the owner of each task that moves
 //! (`$68`), the budget key of new and ending reservations (`$69`–`$70`), the key of new tasks
 //! (`$71`), the keys' budget counters (`$72`–`$80`, as read and as written) and their count (`$81`),
-//! and the upstream endpoint and attempts of new tasks (`$82`–`$83`) and of moving ones (`$84`–`$85`).
+//! the upstream endpoint and attempts of new tasks (`$82`–`$83`) and of moving ones (`$84`–`$85`),
+//! and the cost cap of new tasks (`$86`).
 
 use billing::book::{Plan, Relies};
 use domain::{ApiKeyId, TaskId, UsdAmount};
@@ -40,6 +41,7 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(n.iter().map(|n| attempts(n.via.as_ref())).collect::<Vec<_>>())
         .bind(w.iter().map(|m| m.update.via.as_ref().map(|v| v.endpoint.as_str())).collect::<Vec<_>>())
         .bind(w.iter().map(|m| attempts(m.update.via.as_ref())).collect::<Vec<_>>())
+        .bind(n.iter().map(|n| n.task.billing.max_cost.map(UsdAmount::micros)).collect::<Vec<_>>())
 }
 
 /// `$72`–`$81`: every key budget the batch changes: its key, the limit and period and counters

@@ -487,9 +487,9 @@ fn insert_task(
         "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
          duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
          error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id, \
-         upstream_endpoint, upstream_attempts) \
+         upstream_endpoint, upstream_attempts, max_cost_micros) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-         ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+         ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
     )?
     .execute(params![
         t.id.as_str(),
@@ -521,6 +521,7 @@ fn insert_task(
         t.key_id.as_ref().map(ApiKeyId::as_str),
         via.map(|v| v.endpoint.as_str()),
         via.map(|v| v.attempts),
+        t.billing.max_cost.map(UsdAmount::micros),
     ])
 }
 

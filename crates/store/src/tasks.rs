@@ -34,6 +34,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
             balance_after: None,
             usage_json: task.usage.clone(),
             budget_keys: domain::BudgetKeys::NONE,
+            max_cost: task.max_cost_micros.map(UsdAmount::from_micros),
         });
     };
     Ok(TaskBilling {
@@ -44,6 +45,7 @@ fn billing_of(task: &tasks::Model, hold: Option<&reservations::Model>) -> Result
         balance_after: Some(UsdAmount::from_micros(hold.balance_after_micros)),
         usage_json: task.usage.clone(),
         budget_keys: domain::BudgetKeys::from_column(hold.budget_key.as_deref()),
+        max_cost: task.max_cost_micros.map(UsdAmount::from_micros),
     })
 }
 
@@ -127,6 +129,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         ratio: Set(task.ratio.map(|r| r.as_str().to_owned())),
         generate_audio: Set(task.generate_audio),
         pricing_version_id: Set(task.billing.pricing_version_id.map(|id| id.to_string())),
+        max_cost_micros: Set(task.billing.max_cost.map(UsdAmount::micros)),
         usage: Set(task.billing.usage_json),
         output_url: Set(task.output_url),
         last_frame_url: Set(task.last_frame_url),

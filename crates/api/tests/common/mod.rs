@@ -314,6 +314,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
             balance_after: None,
             usage_json: None,
             budget_keys: domain::BudgetKeys::NONE,
+            max_cost: None,
         },
         output_url: (status == TaskStatus::Succeeded).then(|| "https://cdn.example.com/out.mp4".to_owned()),
         last_frame_url: None,

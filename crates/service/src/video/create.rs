@@ -243,6 +243,7 @@ impl Gateway {
             estimate,
             rate,
             details,
+            max_cost: who.max_cost,
         };
         let opened = self.open_call_as(task_id, spec).await;
         // Stored (or not): the task row counts from now on, so the slots it held go back.

@@ -495,7 +495,8 @@ impl Gateway {
         Ok(Next::Done)
     }
 
-    /// The charge for `tokens` at the price version the task was reserved at.
+    /// The charge for `tokens` at the price version the task was reserved at, at most the caller's
+    /// cap.
     async fn video_charge(&self, job: &VideoJob, tokens: u64) -> Result<UsdAmount, ServiceError> {
         let task = &job.task;
         let id = task
@@ -510,9 +511,10 @@ impl Gateway {
         let resolution = task
             .resolution
             .ok_or_else(|| ServiceError::Internal(format!("video task {} has no resolution", task.id)))?;
-        billing::video_charge(&pricing.sheet, resolution, with_video, tokens)
-            .map(|c| c.total)
-            .map_err(|e| ServiceError::Internal(format!("pricing task {}: {e}", task.id)))
+        let charge = billing::video_charge(&pricing.sheet, resolution, with_video, tokens)
+            .map_err(|e| ServiceError::Internal(format!("pricing task {}: {e}", task.id)))?;
+        // The caller's X-Max-Cost, kept on the task, holds at settlement too.
+        Ok(self.capped(&task.id, &task.model, charge.total, task.billing.max_cost))
     }
 
     /// The catalog entry of video model `name`, enabled or not (a task outlives operator switches).
