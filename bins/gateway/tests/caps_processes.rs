@@ -38,7 +38,8 @@ fn chat(addr: &str, key: &str, latency_ms: u64) -> (u16, Option<u64>, Value) {
     .to_string();
     let headers = [("content-type", "application/json")];
     let path = "/api/v1/chat/completions";
-    let reply = common::request(addr, testkit::http::Method::POST, path, Some(key), &headers, body.as_bytes(), COMMAND_TIMEOUT);
+    let reply =
+        common::request(addr, testkit::http::Method::POST, path, Some(key), &headers, body.as_bytes(), COMMAND_TIMEOUT);
     let retry_after = reply.header("retry-after").and_then(|v| v.trim().parse().ok());
     (reply.status, retry_after, reply.json)
 }

@@ -35,7 +35,8 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
 /// decimals, not negative); absent: no cap. Anything else is 400.
 pub(crate) fn max_cost(headers: &HeaderMap) -> Result<Option<domain::UsdAmount>, ApiError> {
     let Some(value) = headers.get("x-max-cost") else { return Ok(None) };
-    let refused = || ApiError::invalid("X-Max-Cost must be a USD amount such as 0.50 (at most six decimals, not negative)");
+    let refused =
+        || ApiError::invalid("X-Max-Cost must be a USD amount such as 0.50 (at most six decimals, not negative)");
     let text = value.to_str().map_err(|_| refused())?.trim();
     match domain::UsdAmount::parse_decimal(text) {
         Ok(cap) if !cap.is_negative() && !text.starts_with('-') => Ok(Some(cap)),

@@ -147,7 +147,11 @@ pub(crate) fn audio(d: &mut Docs) -> Op {
 pub(crate) fn speech(d: &mut Docs) -> Op {
     let body = d.request::<validation::SpeechRequest>();
     let audio = json!({"audio/*": {"schema": {"type": "string", "format": "binary"}}});
-    Op { parameters: vec![], body, responses: d.answers(vec![(200, "the audio's bytes", Some(audio))], BILLABLE_ERRORS) }
+    Op {
+        parameters: vec![],
+        body,
+        responses: d.answers(vec![(200, "the audio's bytes", Some(audio))], BILLABLE_ERRORS),
+    }
 }
 
 pub(crate) fn messages(d: &mut Docs) -> Op {

@@ -160,7 +160,8 @@ pub struct V1ErrorBody<'a> {
 /// answers are left as they are.
 pub(crate) fn dialect(response: &mut Response) {
     let Some(error) = response.extensions_mut().remove::<ApiError>() else { return };
-    let body = V1Error { error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) } };
+    let body =
+        V1Error { error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) } };
     let rewritten = json_response(error.status, &body);
     let (parts, _) = std::mem::replace(response, rewritten).into_parts();
     for (name, value) in &parts.headers {
@@ -172,10 +173,7 @@ pub(crate) fn dialect(response: &mut Response) {
 
 /// The 404 of a `/v1` path no route has: it names what this gateway serves there.
 pub(crate) fn not_served(path: &str, served: &[&str]) -> ApiError {
-    ApiError::not_found(format!(
-        "{path} is not served by this gateway; under /v1 it serves {}",
-        served.join(", ")
-    ))
+    ApiError::not_found(format!("{path} is not served by this gateway; under /v1 it serves {}", served.join(", ")))
 }
 
 /// The members of a stored audio answer that `/v1/audio/speech` answers with.

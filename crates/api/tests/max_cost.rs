@@ -47,14 +47,16 @@ fn below(amount: UsdAmount) -> String {
 async fn a_hold_above_the_cap_is_refused_before_anything_is_held_and_a_cap_at_the_hold_is_served() {
     for db in databases() {
         let env = Env::new(&db, "10", TIMEOUT, SCOPES).await;
-        let chat = json!({"model": "LangA-V4-flash", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+        let chat =
+            json!({"model": "LangA-V4-flash", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
         let image = json!({"model": "Vendor-Imagegen-4.5", "prompt": "a fox"});
         let chat_hold = quoted_hold(&env, "/api/v1/chat/completions", &chat).await;
         let image_hold = quoted_hold(&env, "/api/v1/images/generations", &image).await;
         let audio = json!({"model": "AudioGen-1.0", "text_prompt": "Hello."});
         let speech = json!({"model": "AudioGen-1.0", "input": "Hello.", "voice": "alloy"});
         let audio_hold = UsdAmount::from_micros(300_000); // 120 s at 2,500 micro-USD
-        let messages = json!({"model": "LangA-V4-flash", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+        let messages =
+            json!({"model": "LangA-V4-flash", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
         let before = env.balance().await;
         let refused: [(&str, &Value, String); 7] = [
             ("/api/v1/chat/completions", &chat, below(chat_hold)),
@@ -76,7 +78,12 @@ async fn a_hold_above_the_cap_is_refused_before_anything_is_held_and_a_cap_at_th
         }
         let headers = [("x-max-cost", "0.000001"), ("anthropic-version", "2023-06-01")];
         let reply = env.server.post_json_with("/v1/messages", Some(&env.key), &headers, &messages).await;
-        assert_eq!((reply.status, &reply.json["error"]["code"]), (402, &json!("max_cost_exceeded")), "{}", reply.text());
+        assert_eq!(
+            (reply.status, &reply.json["error"]["code"]),
+            (402, &json!("max_cost_exceeded")),
+            "{}",
+            reply.text()
+        );
         assert_eq!(env.balance().await, before, "{}", env.ctx("nothing held or charged"));
         assert!(env.tasks().await.is_empty(), "{}", env.ctx("no task was made"));
 
@@ -119,7 +126,11 @@ async fn an_upstream_reporting_more_than_the_hold_is_charged_at_most_the_cap() {
         let ctx = env.ctx("capped");
         assert_eq!(reply.status, 200, "{ctx}: {}", reply.text());
         let billing = &reply.json["svc"]["billing"];
-        assert_eq!(amount(&billing["actual_amount"], &ctx), cap, "{ctx}: the cap is charged, not the report: {billing}");
+        assert_eq!(
+            amount(&billing["actual_amount"], &ctx),
+            cap,
+            "{ctx}: the cap is charged, not the report: {billing}"
+        );
         assert_eq!(env.balance().await, before.checked_sub(cap).expect("fits"), "{ctx}: the balance moved by the cap");
         let reported = 140_000 + 8 * 28 / 100; // 1M prompt tokens at 0.14 USD/M, 8 output tokens at 0.28 USD/M
         let counted = overdraft(&env).await - overdraft_before;
@@ -143,7 +154,12 @@ async fn a_video_task_keeps_its_cap_from_submission_to_settlement() {
         let before = env.balance().await;
         let refused = capped(&env, "/api/v1/tasks", "0.01", &video).await;
         let ctx = env.ctx("video capped below its hold");
-        assert_eq!((refused.status, &refused.json["error"]["code"]), (402, &json!("max_cost_exceeded")), "{ctx}: {}", refused.text());
+        assert_eq!(
+            (refused.status, &refused.json["error"]["code"]),
+            (402, &json!("max_cost_exceeded")),
+            "{ctx}: {}",
+            refused.text()
+        );
         assert_eq!(env.balance().await, before, "{ctx}: nothing held");
         let message = refused.json["error"]["message"].as_str().unwrap_or_default();
         let hold = message.split_whitespace().nth(3).unwrap_or_else(|| panic!("{ctx}: {message}"));

@@ -46,7 +46,8 @@ async fn one_base_url_lists_the_models_in_both_shapes_and_names_what_it_serves()
         let env = Env::new(&db, "10", TIMEOUT, SCOPES).await;
         let listed = get(&env, "/api/v1/models", &[]).await;
         assert_eq!(listed.status, 200, "{}", listed.text());
-        let names: Vec<&str> = listed.json["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
+        let names: Vec<&str> =
+            listed.json["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
         assert!(names.contains(&"LangA-V4-flash"), "{names:?}");
 
         // OpenAI's shape.
@@ -62,7 +63,10 @@ async fn one_base_url_lists_the_models_in_both_shapes_and_names_what_it_serves()
             assert_eq!(model["owned_by"], "gateway", "{model}");
         }
         let one = get(&env, "/v1/models/LangA-V4-flash", &[]).await;
-        assert_eq!((one.status, &one.json["id"], &one.json["object"]), (200, &json!("LangA-V4-flash"), &json!("model")));
+        assert_eq!(
+            (one.status, &one.json["id"], &one.json["object"]),
+            (200, &json!("LangA-V4-flash"), &json!("model"))
+        );
 
         // Anthropic's shape, asked as the Anthropic SDK asks: x-api-key and anthropic-version.
         let headers = [("x-api-key", env.key.as_str()), ("anthropic-version", "2023-06-01")];
@@ -152,7 +156,8 @@ async fn the_v1_twins_bill_exactly_as_their_api_v1_routes() {
                    "messages": [{"role": "user", "content": format!("Say something about billing {ask}.")}]})
         };
         let image = |_: &str| json!({"model": "Vendor-Imagegen-4.5", "prompt": "a lighthouse", "size": "2048x2048"});
-        let kinds: [(&str, &str, &dyn Fn(&str) -> Value, &str); 2] = [
+        type Body<'a> = &'a dyn Fn(&str) -> Value;
+        let kinds: [(&str, &str, Body<'_>, &str); 2] = [
             ("/api/v1/chat/completions", "/v1/chat/completions", &chat, "chat"),
             ("/api/v1/images/generations", "/v1/images/generations", &image, "images"),
         ];
@@ -161,15 +166,24 @@ async fn the_v1_twins_bill_exactly_as_their_api_v1_routes() {
             let spec = env.post(spec_path, &body("A")).await;
             let twin = env.post(v1_path, &body("B")).await;
             assert_eq!((spec.status, twin.status), (200, 200), "{ctx}: {} / {}", spec.text(), twin.text());
-            let ids = [spec.header("x-svc-task-id"), twin.header("x-svc-task-id")].map(|h| h.expect("task id").to_owned());
-            assert_eq!(moved(&env, &ids[0], &ctx).await, moved(&env, &ids[1], &ctx).await, "{ctx}: the same money moved");
+            let ids =
+                [spec.header("x-svc-task-id"), twin.header("x-svc-task-id")].map(|h| h.expect("task id").to_owned());
+            assert_eq!(
+                moved(&env, &ids[0], &ctx).await,
+                moved(&env, &ids[1], &ctx).await,
+                "{ctx}: the same money moved"
+            );
         }
 
         // Speech in OpenAI's shape against its audio twin: the same text, the same hold and charge.
         let ctx = env.ctx("speech");
         let text = "Hello there, this is the gateway speaking.";
-        let audio = env.post("/api/v1/audio/generations", &json!({"model": "AudioGen-1.0", "text_prompt": text,
-                                                                   "audio_config": {"format": "wav"}}))
+        let audio = env
+            .post(
+                "/api/v1/audio/generations",
+                &json!({"model": "AudioGen-1.0", "text_prompt": text,
+                                                                   "audio_config": {"format": "wav"}}),
+            )
             .await;
         assert_eq!(audio.status, 200, "{ctx}: {}", audio.text());
         let before = env.balance().await;
@@ -181,7 +195,8 @@ async fn the_v1_twins_bill_exactly_as_their_api_v1_routes() {
         let billed = speech.header("x-svc-billed-usd").expect("the charge");
         let charged = amount(&json!(billed), &ctx);
         assert_eq!(env.balance().await, before.checked_sub(charged).expect("fits"), "{ctx}: the balance moved by it");
-        let (a, s) = (audio.json["task_id"].as_str().expect("task").to_owned(), speech.header("x-svc-task-id").expect("task"));
+        let (a, s) =
+            (audio.json["task_id"].as_str().expect("task").to_owned(), speech.header("x-svc-task-id").expect("task"));
         assert_eq!(moved(&env, &a, &ctx).await, moved(&env, s, &ctx).await, "{ctx}: the same money moved");
         env.assert_books("after the twins").await;
         env.server.stop().await;
@@ -211,7 +226,9 @@ async fn speech_in_openai_s_shape_checks_its_bounds_holds_nothing_when_refused_a
             assert_v1_error(&reply, 400, "invalid_request", "invalid_request_error", &env.ctx(what));
         }
         assert_eq!(env.balance().await, before, "{}", env.ctx("nothing held or charged"));
-        for (body, what) in [(with("speed", json!(4.0)), "speed 4"), (with("input", json!("x".repeat(3000))), "3000 characters")] {
+        for (body, what) in
+            [(with("speed", json!(4.0)), "speed 4"), (with("input", json!("x".repeat(3000))), "3000 characters")]
+        {
             let reply = env.post("/v1/audio/speech", &body).await;
             assert_eq!(reply.status, 200, "{}: {}", env.ctx(what), reply.text());
         }
@@ -219,9 +236,11 @@ async fn speech_in_openai_s_shape_checks_its_bounds_holds_nothing_when_refused_a
         // An Idempotency-Key replays the same bytes and bills once.
         let headers = [("idempotency-key", "speech-once")];
         let bytes = serde_json::to_vec(&base).expect("JSON");
-        let first = env.server.post_with("/v1/audio/speech", Some(&env.key), "application/json", &headers, &bytes).await;
+        let first =
+            env.server.post_with("/v1/audio/speech", Some(&env.key), "application/json", &headers, &bytes).await;
         let after_first = env.balance().await;
-        let again = env.server.post_with("/v1/audio/speech", Some(&env.key), "application/json", &headers, &bytes).await;
+        let again =
+            env.server.post_with("/v1/audio/speech", Some(&env.key), "application/json", &headers, &bytes).await;
         assert_eq!((first.status, again.status), (200, 200), "{}", again.text());
         assert_eq!(again.header("idempotent-replayed"), Some("true"));
         assert_eq!(first.raw, again.raw, "the same audio");

@@ -84,7 +84,8 @@ impl Client {
             sender.ready().await.map_err(|e| format!("connection not ready: {e}"))?;
             sender.send_request(request).await.map_err(|e| format!("send request: {e}"))
         };
-        let response = tokio::time::timeout(self.step, exchange).await.map_err(|_| "no answer in time".to_owned())??;
+        let response =
+            tokio::time::timeout(self.step, exchange).await.map_err(|_| "no answer in time".to_owned())??;
         Ok(response.into_parts())
     }
 

@@ -11,9 +11,8 @@ use validator::Validate;
 use crate::{ValidationError, shape};
 
 /// OpenAI's stock voice names: a call naming one gets the model's default voice.
-pub const STOCK_VOICES: [&str; 13] = [
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar",
-];
+pub const STOCK_VOICES: [&str; 13] =
+    ["alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar"];
 
 /// OpenAI's `response_format` values this gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -67,6 +66,7 @@ pub struct SpeechRequest {
 
 /// The audio generation request (the body of `POST /api/v1/audio/generations`) that `body`, an
 /// OpenAI speech request, asks for, and the format asked for.
+#[allow(clippy::float_arithmetic)] // `speed` is a pace, not an amount of money
 pub fn speech_to_audio(body: &[u8]) -> Result<(Vec<u8>, SpeechFormat), ValidationError> {
     let request: SpeechRequest = shape::parse_body(body)?;
     request.validate().map_err(|e| ValidationError::Invalid(shape::validator_message(&e)))?;
@@ -103,12 +103,16 @@ mod tests {
     fn an_openai_speech_request_becomes_the_audio_request() {
         let got = audio(json!({"model": "AudioGen-1.0", "input": "Hi.", "voice": "alloy"})).expect("ok");
         assert_eq!(got, json!({"model": "AudioGen-1.0", "text_prompt": "Hi.", "audio_config": {"format": "mp3"}}));
-        let got = audio(json!({"model": "AudioGen-1.0", "input": "Hi.", "voice": "en_female_x", "response_format": "opus",
+        let got =
+            audio(json!({"model": "AudioGen-1.0", "input": "Hi.", "voice": "en_female_x", "response_format": "opus",
                                "speed": 2.0}))
-        .expect("ok");
+            .expect("ok");
         assert_eq!(got["references"], json!([{"speaker": "en_female_x"}]));
         assert_eq!(got["audio_config"], json!({"format": "ogg_opus", "speech_rate": 100.0}));
-        assert_eq!(audio(json!({"model": "m", "input": "x", "voice": "v", "speed": 0.5})).expect("ok")["audio_config"]["speech_rate"], json!(-50.0));
+        assert_eq!(
+            audio(json!({"model": "m", "input": "x", "voice": "v", "speed": 0.5})).expect("ok")["audio_config"]["speech_rate"],
+            json!(-50.0)
+        );
     }
 
     #[test]

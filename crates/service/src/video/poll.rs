@@ -24,7 +24,8 @@ mod tests {
 
     #[test]
     fn a_missing_task_failed_and_other_failures_stay_unknown() {
-        let missing = polled(Err(UpstreamError::Status { status: 404, body: String::new(), reason: String::new() }), "task-1");
+        let missing =
+            polled(Err(UpstreamError::Status { status: 404, body: String::new(), reason: String::new() }), "task-1");
         assert!(matches!(missing, Ok(VideoTaskState::Failed { ref code, .. }) if code == "upstream_task_missing"));
         assert_eq!(polled(Ok(VideoTaskState::Running), "task-1"), Ok(VideoTaskState::Running));
         assert_eq!(polled(Err(UpstreamError::Timeout), "task-1"), Err(UpstreamError::Timeout));

@@ -48,12 +48,13 @@ mod tests {
 
     #[test]
     fn the_duration_keeps_its_exact_text_and_data_urls_become_raw_base64() {
-        let first = read(&json!({"code": 0, "audio": "AAAA", "duration": 74.7, "original_duration": 74.7})).expect("ok");
+        let first =
+            read(&json!({"code": 0, "audio": "AAAA", "duration": 74.7, "original_duration": 74.7})).expect("ok");
         assert_eq!(first.seconds, "74.7");
         assert_eq!(read(&json!({"audio": "AAAA", "original_duration": 0.6})).expect("ok").seconds, "0.6");
         assert_eq!(read(&json!({"audio": "AAAA", "original_duration": 250})).expect("ok").seconds, "250");
-        let done = read(&json!({"audio": "data:audio/wav;base64,UklGRg==", "original_duration": 1, "x": [1]}))
-            .expect("ok");
+        let done =
+            read(&json!({"audio": "data:audio/wav;base64,UklGRg==", "original_duration": 1, "x": [1]})).expect("ok");
         let body: Value = serde_json::from_slice(&done.body).expect("body");
         assert_eq!(body, json!({"audio": "UklGRg==", "original_duration": 1, "x": [1], "code": 0, "message": ""}));
     }
