@@ -9,7 +9,7 @@ use domain::{
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
-use crate::cli::{Admin, KeyCmd, ModelCmd, PriceCmd, TaskCmd, UpstreamCmd, UserCmd};
+use crate::cli::{Admin, AliasCmd, KeyCmd, ModelCmd, PriceCmd, TaskCmd, UpstreamCmd, UserCmd};
 use crate::config::Config;
 use crate::serve::open;
 
@@ -140,6 +140,20 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let v = operator.set_price(&model, sheet).await.map_err(|e| e.to_string())?;
             json!({"model": v.model, "pricing_version": v.version, "pricing_version_id": v.id().to_string(),
                    "pricing": catalog::price_sheet_json(&v.sheet), "created_at": v.created_at.to_string()})
+        }
+        Admin::Alias(AliasCmd::Set { name, models }) => {
+            let models = models.into_iter().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect();
+            let alias = operator.set_alias(domain::ModelAlias { name, models }).await.map_err(|e| e.to_string())?;
+            json!({"name": alias.name, "models": alias.models})
+        }
+        Admin::Alias(AliasCmd::List) => {
+            let aliases = gateway.model_aliases().await.map_err(|e| e.to_string())?;
+            let aliases: Vec<Value> = aliases.iter().map(|a| json!({"name": a.name, "models": a.models})).collect();
+            json!({"aliases": aliases})
+        }
+        Admin::Alias(AliasCmd::Delete { name }) => {
+            operator.delete_alias(&name).await.map_err(|e| e.to_string())?;
+            json!({"name": name, "deleted": true})
         }
         Admin::Maintenance { state } => {
             let on = state == "on";

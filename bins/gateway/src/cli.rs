@@ -74,6 +74,9 @@ pub enum Admin {
     /// Prices.
     #[command(subcommand)]
     Price(PriceCmd),
+    /// Model aliases: a name callers send as `model` for models tried in order.
+    #[command(subcommand)]
+    Alias(AliasCmd),
     /// Maintenance mode: every generation call answers 503 while on.
     Maintenance {
         /// `on` or `off`.
@@ -94,6 +97,30 @@ pub enum Admin {
         /// Actions per page: 20, 50 or 100.
         #[arg(long, default_value = "20")]
         page_size: String,
+    },
+}
+
+/// `gateway admin alias …`.
+#[derive(Debug, Subcommand)]
+pub enum AliasCmd {
+    /// Create or replace an alias: a chat, message or response call naming it is tried on each
+    /// model in turn, moving on when one fails before its answer (connection, timeout, 429, 5xx,
+    /// switched off).
+    Set {
+        /// The alias: 1 to 64 letters, digits or `-_.:/`, and no model's own name.
+        #[arg(long)]
+        name: String,
+        /// 1 to 4 models of one kind, comma-separated, in the order they are tried.
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+    },
+    /// Every alias.
+    List,
+    /// Remove an alias.
+    Delete {
+        /// The alias.
+        #[arg(long)]
+        name: String,
     },
 }
 

@@ -22,7 +22,7 @@ use service::{AdmissionSettings, VideoSettings};
 use store::PrunePolicy;
 use tracing_subscriber::filter::Targets;
 
-pub use self::values::{LogFormat, MediaLinks, Secret, UpstreamEndpoint, UpstreamPool};
+pub use self::values::{LogFormat, MediaLinks, ModelAliasSetting, Secret, UpstreamEndpoint, UpstreamPool};
 use self::values::{
     Span, at_least, database_url, ip_list, list, log_filter, media_location, socket_address, span_at_least, usd, within,
 };
@@ -98,6 +98,11 @@ settings! {
         /// `max_in_flight`, `rpm`, `models`): a pool given here replaces that pool's URL and key
         /// settings.
         upstream_endpoints: Vec<UpstreamEndpoint> = Vec::new(),
+        /// Model aliases, in the configuration file only (`[[model_aliases]]` with `name` and
+        /// `models`, 1 to 4 of one kind): set at every start as `gateway admin alias set` sets
+        /// them; a chat, message or response call naming one falls back from each model to the
+        /// next.
+        model_aliases: Vec<ModelAliasSetting> = Vec::new(),
         /// Whole-call read timeout for synchronous upstream calls.
         upstream_timeout: Span = Span::secs(600),
         /// Connect timeout for upstream calls.

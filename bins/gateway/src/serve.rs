@@ -59,6 +59,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
     let gateway = wired.gateway;
     let catalog = catalog::Catalog::builtin().map_err(|e| format!("catalog: {e}"))?;
     gateway.seed_catalog(&catalog).await.map_err(|e| format!("catalog: {e}"))?;
+    apply_aliases(&gateway, &config.model_aliases).await?;
     let rounds = Rounds {
         replica_lease: config.replica_lease.0,
         media_sweep: config.media_sweep_interval.0,
@@ -96,6 +97,27 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
     supervisor.stop().await;
     drop(wired.simulator);
     served
+}
+
+/// Sets the configuration file's `[[model_aliases]]` as `gateway admin alias set` would (and
+/// audited the same way), leaving those already set as written alone; a bad one stops the start.
+async fn apply_aliases(gateway: &Gateway, aliases: &[crate::config::ModelAliasSetting]) -> Result<(), crate::Exit> {
+    if aliases.is_empty() {
+        return Ok(());
+    }
+    let stored = gateway.model_aliases().await.map_err(|e| format!("database: {e}"))?;
+    let actor = domain::Actor::Cli;
+    let operator = gateway.operator(&actor);
+    for setting in aliases {
+        let alias = domain::ModelAlias { name: setting.name.clone(), models: setting.models.clone() };
+        if !stored.contains(&alias) {
+            operator
+                .set_alias(alias)
+                .await
+                .map_err(|e| crate::Exit::config(format!("model_aliases: {}: {e}", setting.name)))?;
+        }
+    }
+    Ok(())
 }
 
 /// The prune's ages: the configured retentions; an unanswered idempotency claim is kept while its

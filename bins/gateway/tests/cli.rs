@@ -396,6 +396,45 @@ fn bad_input_fails_with_one_line_on_stderr() {
 }
 
 #[test]
+fn model_aliases_are_set_listed_deleted_checked_and_audited() {
+    let sandbox = Sandbox::new();
+    let set =
+        sandbox.run(&["admin", "alias", "set", "--name", "fast", "--models", "LangA-V4-pro,LangA-V4-flash"]).json();
+    assert_eq!(set, json!({"name": "fast", "models": ["LangA-V4-pro", "LangA-V4-flash"]}));
+    let replaced = sandbox.run(&["admin", "alias", "set", "--name", "fast", "--models", "LangA-V4-flash"]).json();
+    assert_eq!(replaced["models"], json!(["LangA-V4-flash"]));
+    let listed = sandbox.run(&["admin", "alias", "list"]).json();
+    assert_eq!(listed, json!({"aliases": [{"name": "fast", "models": ["LangA-V4-flash"]}]}));
+    for args in [
+        &["admin", "alias", "set", "--name", "LangA-V4-pro", "--models", "LangA-V4-flash"][..],
+        &["admin", "alias", "set", "--name", "mixed", "--models", "LangA-V4-flash,Vendor-Imagegen-4.5"],
+        &["admin", "alias", "set", "--name", "ghost", "--models", "No-Such-Model"],
+        &[
+            "admin",
+            "alias",
+            "set",
+            "--name",
+            "five",
+            "--models",
+            "LangA-V4-pro,LangA-V4-flash,LangB-2.0-pro,LangB-2.0-lite,LangB-2.0-mini",
+        ],
+        &["admin", "alias", "set", "--name", "empty", "--models", ""],
+        &["admin", "alias", "delete", "--name", "nothing"],
+    ] {
+        sandbox.run(args).assert_one_line_error();
+    }
+    assert_eq!(
+        sandbox.run(&["admin", "alias", "delete", "--name", "fast"]).json(),
+        json!({"name": "fast", "deleted": true})
+    );
+    assert_eq!(sandbox.run(&["admin", "alias", "list"]).json(), json!({"aliases": []}));
+    let audit = sandbox.run(&["admin", "audit"]).json();
+    let actions: Vec<&str> =
+        audit["data"].as_array().expect("data").iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(actions, ["alias.delete", "alias.set", "alias.set"], "{audit}");
+}
+
+#[test]
 fn a_failing_first_command_on_a_fresh_database_prints_one_line() {
     // The very first command also migrates the database and loads the catalog; whatever it logs
     // about that must not break the one-line error contract.

@@ -58,7 +58,9 @@ pub(crate) async fn metrics(ctx: Ctx<'_>) -> Result<Response, ApiError> {
 
 /// `GET /api/v1/models`.
 pub(crate) async fn list_models(ctx: Ctx<'_>) -> Result<Response, ApiError> {
-    Ok(ok_json(&wire::model_list(&ctx.gateway().list_models().await?)))
+    let models = ctx.gateway().list_models().await?;
+    let aliases = ctx.gateway().listed_aliases(&models).await?;
+    Ok(ok_json(&wire::model_list(&models, &aliases)))
 }
 
 /// `GET /api/v1/overview`.

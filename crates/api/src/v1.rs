@@ -34,6 +34,9 @@ pub struct OpenAiModel {
     pub owned_by: &'static str,
     /// `language`, `image`, `audio` or `video` (this gateway's addition).
     pub kind: &'static str,
+    /// For an operator's alias: its models, tried in order (this gateway's addition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<Vec<String>>,
 }
 
 /// `GET /v1/models` in OpenAI's shape.
@@ -84,6 +87,7 @@ fn openai(view: &ModelView) -> OpenAiModel {
         created: created(view).0.div_euclid(1000),
         owned_by: "gateway",
         kind: view.record.kind.as_str(),
+        alias_of: None,
     }
 }
 
@@ -99,12 +103,24 @@ fn anthropic_model(view: &ModelView) -> AnthropicModel {
 /// `GET /v1/models`: the enabled models, in OpenAI's shape or Anthropic's.
 pub(crate) async fn models(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     let models = ctx.gateway().list_models().await?;
+    let aliases = ctx.gateway().listed_aliases(&models).await?;
     if anthropic(&ctx.parts.headers) {
-        let data: Vec<AnthropicModel> = models.iter().map(anthropic_model).collect();
+        let mut data: Vec<AnthropicModel> = models.iter().map(anthropic_model).collect();
+        data.extend(aliases.iter().map(|(alias, first)| AnthropicModel {
+            id: alias.name.clone(),
+            display_name: alias.name.clone(),
+            ..anthropic_model(first)
+        }));
         let (first_id, last_id) = (data.first().map(|m| m.id.clone()), data.last().map(|m| m.id.clone()));
         return Ok(ok_json(&AnthropicModelList { data, has_more: false, first_id, last_id }));
     }
-    Ok(ok_json(&OpenAiModelList { object: "list", data: models.iter().map(openai).collect() }))
+    let mut data: Vec<OpenAiModel> = models.iter().map(openai).collect();
+    data.extend(aliases.iter().map(|(alias, first)| OpenAiModel {
+        id: alias.name.clone(),
+        alias_of: Some(alias.models.clone()),
+        ..openai(first)
+    }));
+    Ok(ok_json(&OpenAiModelList { object: "list", data }))
 }
 
 /// `GET /v1/models/{model}`: one enabled model, in OpenAI's shape or Anthropic's; 404 for a
@@ -112,14 +128,21 @@ pub(crate) async fn models(ctx: Ctx<'_>) -> Result<Response, ApiError> {
 pub(crate) async fn model(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     let name = ctx.param();
     let models = ctx.gateway().list_models().await?;
-    let view = models
-        .iter()
-        .find(|m| m.record.name == name)
-        .ok_or_else(|| ApiError::not_found(format!("no enabled model is named {name:?}; GET /v1/models lists them")))?;
+    let aliases = ctx.gateway().listed_aliases(&models).await?;
+    let alias = aliases.iter().find(|(a, _)| a.name == name);
+    let view =
+        models.iter().find(|m| m.record.name == name).or(alias.map(|(_, first)| first)).ok_or_else(|| {
+            ApiError::not_found(format!("no enabled model is named {name:?}; GET /v1/models lists them"))
+        })?;
+    let alias_of = alias.filter(|_| view.record.name != name).map(|(a, _)| a.models.clone());
     if anthropic(&ctx.parts.headers) {
-        return Ok(ok_json(&anthropic_model(view)));
+        return Ok(ok_json(&AnthropicModel {
+            id: name.to_owned(),
+            display_name: name.to_owned(),
+            ..anthropic_model(view)
+        }));
     }
-    Ok(ok_json(&openai(view)))
+    Ok(ok_json(&OpenAiModel { id: name.to_owned(), alias_of, ..openai(view) }))
 }
 
 /// The `type` OpenAI's error bodies carry for a status.

@@ -91,6 +91,10 @@ pub struct ModelObject {
     /// `<model>@v<version>`, as calls' billing names it; absent while the model has no price.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pricing_version_id: Option<String>,
+    /// For an operator's alias: the models a call naming it is tried on, in order (this entry
+    /// shows the first enabled one's limits and price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<Vec<String>>,
     /// The model's capabilities, each `true`.
     pub capabilities: BTreeMap<String, bool>,
     /// The model's limits, as the request checks apply them.
@@ -121,6 +125,7 @@ impl ModelObject {
             pricing: pricing.map(|p| catalog::price_sheet_json(&p.sheet)),
             pricing_version: pricing.map(|p| p.version),
             pricing_version_id: pricing.map(|p| p.id().to_string()),
+            alias_of: None,
             capabilities: def.capabilities.iter().map(|c| (c.clone(), true)).collect(),
             limits: def.public_limits().clone(),
             request_schema: request_schema(def),
@@ -197,9 +202,17 @@ pub struct ModelList {
     pub data: Vec<ModelObject>,
 }
 
-/// The `ModelListResponse` of `models`.
-pub fn model_list(models: &[ModelView]) -> ModelList {
-    ModelList { object: "list", data: models.iter().map(ModelObject::of).collect() }
+/// The `ModelListResponse` of `models`, and of the operators' `aliases` (each shown with its first
+/// enabled model's limits and price).
+pub fn model_list(models: &[ModelView], aliases: &[(domain::ModelAlias, ModelView)]) -> ModelList {
+    let mut data: Vec<ModelObject> = models.iter().map(ModelObject::of).collect();
+    data.extend(aliases.iter().map(|(alias, first)| ModelObject {
+        id: alias.name.clone(),
+        public_model: alias.name.clone(),
+        alias_of: Some(alias.models.clone()),
+        ..ModelObject::of(first)
+    }));
+    ModelList { object: "list", data }
 }
 
 /// A `Billing` object.
@@ -292,6 +305,10 @@ pub struct TaskObject {
     pub updated_at: DateTime,
     /// When it ended.
     pub completed_at: Option<DateTime>,
+    /// What a call that named an alias or a list of models asked for (`fast`, `A,B`); `model` is
+    /// the one that served it. Absent when the call named one model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_model: Option<String>,
 }
 
 /// A task's `media_url`: its media record as the store keeps it (the JSON array of
@@ -328,6 +345,7 @@ pub fn task(t: &Task) -> TaskObject {
         error_code: t.error_code.clone(),
         error_message: t.error_message.clone(),
         webhook_url: t.webhook_url.clone(),
+        requested_model: t.requested.clone(),
         created_at: t.created_at.into(),
         updated_at: t.updated_at.into(),
         completed_at: t.completed_at.map(DateTime::from),

@@ -340,6 +340,7 @@ pub fn running_task(user: &UserId, id: &TaskId, hold: UsdAmount, status: TaskSta
         updated_at: Timestamp(1_795_300_000_000),
         completed_at: None,
         runner: None,
+        requested: None,
     }
 }
 
@@ -350,6 +351,7 @@ fn outcome(status: TaskStatus) -> TaskOutcome {
         error_code: None,
         error_message: None,
         via: None,
+        served_by: None,
     }
 }
 

@@ -37,8 +37,8 @@ pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
 pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
 pub use records::{
-    ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelRecord, ModelSeed, NewUser, Role, Task, TaskBilling,
-    TaskId, TaskStats, User, UserId,
+    ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelAlias, ModelRecord, ModelSeed, NewUser, Role, Task,
+    TaskBilling, TaskId, TaskStats, User, UserId,
 };
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};

@@ -197,6 +197,21 @@ pub struct TaskBilling {
     pub max_cost: Option<UsdAmount>,
 }
 
+/// An operator's name for a list of models of one kind, tried in order (`gateway admin alias`,
+/// `[[model_aliases]]`): a call naming it falls back from each to the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelAlias {
+    /// The name callers send as `model`; never a model's own name.
+    pub name: String,
+    /// The models, in the order they are tried (1 to [`ModelAlias::MAX_MODELS`]).
+    pub models: Vec<String>,
+}
+
+impl ModelAlias {
+    /// Most models an alias, or a call's `models`, names.
+    pub const MAX_MODELS: usize = 4;
+}
+
 /// A unit of billable work: a video task, or one synchronous call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
@@ -251,6 +266,9 @@ pub struct Task {
     /// The replica running a synchronous call (its liveness lease says whether the call can still
     /// end); `None` for video tasks, which the worker claims instead.
     pub runner: Option<String>,
+    /// What the call asked for when it named an alias or a list of models (`fast`, `A,B`); the
+    /// task's `model` is the one that served it. `None` when it named one model.
+    pub requested: Option<String>,
 }
 
 /// Counts shown in the account overview.

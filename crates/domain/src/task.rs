@@ -140,6 +140,9 @@ pub struct TaskUpdate {
     /// The upstream endpoint that served the task (or was tried last) and the attempts made;
     /// for operators, not in the public task object.
     pub via: Option<crate::ports::Via>,
+    /// The model that served a call which fell back from its first candidate, and the price
+    /// version it was charged at.
+    pub served_by: Option<(String, crate::pricing::PricingVersionId)>,
 }
 
 /// A compare-and-set state change: the task moves by `event` (through [`TaskStatus::apply`]) only

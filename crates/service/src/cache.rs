@@ -97,7 +97,7 @@ mod tests {
     use super::*;
 
     fn snapshot(maintenance: bool) -> CatalogSnapshot {
-        CatalogSnapshot { models: Arc::new(Vec::new()), maintenance }
+        CatalogSnapshot { models: Arc::new(Vec::new()), maintenance, aliases: Arc::default(), disabled: Arc::default() }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

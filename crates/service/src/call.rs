@@ -39,10 +39,21 @@ pub(crate) struct TaskDetails {
     pub generate_audio: Option<bool>,
     /// Where status changes are posted (video).
     pub webhook_url: Option<String>,
+    /// What the call asked for when it named an alias or a list of models.
+    pub requested: Option<String>,
 }
 
 /// The most characters of a prompt kept on a synchronous call's task row.
 pub(crate) const PROMPT_KEPT_CHARS: usize = 4000;
+
+/// One body to send for a call, and the candidate model to serve it with when that is not the
+/// call's current model (a fallback).
+pub(crate) struct Attempt {
+    /// The model and price to serve this attempt with; `None`: the call's own.
+    pub serve: Option<crate::fallback::Priced>,
+    /// The upstream body (its `model` is the candidate's upstream id).
+    pub body: Vec<u8>,
+}
 
 /// A validated, quoted call about to be opened.
 #[derive(Debug, Clone)]
@@ -96,6 +107,9 @@ struct CallState {
     /// The caller's cap: a charge above it is cut to it.
     max_cost: Option<UsdAmount>,
     pricing_version_id: domain::PricingVersionId,
+    /// The model that serves the call and its price version, once a fallback took over from the
+    /// first candidate (the task is then written with them when the call closes).
+    served_by: Option<(String, domain::PricingVersionId)>,
     /// Counts the call in `gateway_calls_in_flight` until it ends.
     _in_flight: crate::metrics::InFlight,
     /// The call's concurrency slots, given back when the call ends (`None` for video tasks, which
@@ -276,6 +290,7 @@ impl Gateway {
             error_code: None,
             error_message: None,
             webhook_url: spec.details.webhook_url,
+            requested: spec.details.requested,
             created_at: now,
             updated_at: now,
             completed_at: None,
@@ -301,6 +316,7 @@ impl Gateway {
             estimate: spec.estimate,
             max_cost: spec.max_cost,
             pricing_version_id,
+            served_by: None,
             _permit: permit,
             rate,
         };
@@ -322,6 +338,18 @@ impl OpenCall {
     /// The model id the upstream expects (empty once closed).
     fn upstream_model(&self) -> &str {
         self.state.as_ref().map_or("", |s| s.def.upstream.model_id.as_str())
+    }
+
+    /// Makes candidate `def` at `pricing` the call's model from now on: the one the upstream is asked
+    /// for, and the one the task and the answer name when the call closes (a fallback).
+    pub(crate) fn serve_with(&mut self, def: std::sync::Arc<ModelDef>, pricing: &PricingVersion) {
+        if let Some(state) = self.state.as_mut()
+            && state.def.name != def.name
+        {
+            state.pricing_version_id = pricing.id();
+            state.served_by = Some((def.name.clone(), pricing.id()));
+            state.def = def;
+        }
     }
 
     /// Records where the call went upstream, for its task's record when it closes.
@@ -397,7 +425,14 @@ impl CallState {
     ) -> Result<CallBilling, ServiceError> {
         let charge = charge.map(|c| self.gateway.capped(&self.task_id, &self.def.name, c, self.max_cost));
         let (error_code, error_message) = error.unzip();
-        let outcome = TaskOutcome { status, usage_json: usage_json.clone(), error_code, error_message, via: self.via };
+        let outcome = TaskOutcome {
+            status,
+            usage_json: usage_json.clone(),
+            error_code,
+            error_message,
+            via: self.via,
+            served_by: self.served_by.clone(),
+        };
         let calls = &self.gateway.ports.calls;
         let held =
             billing::Expect { user: self.user_id.clone(), amount: self.estimate, budget: self.budget_keys.clone() };
@@ -484,25 +519,36 @@ impl Gateway {
             .ok_or_else(|| ServiceError::ProviderNotConfigured("no upstream provider is configured".into()))
     }
 
-    /// Opens the upstream stream of `endpoint` for the open `call`; a failure refunds the call and
-    /// is the client's error (502, or 503 when no upstream is configured).
-    pub(crate) async fn open_stream(
+    /// Opens the upstream stream of the open `call` over its candidates, in order (a failure before a
+    /// stream's head refunds the call, 502): a failure before the stream's
+    /// head moves on to the next where [`crate::fallback::moves_on`] allows. Returns the call, the
+    /// index of the candidate that serves it, and its events.
+    pub(crate) async fn open_stream_over(
         &self,
         upstream: &dyn domain::ports::Upstream,
         mut call: OpenCall,
         endpoint: domain::ports::Endpoint,
-        body: Vec<u8>,
-    ) -> Result<(OpenCall, Box<dyn domain::ports::EventStream>), ServiceError> {
-        let started = std::time::Instant::now();
-        let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
-        let attempted = upstream.stream(to, body).await;
-        let events = attempted.result;
-        call.routed(attempted.via);
-        self.metrics.upstream(call.model(), started.elapsed(), events.as_ref().err());
-        match events {
-            Ok(events) => Ok((call, events)),
-            Err(e) => Err(call.fail(&e).await),
+        attempts: Vec<Attempt>,
+    ) -> Result<(OpenCall, usize, Box<dyn domain::ports::EventStream>), ServiceError> {
+        let last = attempts.len().saturating_sub(1);
+        for (index, attempt) in attempts.into_iter().enumerate() {
+            if let Some(serve) = attempt.serve {
+                call.serve_with(serve.def, &serve.pricing);
+            }
+            let started = std::time::Instant::now();
+            let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
+            let attempted = upstream.stream(to, attempt.body).await;
+            call.routed(attempted.via);
+            self.metrics.upstream(call.model(), started.elapsed(), attempted.result.as_ref().err());
+            match attempted.result {
+                Ok(events) => return Ok((call, index, events)),
+                Err(e) if index < last && crate::fallback::moves_on(&e) => {
+                    tracing::info!(task = %call.task_id(), model = call.model(), error = %e, "moving on to the next model");
+                }
+                Err(e) => return Err(call.fail(&e).await),
+            }
         }
+        Err(call.fail(&UpstreamError::NotConfigured("a call without a model".into())).await)
     }
 
     /// Sends `body` to `endpoint` for the open `call` and closes the call with what `finish` makes of
@@ -510,20 +556,50 @@ impl Gateway {
     pub(crate) async fn run_sync(
         &self,
         upstream: &dyn domain::ports::Upstream,
-        mut call: OpenCall,
+        call: OpenCall,
         endpoint: domain::ports::Endpoint,
         body: Vec<u8>,
         finish: impl FnOnce(Vec<u8>) -> Result<Finished, UpstreamError>,
     ) -> Result<CallReply, ServiceError> {
-        let started = std::time::Instant::now();
-        let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
-        let attempted = upstream.complete(to, body).await;
-        let answer = attempted.result;
-        call.routed(attempted.via);
-        self.metrics.upstream(call.model(), started.elapsed(), answer.as_ref().err());
+        let attempts = vec![Attempt { serve: None, body }];
+        self.run_sync_over(upstream, call, endpoint, attempts, |_, bytes| finish(bytes)).await
+    }
+
+    /// [`Gateway::run_sync`] over a call's candidates, in order: a failure before an answer moves
+    /// on to the next where [`crate::fallback::moves_on`] allows; `finish` gets the index of the
+    /// candidate that answered.
+    pub(crate) async fn run_sync_over(
+        &self,
+        upstream: &dyn domain::ports::Upstream,
+        mut call: OpenCall,
+        endpoint: domain::ports::Endpoint,
+        attempts: Vec<Attempt>,
+        finish: impl FnOnce(usize, Vec<u8>) -> Result<Finished, UpstreamError>,
+    ) -> Result<CallReply, ServiceError> {
+        let last = attempts.len().saturating_sub(1);
+        let mut answer = Err(UpstreamError::NotConfigured("a call without a model".into()));
+        let mut served = 0;
+        for (index, attempt) in attempts.into_iter().enumerate() {
+            if let Some(serve) = attempt.serve {
+                call.serve_with(serve.def, &serve.pricing);
+            }
+            let started = std::time::Instant::now();
+            let to = domain::ports::UpstreamCall { endpoint, model: call.upstream_model() };
+            let attempted = upstream.complete(to, attempt.body).await;
+            call.routed(attempted.via);
+            self.metrics.upstream(call.model(), started.elapsed(), attempted.result.as_ref().err());
+            served = index;
+            answer = attempted.result;
+            match &answer {
+                Err(e) if index < last && crate::fallback::moves_on(e) => {
+                    tracing::info!(task = %call.task_id(), model = call.model(), error = %e, "moving on to the next model");
+                }
+                _ => break,
+            }
+        }
         // The ends are boxed: each is large and runs once, at the end, so the call's future (which
         // its task carries from the start) does not keep room for them.
-        let finished = match answer.and_then(finish) {
+        let finished = match answer.and_then(|bytes| finish(served, bytes)) {
             Ok(finished) => finished,
             Err(e) => return Err(Box::pin(call.fail(&e)).await),
         };
@@ -629,6 +705,7 @@ impl Gateway {
                     "the gateway stopped before the call finished; the reservation was refunded".into(),
                 ),
                 via: None,
+                served_by: None,
             };
             if self.ports.tasks.finish_task(&id, outcome).await.is_ok() {
                 ended += 1;
@@ -639,123 +716,4 @@ impl Gateway {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use domain::ports::{AccountStore, TaskStore};
-    use domain::{NewUser, SystemClock, UsdAmount, UserId};
-
-    use super::*;
-    use crate::Ports;
-
-    async fn gateway() -> (Gateway, store::Store, UserId) {
-        let dir = std::env::temp_dir().join(format!("gw-call-{}", uuid::Uuid::new_v4().simple()));
-        let store = store::Store::open(&format!("sqlite://{}/gw.db?mode=rwc", dir.display())).await.expect("store");
-        let gateway = Gateway::new(Ports::from_store(store.clone(), Arc::new(SystemClock)));
-        gateway.seed_catalog(&catalog::Catalog::builtin().expect("catalog")).await.expect("seed");
-        let user = UserId(format!("usr_{}", uuid::Uuid::new_v4().simple()));
-        let new = NewUser {
-            id: user.clone(),
-            name: "c".into(),
-            email: "c@example.com".into(),
-            role: domain::Role::User,
-            balance: UsdAmount::from_micros(1_000_000),
-            concurrency_limit: 4,
-            media_quota_bytes: 0,
-        };
-        store.create_user(new).await.expect("user");
-        (gateway, store, user)
-    }
-
-    /// A key of `user` with every scope and no limits.
-    fn anyone(user: &UserId) -> Principal {
-        Principal {
-            user_id: user.clone(),
-            key_id: domain::ApiKeyId("key_test".into()),
-            scopes: domain::Scope::ALL.to_vec(),
-            expires_at: None,
-            models: None,
-            budget: None,
-            rates: domain::KeyRates::default(),
-            allow_ips: None,
-            role: domain::Role::User,
-            ancestors: Vec::new(),
-            budget_keys: domain::BudgetKeys::NONE,
-            max_cost: None,
-        }
-    }
-
-    async fn open(gateway: &Gateway, user: &UserId, micros: i64) -> OpenCall {
-        let (def, pricing) =
-            gateway.priced_model(&anyone(user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
-        let spec = CallSpec {
-            user: user.clone(),
-            key: domain::ApiKeyId("key_test".into()),
-            budget_keys: domain::BudgetKeys::NONE,
-            def,
-            pricing,
-            estimate: UsdAmount::from_micros(micros),
-            rate: crate::rates::RateClaim::request(&anyone(user)),
-            details: TaskDetails::default(),
-            max_cost: None,
-        };
-        gateway.open_call(spec).await.expect("open")
-    }
-
-    #[tokio::test]
-    async fn a_dropped_call_refunds_itself() {
-        let (gateway, store, user) = gateway().await;
-        let call = open(&gateway, &user, 400_000).await;
-        let id = call.task_id().clone();
-        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(600_000));
-        drop(call);
-        let mut task = None;
-        for _ in 0..200 {
-            task = store.task(&user, &id).await.expect("read").filter(|t| t.status.is_terminal());
-            if task.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let task = task.expect("the dropped call ended");
-        assert_eq!((task.status, task.billing.status), (TaskStatus::Failed, BillingStatus::Refunded));
-        assert_eq!(task.error_code.as_deref(), Some("interrupted"));
-        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(1_000_000));
-    }
-
-    #[tokio::test]
-    async fn settle_and_refund_close_once() {
-        let (gateway, store, user) = gateway().await;
-        let settled = open(&gateway, &user, 400_000).await.settle(UsdAmount::from_micros(1_234), Some("{}".into()), 0);
-        let settled = settled.await.expect("settle");
-        assert_eq!(settled.billing.status, BillingStatus::Settled);
-        assert_eq!(settled.billing.actual, Some(UsdAmount::from_micros(1_234)));
-        let failed = open(&gateway, &user, 400_000).await.fail(&UpstreamError::Timeout).await;
-        assert!(matches!(failed, ServiceError::Upstream { retryable: true, .. }), "{failed:?}");
-        let unconfigured = open(&gateway, &user, 1).await.fail(&UpstreamError::NotConfigured("speech".into())).await;
-        assert!(matches!(unconfigured, ServiceError::ProviderNotConfigured(_)), "{unconfigured:?}");
-        assert_eq!(store.user(&user).await.expect("read").map(|u| u.balance.micros()), Some(1_000_000 - 1_234));
-        // An estimate above the balance is refused and stores nothing.
-        let (def, pricing) =
-            gateway.priced_model(&anyone(&user), ModelKind::Language, "LangA-V4-flash").await.expect("model");
-        let spec = CallSpec {
-            user: user.clone(),
-            key: domain::ApiKeyId("key_test".into()),
-            budget_keys: domain::BudgetKeys::NONE,
-            def,
-            pricing,
-            estimate: UsdAmount::from_micros(2_000_000),
-            rate: crate::rates::RateClaim::request(&anyone(&user)),
-            details: TaskDetails::default(),
-            max_cost: None,
-        };
-        let refused = gateway.open_call(spec).await.expect_err("402");
-        assert!(matches!(refused, ServiceError::InsufficientBalance { .. }), "{refused:?}");
-        let (_, total) = store
-            .list_tasks(&user, Default::default(), domain::ports::PageRequest { page: 1, page_size: 20 })
-            .await
-            .expect("list");
-        assert_eq!(total, 3);
-    }
-}
+mod tests;

@@ -13,13 +13,14 @@
 use billing::LanguageUsage;
 use catalog::ModelDef;
 use domain::ports::{Endpoint, SseEvent, UpstreamError};
-use domain::{ModelKind, PriceSheet, UsdAmount};
+use domain::{PriceSheet, UsdAmount};
 use serde_json::{Value, json};
 use validation::{ChatPlan, RawBody};
 
 use crate::Answer;
 use crate::answer::{chunk_facts, object_member, with_model};
-use crate::call::{CallSpec, Close, Finished, TaskDetails};
+use crate::call::{Attempt, CallSpec, Close, Finished, TaskDetails};
+use crate::fallback::Priced;
 use crate::rates::RateClaim;
 use crate::reply::CallReply;
 use crate::reply::StreamItem;
@@ -52,7 +53,8 @@ fn upstream_body(def: &ModelDef, body: &RawBody<'_>, plan: &ChatPlan) -> Result<
     } else {
         None
     };
-    let mut replace: Vec<(&str, Option<&str>)> = vec![("model", Some(&model))];
+    // A list of models is the gateway's to try: the upstream is asked for one.
+    let mut replace: Vec<(&str, Option<&str>)> = vec![("model", Some(&model)), ("models", None)];
     if plan.bounds_reasoning {
         replace.push(("max_tokens", None));
         replace.push(("max_completion_tokens", Some(&cap)));
@@ -111,85 +113,109 @@ pub(crate) fn language_charge(sheet: &PriceSheet, usage: &LanguageUsage) -> Resu
         .map_err(|e| UpstreamError::Malformed(format!("the reported usage cannot be priced: {e}")))
 }
 
-/// A chat request checked before it holds anything.
-struct CheckedChat {
-    def: std::sync::Arc<ModelDef>,
-    pricing: domain::PricingVersion,
+/// One model a chat request may be served by, checked for it.
+struct CheckedModel {
+    priced: Priced,
     plan: ChatPlan,
     upstream_body: Vec<u8>,
     estimate: UsdAmount,
 }
 
+/// A chat request checked before it holds anything: each model it may be served by, in order,
+/// what it asked for when that was more than one model, and the hold (the largest candidate's).
+struct CheckedChat {
+    models: Vec<CheckedModel>,
+    requested: Option<String>,
+    estimate: UsdAmount,
+}
+
 impl Gateway {
-    /// A chat request checked for `who`: its model and price, the plan, the body for the
-    /// upstream, and the hold the call takes (nothing is held here).
+    /// A chat request checked for `who`: each candidate model, its price, plan, upstream body and
+    /// hold, and the hold the call takes (nothing is held here).
     async fn checked_chat(&self, who: &Principal, body: &[u8]) -> Result<CheckedChat, ServiceError> {
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
         let size = body.len();
         let body = cpu_bound(size, || RawBody::parse_body(body))?;
-        let name = body
-            .str("model")
-            .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(who, ModelKind::Language, &name).await?;
-        let (plan, upstream_body) = cpu_bound(size, || -> Result<_, ServiceError> {
-            let plan = validation::chat_request(&def, &body)?;
-            Ok((plan, upstream_body(&def, &body, &plan)?))
-        })?;
-        let output = plan.output_hold_tokens();
-        let estimate = if plan.has_audio {
-            billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, output)
-        } else {
-            billing::language_reservation_text_only(&pricing.sheet, plan.prompt_bound_tokens, output)
+        let named = crate::fallback::with_first_model(&body);
+        let body = match &named {
+            Some(named) => RawBody::parse_body(named)?,
+            None => body,
+        };
+        let (candidates, requested) = self.candidates(who, &body).await?;
+        let mut models = Vec::with_capacity(candidates.len());
+        for priced in candidates {
+            let def = &priced.def;
+            let (plan, upstream_body) = cpu_bound(size, || -> Result<_, ServiceError> {
+                let plan = validation::chat_request(def, &body)?;
+                Ok((plan, upstream_body(def, &body, &plan)?))
+            })?;
+            let output = plan.output_hold_tokens();
+            let sheet = &priced.pricing.sheet;
+            let estimate = if plan.has_audio {
+                billing::language_reservation(sheet, plan.prompt_bound_tokens, output)
+            } else {
+                billing::language_reservation_text_only(sheet, plan.prompt_bound_tokens, output)
+            }
+            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
+            models.push(CheckedModel { priced, plan, upstream_body, estimate });
         }
-        .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        Ok(CheckedChat { def, pricing, plan, upstream_body, estimate })
+        let estimate = models.iter().map(|m| m.estimate).max().unwrap_or(UsdAmount::ZERO);
+        Ok(CheckedChat { models, requested, estimate })
     }
 
     /// What a chat call with `body` would hold, and at which price, without making it.
     pub async fn quote_chat(&self, who: &Principal, body: &[u8]) -> Result<crate::Quote, ServiceError> {
         let checked = self.checked_chat(who, body).await?;
         crate::call::within_cap(checked.estimate, who.max_cost)?;
-        Ok(crate::Quote { model: checked.def.name.clone(), pricing: checked.pricing, hold: checked.estimate })
+        let first = checked.models.into_iter().next().ok_or_else(|| ServiceError::Internal("no model".into()))?;
+        Ok(crate::Quote { model: first.priced.def.name.clone(), pricing: first.priced.pricing, hold: checked.estimate })
     }
 
-    /// Runs a chat completion for `who` with the raw JSON `body`.
+    /// Runs a chat completion for `who` with the raw JSON `body`: on the first model it names, and
+    /// on the next of its `models` (or of its alias) where a failure before the answer allows.
     pub async fn chat(&self, who: &Principal, body: &[u8]) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         // The steps are boxed: each lives only while it runs, so the call's own future (which every
         // call's task carries until the answer, or a stream's first event) stays small.
-        let CheckedChat { def, pricing, plan, upstream_body, estimate } =
-            Box::pin(self.checked_chat(who, body)).await?;
-        let output = plan.output_hold_tokens();
-        let hold = hold_description(&def.name, &plan);
-        let public_model = def.name.clone();
-        let sheet = pricing.sheet.clone();
-        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
-        let rate = RateClaim::language(who, plan.prompt_bound_tokens.saturating_add(output));
+        let CheckedChat { models, requested, estimate } = Box::pin(self.checked_chat(who, body)).await?;
+        let first = models.first().ok_or_else(|| ServiceError::Internal("a chat call without a model".into()))?;
+        let hold = hold_description(&first.priced.def.name, &first.plan);
+        let stream = first.plan.stream;
+        let tokens =
+            models.iter().map(|m| m.plan.prompt_bound_tokens.saturating_add(m.plan.output_hold_tokens())).max();
+        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), requested, ..TaskDetails::default() };
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
             budget_keys: who.budget_keys.clone(),
-            def,
-            pricing,
+            def: first.priced.def.clone(),
+            pricing: first.priced.pricing.clone(),
             estimate,
-            rate,
+            rate: RateClaim::language(who, tokens.unwrap_or(0)),
             details,
             max_cost: who.max_cost,
         };
         let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
-        if plan.stream {
-            let (call, events) =
-                Box::pin(self.open_stream(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body)).await?;
-            let meter = ChatMeter {
-                public_model,
-                sheet,
-                prompt_bound: plan.prompt_bound_tokens,
-                output_cap: output,
+        let mut meters = Vec::with_capacity(models.len());
+        let mut attempts = Vec::with_capacity(models.len());
+        for (index, model) in models.into_iter().enumerate() {
+            meters.push(ChatMeter {
+                public_model: model.priced.def.name.clone(),
+                sheet: model.priced.pricing.sheet.clone(),
+                prompt_bound: model.plan.prompt_bound_tokens,
+                output_cap: model.plan.output_hold_tokens(),
                 ..ChatMeter::default()
-            };
+            });
+            attempts.push(Attempt { serve: (index > 0).then_some(model.priced), body: model.upstream_body });
+        }
+        if stream {
+            let (call, index, events) =
+                Box::pin(self.open_stream_over(upstream.as_ref(), call, Endpoint::ChatCompletions, attempts)).await?;
+            let meter = meters.swap_remove(index);
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
-        self.run_sync(upstream.as_ref(), call, Endpoint::ChatCompletions, upstream_body, |bytes| {
+        self.run_sync_over(upstream.as_ref(), call, Endpoint::ChatCompletions, attempts, |index, bytes| {
+            let ChatMeter { public_model, sheet, .. } = meters.swap_remove(index);
             // The answer passes through as its bytes (only `model` is replaced when written):
             // checked to be one JSON object here, with only its usage parsed.
             let usage = object_member(&bytes, "usage")

@@ -12,6 +12,7 @@ mod cache;
 mod call;
 mod chat;
 mod error;
+mod fallback;
 mod idempotency;
 mod image;
 mod keys;

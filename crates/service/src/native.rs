@@ -25,12 +25,12 @@ use std::sync::Arc;
 
 use billing::LanguageUsage;
 use domain::ports::{Endpoint, ResponseOwners, SseEvent, UpstreamError};
-use domain::{ModelKind, PriceSheet, TaskId, UsdAmount, UserId};
+use domain::{PriceSheet, TaskId, UsdAmount, UserId};
 use serde_json::{Value, json};
 use validation::RawBody;
 
 use crate::answer::object_member;
-use crate::call::{CallSpec, Close, Finished, TaskDetails};
+use crate::call::{Attempt, CallSpec, Close, Finished, TaskDetails};
 use crate::chat::{cpu_bound, language_charge};
 use crate::rates::RateClaim;
 use crate::reply::CallReply;
@@ -97,45 +97,53 @@ impl Gateway {
         let upstream = self.upstream()?;
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).
         let body = cpu_bound(raw.len(), || RawBody::parse_body(raw))?;
-        let name = body
-            .str("model")
-            .ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-        let (def, pricing) = self.priced_model(who, ModelKind::Language, &name).await?;
-        let plan = cpu_bound(raw.len(), || match format {
-            Format::Messages => validation::messages_request(&def, &body, raw.len()),
-            Format::Responses => validation::responses_request(&def, &body, raw.len()),
-        })?;
-        if let Some(previous) = &plan.previous_response_id {
+        let named = crate::fallback::with_first_model(&body);
+        let body = match &named {
+            Some(named) => RawBody::parse_body(named)?,
+            None => body,
+        };
+        let (candidates, requested) = self.candidates(who, &body).await?;
+        let mut checked = Vec::with_capacity(candidates.len());
+        for priced in candidates {
+            let def = &priced.def;
+            let plan = cpu_bound(raw.len(), || match format {
+                Format::Messages => validation::messages_request(def, &body, raw.len()),
+                Format::Responses => validation::responses_request(def, &body, raw.len()),
+            })?;
+            let estimate =
+                billing::language_reservation(&priced.pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
+                    .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
+            let model =
+                serde_json::to_string(&def.upstream.model_id).map_err(|e| ServiceError::Internal(e.to_string()))?;
+            let cap = plan.max_output_tokens.to_string();
+            // A list of models is the gateway's to try: the upstream is asked for one.
+            let mut replace = vec![("model", Some(model.as_str())), ("models", None)];
+            if format == Format::Responses && body.get("max_output_tokens").is_none() {
+                // The cap the hold is computed from goes upstream, so that the upstream's own default
+                // never exceeds it (max_output_tokens counts reasoning and answer).
+                replace.push(("max_output_tokens", Some(cap.as_str())));
+            }
+            let upstream_body = cpu_bound(raw.len(), || body.write(&replace));
+            checked.push((priced, plan, upstream_body, estimate));
+        }
+        drop(body);
+        let Some((first, first_plan, _, _)) = checked.first() else {
+            return Err(ServiceError::Internal("a call without a model".into()));
+        };
+        if let Some(previous) = &first_plan.previous_response_id {
             let owner = self.ports.responses.response_owner(previous).await?;
             if owner.as_ref() != Some(&who.user_id) {
                 return Err(ServiceError::NotFound(format!("response {previous}")));
             }
         }
-        let estimate = billing::language_reservation(&pricing.sheet, plan.prompt_bound_tokens, plan.max_output_tokens)
-            .map_err(|e| ServiceError::Internal(format!("pricing {}: {e}", def.name)))?;
-        let model = serde_json::to_string(&def.upstream.model_id).map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let cap = plan.max_output_tokens.to_string();
-        let mut replace = vec![("model", Some(model.as_str()))];
-        if format == Format::Responses && body.get("max_output_tokens").is_none() {
-            // The cap the hold is computed from goes upstream, so that the upstream's own default
-            // never exceeds it (max_output_tokens counts reasoning and answer).
-            replace.push(("max_output_tokens", Some(cap.as_str())));
-        }
         let hold = format!(
             "this call (at most {} prompt tokens and {} output tokens, reasoning included, at {}'s rates)",
-            plan.prompt_bound_tokens, plan.max_output_tokens, def.name
+            first_plan.prompt_bound_tokens, first_plan.max_output_tokens, first.def.name
         );
-        let upstream_body = cpu_bound(raw.len(), || body.write(&replace));
-        drop(body);
-        let meter = NativeMeter::new(
-            format,
-            &def.name,
-            pricing.sheet.clone(),
-            plan.prompt_bound_tokens,
-            plan.max_output_tokens,
-        );
-        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), ..TaskDetails::default() };
-        let rate = RateClaim::language(who, plan.prompt_bound_tokens.saturating_add(plan.max_output_tokens));
+        let (stream, def, pricing) = (first_plan.stream, first.def.clone(), first.pricing.clone());
+        let estimate = checked.iter().map(|c| c.3).max().unwrap_or(UsdAmount::ZERO);
+        let tokens = checked.iter().map(|c| c.1.prompt_bound_tokens.saturating_add(c.1.max_output_tokens)).max();
+        let details = TaskDetails { input_mode: Some(domain::InputMode::Text), requested, ..TaskDetails::default() };
         let spec = CallSpec {
             user: who.user_id.clone(),
             key: who.key_id.clone(),
@@ -143,28 +151,43 @@ impl Gateway {
             def,
             pricing,
             estimate,
-            rate,
+            rate: RateClaim::language(who, tokens.unwrap_or(0)),
             details,
             max_cost: who.max_cost,
         };
         // Boxed steps, as in `chat`: the call's own future stays small.
         let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
-        if plan.stream {
-            let (call, events) =
-                Box::pin(self.open_stream(upstream.as_ref(), call, format.endpoint(), upstream_body)).await?;
+        let mut meters = Vec::with_capacity(checked.len());
+        let mut attempts = Vec::with_capacity(checked.len());
+        for (index, (priced, plan, upstream_body, _)) in checked.into_iter().enumerate() {
+            let sheet = priced.pricing.sheet.clone();
+            meters.push(NativeMeter::new(
+                format,
+                &priced.def.name,
+                sheet,
+                plan.prompt_bound_tokens,
+                plan.max_output_tokens,
+            ));
+            attempts.push(Attempt { serve: (index > 0).then_some(priced), body: upstream_body });
+        }
+        if stream {
+            let (call, index, events) =
+                Box::pin(self.open_stream_over(upstream.as_ref(), call, format.endpoint(), attempts)).await?;
             let owners = Recorder {
                 owners: Arc::clone(&self.ports.responses),
                 user: who.user_id.clone(),
                 task: call.task_id().clone(),
             };
-            let meter = NativeMeter { recorder: (format == Format::Responses).then_some(owners), ..meter };
+            let meter =
+                NativeMeter { recorder: (format == Format::Responses).then_some(owners), ..meters.swap_remove(index) };
             return Ok(CallReply::Stream(self.start_stream(call, events, meter)));
         }
         let task = call.task_id().clone();
-        let reply = Box::pin(
-            self.run_sync(upstream.as_ref(), call, format.endpoint(), upstream_body, |bytes| meter.finish(bytes)),
-        )
-        .await?;
+        let reply =
+            Box::pin(self.run_sync_over(upstream.as_ref(), call, format.endpoint(), attempts, |index, bytes| {
+                meters.swap_remove(index).finish(bytes)
+            }))
+            .await?;
         if let (Format::Responses, CallReply::Complete { answer, .. }) = (format, &reply)
             && let Some(Value::String(id)) = answer.member("id")
             && let Err(e) = self.ports.responses.record_response(&id, &who.user_id, &task).await

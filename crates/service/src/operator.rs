@@ -3,7 +3,7 @@
 //! what, the state before and after), so the two never drift and neither goes unrecorded.
 
 use domain::{
-    Actor, ApiKey, ApiKeyId, AuditEntry, KeyLimits, KeyLimitsChange, LedgerEntry, ModelRecord, PriceSheet,
+    Actor, ApiKey, ApiKeyId, AuditEntry, KeyLimits, KeyLimitsChange, LedgerEntry, ModelAlias, ModelRecord, PriceSheet,
     PricingVersion, Role, Scope, UsdAmount, User, UserChange, UserId,
 };
 use serde_json::{Value, json};
@@ -223,6 +223,27 @@ impl Operator<'_> {
     /// Whether maintenance mode is on.
     pub async fn maintenance(&self) -> Result<bool, ServiceError> {
         Ok(self.gateway.ports.models.maintenance().await?)
+    }
+
+    /// Creates or replaces the model alias `alias`: a name that is no model's, for 1 to 4 known
+    /// models of one kind, tried in order.
+    pub async fn set_alias(&self, alias: ModelAlias) -> Result<ModelAlias, ServiceError> {
+        self.gateway.check_alias(&alias).await?;
+        let before = self.gateway.model_aliases().await?.into_iter().find(|a| a.name == alias.name);
+        self.gateway.ports.models.set_alias(&alias).await?;
+        self.gateway.caches.clear();
+        let after = Some(json!({"models": alias.models}));
+        self.record("alias.set", &alias.name, before.map(|a| json!({"models": a.models})), after).await?;
+        Ok(alias)
+    }
+
+    /// Removes the model alias `name` (404 when there is none).
+    pub async fn delete_alias(&self, name: &str) -> Result<(), ServiceError> {
+        let before = self.gateway.model_aliases().await?.into_iter().find(|a| a.name == name);
+        let before = before.ok_or_else(|| ServiceError::NotFound(format!("model alias {name}")))?;
+        self.gateway.ports.models.delete_alias(name).await?;
+        self.gateway.caches.clear();
+        self.record("alias.delete", name, Some(json!({"models": before.models})), None).await
     }
 
     /// Turns maintenance mode on or off.

@@ -23,6 +23,10 @@ pub(crate) struct CatalogSnapshot {
     pub models: Arc<Vec<ModelView>>,
     /// Maintenance mode.
     pub maintenance: bool,
+    /// The operators' model aliases.
+    pub aliases: Arc<Vec<domain::ModelAlias>>,
+    /// The models an operator switched off (a fallback moves past them).
+    pub disabled: Arc<Vec<String>>,
 }
 
 /// Everything `GET /api/v1/overview` shows.
@@ -98,13 +102,39 @@ impl Gateway {
             .collect()
     }
 
+    /// The aliases a model list shows, each with the first of its models that is enabled (an alias
+    /// whose models are all switched off is not listed).
+    pub async fn listed_aliases(
+        &self,
+        models: &[ModelView],
+    ) -> Result<Vec<(domain::ModelAlias, ModelView)>, ServiceError> {
+        let aliases = self.model_aliases().await?;
+        Ok(aliases
+            .into_iter()
+            .filter_map(|alias| {
+                let first = alias.models.iter().find_map(|name| models.iter().find(|m| &m.record.name == name))?;
+                let first = first.clone();
+                Some((alias, first))
+            })
+            .collect())
+    }
+
+    /// The operators' model aliases, by name.
+    pub async fn model_aliases(&self) -> Result<Vec<domain::ModelAlias>, ServiceError> {
+        Ok(self.ports.models.aliases().await?)
+    }
+
     /// The enabled models and the maintenance flag, from the cache when fresh (hot path).
     pub(crate) async fn catalog_snapshot(&self) -> Result<CatalogSnapshot, ServiceError> {
         self.caches
             .catalog_or_load(async {
+                let records = self.ports.models.models().await?;
+                let disabled = records.iter().filter(|r| !r.enabled).map(|r| r.name.clone()).collect();
                 Ok(CatalogSnapshot {
                     models: std::sync::Arc::new(self.list_models().await?),
                     maintenance: self.ports.models.maintenance().await?,
+                    aliases: std::sync::Arc::new(self.ports.models.aliases().await?),
+                    disabled: std::sync::Arc::new(disabled),
                 })
             })
             .await

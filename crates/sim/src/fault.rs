@@ -101,11 +101,17 @@ pub(crate) struct Switches {
 }
 
 impl Switches {
-    /// The switches in body fields `sim_fault`, `sim_latency_ms`, `sim_chunk_delay_ms`
-    /// (chat, messages, responses); an unknown fault name is an error.
+    /// The switches in body fields `sim_fault`, `sim_fault_model`, `sim_latency_ms`,
+    /// `sim_chunk_delay_ms` (chat, messages, responses); an unknown fault name is an error. With
+    /// `sim_fault_model`, the fault is only for a request whose `model` is that one.
     pub(crate) fn from_body(request: &Map<String, Value>) -> Result<Switches, String> {
+        let for_this_model = match request.get("sim_fault_model").and_then(Value::as_str) {
+            Some(only) => request.get("model").and_then(Value::as_str) == Some(only),
+            None => true,
+        };
         let fault = match request.get("sim_fault") {
             None | Some(Value::Null) => None,
+            Some(_) if !for_this_model => None,
             Some(value) => match value.as_str().and_then(|name| Fault::parse(name, Family::Text)) {
                 Some(fault) => Some(fault),
                 None => return Err("Unknown sim_fault.".to_owned()),
@@ -264,6 +270,10 @@ mod tests {
                 ..Switches::default()
             })
         );
+        let only = json!({"model": "a", "sim_fault": "status_503", "sim_fault_model": "b"});
+        assert_eq!(Switches::from_body(only.as_object().expect("object")).expect("ok").fault, None);
+        let this = json!({"model": "b", "sim_fault": "status_503", "sim_fault_model": "b"});
+        assert_eq!(Switches::from_body(this.as_object().expect("object")).expect("ok").fault, Some(Fault::Status(503)));
         let req = json!({"sim_fault": "fail_all"});
         assert!(Switches::from_body(req.as_object().unwrap_or(&Map::new())).is_err());
     }

@@ -41,6 +41,9 @@
 //!   - `empty_usage` — a normal answer without usage.
 //!   - `over_bounds` — a normal answer whose output ignores the request's caps (an upstream
 //!     breaking its own bounds; for the gateway's overdraft count).
+//! - `"sim_fault_model": "<model id>"` — the `sim_fault` is only for a request whose `model` is
+//!   that one (the others are answered as if it were not there): a fault on one of a call's
+//!   fallback models.
 //! - `"sim_reasoning_tokens": N` — reasoning tokens (at most 1,048,576), bounded as each format
 //!   bounds them (chat: by `max_completion_tokens` only, not by `max_tokens`; see [`chat`]).
 //!

@@ -158,6 +158,8 @@ pub mod tasks {
         pub upstream_attempts: Option<i32>,
         /// The most the call may cost, from `X-Max-Cost` (migration 0020).
         pub max_cost_micros: Option<i64>,
+        /// What a call that named an alias or a list of models asked for (migration 0021).
+        pub requested_model: Option<String>,
     }
     no_relations!();
 }
@@ -217,6 +219,23 @@ pub mod settings {
         #[sea_orm(primary_key, auto_increment = false)]
         pub name: String,
         pub value: String,
+    }
+    no_relations!();
+}
+
+/// `model_aliases`: operators' names for lists of models tried in order.
+pub mod model_aliases {
+    use sea_orm::entity::prelude::*;
+
+    /// A `model_aliases` row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "model_aliases")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        /// The models, comma-separated, in order.
+        pub models: String,
+        pub updated_at: i64,
     }
     no_relations!();
 }

@@ -108,6 +108,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0020_task_max_cost.sql"),
         include_str!("../../../migrations/postgres/0020_task_max_cost.sql"),
     ),
+    (
+        21,
+        include_str!("../../../migrations/sqlite/0021_model_aliases.sql"),
+        include_str!("../../../migrations/postgres/0021_model_aliases.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use domain::ports::{BadValue, ModelStore, StoreError};
-use domain::{ModelRecord, ModelSeed, PriceSheet, PricingVersion, Rate, Timestamp};
+use domain::{ModelAlias, ModelRecord, ModelSeed, PriceSheet, PricingVersion, Rate, Timestamp};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder,
@@ -12,7 +12,7 @@ use sea_orm::{
 };
 use serde_json::{Value, json};
 
-use crate::entities::{models, pricing_versions, settings};
+use crate::entities::{model_aliases, models, pricing_versions, settings};
 use crate::{Store, backend_err, is_unique_violation};
 
 const MAINTENANCE: &str = "maintenance";
@@ -248,6 +248,40 @@ impl ModelStore for Store {
         .await
         .map_err(backend_err)?;
         Ok(())
+    }
+
+    async fn aliases(&self) -> Result<Vec<ModelAlias>, StoreError> {
+        let rows = model_aliases::Entity::find()
+            .order_by_asc(model_aliases::Column::Name)
+            .all(self.db.reads())
+            .await
+            .map_err(backend_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ModelAlias { name: r.name, models: r.models.split(',').map(str::to_owned).collect() })
+            .collect())
+    }
+
+    async fn set_alias(&self, alias: &ModelAlias) -> Result<(), StoreError> {
+        model_aliases::Entity::insert(model_aliases::ActiveModel {
+            name: Set(alias.name.clone()),
+            models: Set(alias.models.join(",")),
+            updated_at: Set(self.now()),
+        })
+        .on_conflict(
+            OnConflict::column(model_aliases::Column::Name)
+                .update_columns([model_aliases::Column::Models, model_aliases::Column::UpdatedAt])
+                .to_owned(),
+        )
+        .exec_without_returning(self.db.writes())
+        .await
+        .map_err(backend_err)?;
+        Ok(())
+    }
+
+    async fn delete_alias(&self, name: &str) -> Result<bool, StoreError> {
+        let gone = model_aliases::Entity::delete_by_id(name).exec(self.db.writes()).await.map_err(backend_err)?;
+        Ok(gone.rows_affected > 0)
     }
 }
 

@@ -122,11 +122,11 @@ ent AS (INSERT INTO ledger_entries (user_id, task_id, kind, amount_micros, balan
 newt AS (INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
     duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, error_code, \
     error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id, upstream_endpoint, \
-    upstream_attempts, max_cost_micros) \
+    upstream_attempts, max_cost_micros, requested_model) \
   SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], \
     $27::text[], $28::text[], $29::text[], $30::int8[], $31::text[], $32::text[], $33::bool[], $34::text[], $35::text[], \
     $36::text[], $37::text[], $38::text[], $39::text[], $40::text[], $41::int8[], $42::int8[], $43::int8[], $44::text[], \
-    $56::text[], $71::text[], $82::text[], $83::int4[], $86::int8[]) \
+    $56::text[], $71::text[], $82::text[], $83::int4[], $86::int8[], $87::text[]) \
   ON CONFLICT (id) DO NOTHING RETURNING 1), \
 movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
     completed_at = CASE WHEN v.done THEN $55::int8 ELSE t.completed_at END, \
@@ -134,10 +134,12 @@ movt AS (UPDATE tasks AS t SET status = v.to_status, updated_at = $55::int8, \
     last_frame_url = COALESCE(v.last_frame_url, t.last_frame_url), usage = COALESCE(v.usage, t.usage), \
     error_code = COALESCE(v.error_code, t.error_code), error_message = COALESCE(v.error_message, t.error_message), \
     upstream_endpoint = COALESCE(v.endpoint, t.upstream_endpoint), \
-    upstream_attempts = COALESCE(v.attempts, t.upstream_attempts) \
+    upstream_attempts = COALESCE(v.attempts, t.upstream_attempts), model = COALESCE(v.model, t.model), \
+    pricing_version_id = COALESCE(v.price, t.pricing_version_id) \
   FROM unnest($45::text[], $46::text[], $47::text[], $48::bool[], $49::text[], $50::text[], $51::text[], $52::text[], \
-    $53::text[], $54::text[], $68::text[], $84::text[], $85::int4[]) AS v(id, from_status, to_status, done, upstream_id, \
-    output_url, last_frame_url, usage, error_code, error_message, owner, endpoint, attempts) \
+    $53::text[], $54::text[], $68::text[], $84::text[], $85::int4[], $88::text[], $89::text[]) AS v(id, from_status, \
+    to_status, done, upstream_id, output_url, last_frame_url, usage, error_code, error_message, owner, endpoint, \
+    attempts, model, price) \
   WHERE t.id = v.id AND t.status = v.from_status AND t.user_id = v.owner RETURNING 1), \
 written AS (SELECT (SELECT count(*) FROM bal) AS b, (SELECT count(*) FROM hold) AS h, \
   (SELECT count(*) FROM ends) AS e, (SELECT COALESCE(array_agg(id ORDER BY id), '{}'::int8[]) FROM ent) AS ids, \

@@ -5,7 +5,8 @@
 //! (`$68`), the budget key of new and ending reservations (`$69`–`$70`), the key of new tasks
 //! (`$71`), the keys' budget counters (`$72`–`$80`, as read and as written) and their count (`$81`),
 //! the upstream endpoint and attempts of new tasks (`$82`–`$83`) and of moving ones (`$84`–`$85`),
-//! and the cost cap of new tasks (`$86`).
+//! the cost cap and what was asked for of new tasks (`$86`–`$87`), and the model that served a
+//! moving one and its price version (`$88`–`$89`).
 
 use billing::book::{Plan, Relies};
 use domain::{ApiKeyId, TaskId, UsdAmount};
@@ -42,6 +43,9 @@ pub(crate) fn bind_all<'q>(query: PgQuery<'q>, plan: &Plan) -> PgQuery<'q> {
         .bind(w.iter().map(|m| m.update.via.as_ref().map(|v| v.endpoint.as_str())).collect::<Vec<_>>())
         .bind(w.iter().map(|m| attempts(m.update.via.as_ref())).collect::<Vec<_>>())
         .bind(n.iter().map(|n| n.task.billing.max_cost.map(UsdAmount::micros)).collect::<Vec<_>>())
+        .bind(n.iter().map(|n| n.task.requested.as_deref()).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.update.served_by.as_ref().map(|(model, _)| model.as_str())).collect::<Vec<_>>())
+        .bind(w.iter().map(|m| m.update.served_by.as_ref().map(|(_, price)| price.to_string())).collect::<Vec<_>>())
 }
 
 /// `$72`–`$81`: every key budget the batch changes: its key, the limit and period and counters

@@ -449,7 +449,8 @@ fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
              upstream_id = COALESCE(?4, upstream_id), output_url = COALESCE(?5, output_url), \
              last_frame_url = COALESCE(?6, last_frame_url), usage = COALESCE(?7, usage), \
              error_code = COALESCE(?8, error_code), error_message = COALESCE(?9, error_message), \
-             upstream_endpoint = COALESCE(?12, upstream_endpoint), upstream_attempts = COALESCE(?13, upstream_attempts) \
+             upstream_endpoint = COALESCE(?12, upstream_endpoint), upstream_attempts = COALESCE(?13, upstream_attempts), \
+             model = COALESCE(?14, model), pricing_version_id = COALESCE(?15, pricing_version_id) \
              WHERE id = ?10 AND status = ?11",
         )
         .map_err(fail_sql)?;
@@ -469,7 +470,9 @@ fn write_moves(txn: &Transaction<'_>, plan: &Plan) -> Result<(), BatchError> {
                 w.task.as_str(),
                 w.from.as_str(),
                 u.via.as_ref().map(|v| v.endpoint.as_str()),
-                u.via.as_ref().map(|v| v.attempts)
+                u.via.as_ref().map(|v| v.attempts),
+                u.served_by.as_ref().map(|(model, _)| model.as_str()),
+                u.served_by.as_ref().map(|(_, price)| price.to_string())
             ])
             .map_err(fail_sql)?;
         one_row(changed, "task state")?;
@@ -487,9 +490,9 @@ fn insert_task(
         "INSERT INTO tasks (id, user_id, model, kind, status, prompt, provider, input_mode, media_type, media_url, \
          duration, resolution, ratio, generate_audio, pricing_version_id, usage, output_url, last_frame_url, \
          error_code, error_message, webhook_url, created_at, updated_at, completed_at, upstream_id, runner, key_id, \
-         upstream_endpoint, upstream_attempts, max_cost_micros) \
+         upstream_endpoint, upstream_attempts, max_cost_micros, requested_model) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-         ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+         ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
     )?
     .execute(params![
         t.id.as_str(),
@@ -522,6 +525,7 @@ fn insert_task(
         via.map(|v| v.endpoint.as_str()),
         via.map(|v| v.attempts),
         t.billing.max_cost.map(UsdAmount::micros),
+        t.requested,
     ])
 }
 

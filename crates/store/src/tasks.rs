@@ -92,6 +92,7 @@ fn task_from_row(row: tasks::Model, hold: Option<&reservations::Model>) -> Resul
         updated_at: Timestamp(row.updated_at),
         completed_at: row.completed_at.map(Timestamp),
         runner: row.runner,
+        requested: row.requested_model,
     })
 }
 
@@ -140,6 +141,7 @@ pub(crate) fn row_from_task(task: Task) -> tasks::ActiveModel {
         updated_at: Set(task.updated_at.millis()),
         completed_at: Set(task.completed_at.map(|t| t.millis())),
         runner: Set(task.runner),
+        requested_model: Set(task.requested),
         key_id: Set(task.key_id.map(|k| k.0)),
         upstream_id: sea_orm::ActiveValue::NotSet,
         upstream_endpoint: sea_orm::ActiveValue::NotSet,

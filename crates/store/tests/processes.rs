@@ -239,6 +239,7 @@ async fn sigkill_mid_stream_leaves_no_half_batch() {
                     error_code: Some("interrupted".into()),
                     error_message: None,
                     via: None,
+                    served_by: None,
                 };
                 reopened.finish_task(&task, failed).await.expect("sweep finish");
             }
@@ -332,6 +333,7 @@ async fn one_call(store: &Store, user: &UserId, n: usize) {
         error_code: None,
         error_message: None,
         via: None,
+        served_by: None,
     };
     store.close_call(&task, &billing::Expect::of(user, hold), Some(usd(900)), outcome).await.expect("close");
 }

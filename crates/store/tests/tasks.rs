@@ -60,6 +60,7 @@ async fn a_finished_call_records_the_endpoint_and_attempts_that_served_it() {
             error_code: None,
             error_message: None,
             via: Some(via.clone()),
+            served_by: None,
         };
         store.close_call(&t, &billing::Expect::of(&alice, usd(1_000)), Some(usd(400)), outcome).await.expect("close");
         let record = store.upstream_record(&t).await.expect("read").expect("task");
@@ -176,6 +177,7 @@ async fn unbilled_tasks_and_finish_task() {
             error_code: Some("interrupted".into()),
             error_message: Some("gone".into()),
             via: None,
+            served_by: None,
         };
         assert!(matches!(store.finish_task(&ghost, failed.clone()).await, Err(StoreError::NotFound(_))));
         let running = TaskOutcome { status: TaskStatus::Processing, ..failed.clone() };
@@ -194,6 +196,7 @@ async fn unbilled_tasks_and_finish_task() {
             error_code: None,
             error_message: None,
             via: None,
+            served_by: None,
         };
         assert!(matches!(store.finish_task(&held, outcome.clone()).await, Err(StoreError::Conflict(_))));
         billing::Ledger::refund(&store, &held).await.expect("refund");

@@ -92,7 +92,7 @@ impl Client {
     /// [`Client::open`], and the whole answer read.
     pub async fn send(&mut self, method: Method, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
         let (parts, incoming) = self.open(method, path, headers, body).await;
-        Reply::read_within(parts, incoming, self.step).await
+        Reply { path: path.to_owned(), ..Reply::read_within(parts, incoming, self.step).await }
     }
 
     /// Waits (bounded) until the server closes this connection; true when it did.
@@ -134,7 +134,7 @@ pub async fn try_fetch(
         .map_err(|e| format!("read body: {e}"))?
         .to_bytes();
     client.into_connection().abort();
-    Ok(Reply::new(parts, raw))
+    Ok(Reply { path: path.to_owned(), ..Reply::new(parts, raw) })
 }
 
 /// Runs `future` to its end on a runtime of its own: the client from a test that runs no async
@@ -155,6 +155,9 @@ pub struct Reply {
     pub raw: Bytes,
     /// Body as JSON, `Null` when it is not JSON.
     pub json: Value,
+    /// The path asked for (empty when the reply was read from a head alone): under `/v1` an error
+    /// also carries OpenAI's `type`.
+    pub path: String,
 }
 
 impl Reply {
@@ -176,7 +179,7 @@ impl Reply {
     /// The answer with head `parts` and body `raw`.
     fn new(parts: http::response::Parts, raw: Bytes) -> Reply {
         let json = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-        Reply { status: parts.status.as_u16(), headers: parts.headers, raw, json }
+        Reply { status: parts.status.as_u16(), headers: parts.headers, raw, json, path: String::new() }
     }
 
     /// A header's value as text.
@@ -190,9 +193,16 @@ impl Reply {
     }
 
     /// Asserts the exact error envelope `{"error":{"code","message"}}` with `status` and `code`.
+    /// Under `/v1` the error also carries OpenAI's `type`, which is checked and set aside.
     pub fn assert_error(&self, status: u16, code: &str, context: &str) {
         assert_eq!(self.status, status, "{context}: status; body {}", self.text());
-        assert_envelope(&self.json, context);
+        let mut body = self.json.clone();
+        if self.path.starts_with("/v1/") {
+            let kind = body["error"].as_object_mut().and_then(|e| e.remove("type"));
+            let kind = kind.as_ref().and_then(Value::as_str).unwrap_or_default().to_owned();
+            assert!(kind.ends_with("_error") || kind == "insufficient_quota", "{context}: /v1 error type {kind:?}");
+        }
+        assert_envelope(&body, context);
         assert_eq!(self.json["error"]["code"], code, "{context}: error code");
         assert!(
             self.header("content-type").is_some_and(|c| c.starts_with("application/json")),

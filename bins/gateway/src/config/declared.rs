@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use domain::UsdAmount;
 use tracing_subscriber::filter::Targets;
 
-use super::values::{LogFormat, MediaLinks, Secret, Span, UpstreamEndpoint};
+use super::values::{LogFormat, MediaLinks, ModelAliasSetting, Secret, Span, UpstreamEndpoint};
 
 /// The prefix of the environment variables read.
 pub const PREFIX: &str = "GATEWAY_";
@@ -140,6 +140,14 @@ impl Shown for Vec<UpstreamEndpoint> {
     const FILE_ONLY: bool = true;
     fn shown(&self) -> String {
         if self.is_empty() { "none".to_owned() } else { format!("{} endpoints", self.len()) }
+    }
+}
+
+impl Shown for Vec<ModelAliasSetting> {
+    const KIND: &'static str = "tables";
+    const FILE_ONLY: bool = true;
+    fn shown(&self) -> String {
+        if self.is_empty() { "none".to_owned() } else { format!("{} aliases", self.len()) }
     }
 }
 

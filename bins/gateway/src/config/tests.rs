@@ -286,6 +286,22 @@ fn media_store_settings() {
 }
 
 #[test]
+fn model_aliases_from_the_file() {
+    let file = file("[[model_aliases]]\nname = \"fast\"\nmodels = [\"LangA-V4-pro\", \"LangA-V4-flash\"]\n");
+    let c = Config::load(Some(&file), &env(&[])).expect("aliases");
+    assert_eq!(c.model_aliases.len(), 1);
+    assert_eq!((c.model_aliases[0].name.as_str(), c.model_aliases[0].models.len()), ("fast", 2));
+    for (bad, named) in [
+        ("[[model_aliases]]\nname = \"x\"\nmodels = \"m\"\n", "models"),
+        ("[[model_aliases]]\nname = \"x\"\nmodels = [\"m\"]\nmodel = \"m\"\n", "model"),
+        ("[[model_aliases]]\nmodels = [\"m\"]\n", "name"),
+    ] {
+        let error = refused(Some(&self::file(bad)), &env(&[]));
+        assert!(error.contains(named), "{bad}: {error}");
+    }
+}
+
+#[test]
 fn upstream_endpoints_in_full_from_the_file() {
     let file = file(
         "[[upstream_endpoints]]\nname = \"main\"\npool = \"platform\"\nurl = \"https://a.example/api/v3\"\nkeys = [\"k1\", \"k2\"]\nweight = 3\nmax_in_flight = 50\n\n\

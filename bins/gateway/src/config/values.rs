@@ -71,6 +71,16 @@ pub struct UpstreamEndpoint {
     pub models: Option<Vec<String>>,
 }
 
+/// One model alias (`[[model_aliases]]` in the configuration file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAliasSetting {
+    /// The name callers send as `model`.
+    pub name: String,
+    /// The models, in the order they are tried.
+    pub models: Vec<String>,
+}
+
 fn one() -> u32 {
     1
 }

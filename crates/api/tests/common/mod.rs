@@ -325,6 +325,7 @@ pub fn task(user: &UserId, status: TaskStatus, created_millis: i64) -> Task {
         updated_at: now,
         completed_at: status.is_terminal().then_some(now),
         runner: None,
+        requested: None,
     }
 }
 
@@ -374,7 +375,7 @@ impl Server {
         body: &[u8],
     ) -> Reply {
         let (parts, incoming, conn) = self.open_with_body(method, path, key, content_type, headers, body).await;
-        let reply = Reply::read(parts, incoming).await;
+        let reply = Reply { path: path.to_owned(), ..Reply::read(parts, incoming).await };
         conn.abort();
         reply
     }

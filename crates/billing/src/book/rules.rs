@@ -350,6 +350,10 @@ impl Book {
             row.billing.usage_json = u.usage_json.or(row.billing.usage_json.take());
             row.error_code = u.error_code.or(row.error_code.take());
             row.error_message = u.error_message.or(row.error_message.take());
+            if let Some((model, price)) = u.served_by {
+                row.model = model;
+                row.billing.pricing_version_id = Some(price);
+            }
         }
     }
 
@@ -466,5 +470,8 @@ fn merge(into: &mut TaskUpdate, later: &TaskUpdate) {
     pick(&mut into.error_message, &later.error_message);
     if later.via.is_some() {
         into.via.clone_from(&later.via);
+    }
+    if later.served_by.is_some() {
+        into.served_by.clone_from(&later.served_by);
     }
 }

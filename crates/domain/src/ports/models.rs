@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::StoreError;
 use crate::pricing::{PriceSheet, PricingVersion};
-use crate::records::{ModelRecord, ModelSeed};
+use crate::records::{ModelAlias, ModelRecord, ModelSeed};
 
 /// The model catalog as configured by operators, and their switches.
 #[async_trait]
@@ -31,4 +31,10 @@ pub trait ModelStore: Send + Sync {
     async fn maintenance(&self) -> Result<bool, StoreError>;
     /// Turns maintenance mode on or off.
     async fn set_maintenance(&self, on: bool) -> Result<(), StoreError>;
+    /// Every model alias, by name.
+    async fn aliases(&self) -> Result<Vec<ModelAlias>, StoreError>;
+    /// Creates or replaces the alias `alias.name` (checked by the caller).
+    async fn set_alias(&self, alias: &ModelAlias) -> Result<(), StoreError>;
+    /// Removes the alias `name`; false when there was none.
+    async fn delete_alias(&self, name: &str) -> Result<bool, StoreError>;
 }

@@ -121,6 +121,9 @@ pub struct TaskOutcome {
     pub error_message: Option<String>,
     /// The upstream endpoint the call went to and its attempts (`None`: no router, or nothing sent).
     pub via: Option<crate::ports::Via>,
+    /// The model that served the call and its price version, when a fallback served it (`None`:
+    /// the task's own model).
+    pub served_by: Option<(String, crate::pricing::PricingVersionId)>,
 }
 
 impl TaskOutcome {
@@ -136,6 +139,7 @@ impl TaskOutcome {
                 error_code: self.error_code.clone(),
                 error_message: self.error_message.clone(),
                 via: self.via.clone(),
+                served_by: self.served_by.clone(),
                 ..crate::TaskUpdate::default()
             },
         })

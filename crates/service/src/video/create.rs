@@ -230,6 +230,7 @@ impl Gateway {
             ratio: Some(plan.ratio()),
             generate_audio: plan.request.generate_audio,
             webhook_url: plan.request.webhook_url.clone(),
+            requested: None,
         };
         // The slots are taken last, right before the task is stored, and given back on every path.
         let holder = self.take_video_slots(who, &task_id, &def.name).await?;
