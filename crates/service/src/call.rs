@@ -206,6 +206,17 @@ impl Gateway {
         name: &str,
     ) -> Result<(std::sync::Arc<ModelDef>, PricingVersion), ServiceError> {
         let snapshot = self.catalog_snapshot().await?;
+        self.priced_in(&snapshot, who, kind, name)
+    }
+
+    /// [`Gateway::priced_model`] in a catalog snapshot the caller already holds.
+    pub(crate) fn priced_in(
+        &self,
+        snapshot: &crate::reads::CatalogSnapshot,
+        who: &Principal,
+        kind: ModelKind,
+        name: &str,
+    ) -> Result<(std::sync::Arc<ModelDef>, PricingVersion), ServiceError> {
         let view =
             snapshot.models.iter().find(|m| m.record.name == name && m.record.kind == kind).ok_or_else(|| {
                 ServiceError::InvalidRequest(format!("model {name:?} is not an available {} model", kind.as_str()))

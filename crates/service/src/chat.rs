@@ -179,26 +179,14 @@ impl Gateway {
         // call's task carries until the answer, or a stream's first event) stays small.
         let CheckedChat { models, requested, estimate } = Box::pin(self.checked_chat(who, body)).await?;
         let first = models.first().ok_or_else(|| ServiceError::Internal("a chat call without a model".into()))?;
-        let hold = hold_description(&first.priced.def.name, &first.plan);
-        let stream = first.plan.stream;
+        let (hold, stream) = (hold_description(&first.priced.def.name, &first.plan), first.plan.stream);
         let tokens =
             models.iter().map(|m| m.plan.prompt_bound_tokens.saturating_add(m.plan.output_hold_tokens())).max();
         let details = TaskDetails { input_mode: Some(domain::InputMode::Text), requested, ..TaskDetails::default() };
-        let spec = CallSpec {
-            user: who.user_id.clone(),
-            key: who.key_id.clone(),
-            budget_keys: who.budget_keys.clone(),
-            def: first.priced.def.clone(),
-            pricing: first.priced.pricing.clone(),
-            estimate,
-            rate: RateClaim::language(who, tokens.unwrap_or(0)),
-            details,
-            max_cost: who.max_cost,
-        };
-        let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
         let mut meters = Vec::with_capacity(models.len());
         let mut attempts = Vec::with_capacity(models.len());
-        for (index, model) in models.into_iter().enumerate() {
+        let mut opening = None;
+        for model in models {
             meters.push(ChatMeter {
                 public_model: model.priced.def.name.clone(),
                 sheet: model.priced.pricing.sheet.clone(),
@@ -206,8 +194,29 @@ impl Gateway {
                 output_cap: model.plan.output_hold_tokens(),
                 ..ChatMeter::default()
             });
-            attempts.push(Attempt { serve: (index > 0).then_some(model.priced), body: model.upstream_body });
+            // The call opens on its first model; each later one serves only when reached.
+            let serve = if opening.is_none() {
+                opening = Some(model.priced);
+                None
+            } else {
+                Some(model.priced)
+            };
+            attempts.push(Attempt { serve, body: model.upstream_body });
         }
+        let Priced { def, pricing } =
+            opening.ok_or_else(|| ServiceError::Internal("a chat call without a model".into()))?;
+        let spec = CallSpec {
+            user: who.user_id.clone(),
+            key: who.key_id.clone(),
+            budget_keys: who.budget_keys.clone(),
+            def,
+            pricing,
+            estimate,
+            rate: RateClaim::language(who, tokens.unwrap_or(0)),
+            details,
+            max_cost: who.max_cost,
+        };
+        let call = Box::pin(self.open_call(spec)).await.map_err(|e| e.for_hold(hold))?;
         if stream {
             let (call, index, events) =
                 Box::pin(self.open_stream_over(upstream.as_ref(), call, Endpoint::ChatCompletions, attempts)).await?;

@@ -74,8 +74,8 @@ pub(crate) fn named(
         return Ok(Named { models, requested });
     }
     let name = model.ok_or_else(|| ServiceError::InvalidRequest("model is required and must be a string".into()))?;
-    if !is_model(&name)
-        && let Some(alias) = aliases.iter().find(|a| a.name == name)
+    if let Some(alias) = aliases.iter().find(|a| a.name == name)
+        && !is_model(&name)
     {
         return Ok(Named { models: alias.models.clone(), requested: Some(alias.name.clone()) });
     }
@@ -111,7 +111,7 @@ impl Gateway {
         let mut priced = Vec::with_capacity(models.len());
         let mut first_refusal = None;
         for name in &models {
-            match self.priced_model(who, ModelKind::Language, name).await {
+            match self.priced_in(&snapshot, who, ModelKind::Language, name) {
                 Ok((def, pricing)) => priced.push(Priced { def, pricing }),
                 Err(e) if models.len() > 1 && snapshot.disabled.iter().any(|m| m == name) => {
                     first_refusal.get_or_insert(e);
