@@ -3,7 +3,8 @@
 //! id, the model, the status, the latency and the amount billed, and never the key; and SIGTERM
 //! waits for a call whose client already hung up, so its hold is settled before the process exits;
 //! and the call of a replica killed with SIGKILL is refunded by another replica once the dead
-//! one's liveness lease has run out, long before the age-based sweep would.
+//! one's liveness lease has run out, long before the age-based sweep would; and the configuration
+//! file's model aliases are set at start and serve calls.
 
 mod common;
 
@@ -127,4 +128,24 @@ fn a_killed_replicas_call_is_refunded_by_another_within_its_lease() {
     assert_eq!(task.error_code.as_deref(), Some("interrupted"), "{task:?}");
     assert_eq!(task.billing.status, domain::BillingStatus::Refunded, "{task:?}");
     drop(stream);
+}
+
+#[test]
+fn the_configuration_files_model_aliases_are_set_at_start_and_serve_calls() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
+    let (sandbox, label) = sandbox(&rt);
+    // `gateway.toml` in the server's working directory.
+    sandbox.file("gateway.toml", "[[model_aliases]]\nname = \"fast\"\nmodels = [\"LangA-V4-flash\", \"LangA-V4-pro\"]\n");
+    let (_user, key) = common::account(&sandbox, "10", "language:create,models:read");
+    let (mut server, addr) = common::serve_against(&sandbox, sim_addr, "serve-aliases", &[]);
+    let listed = sandbox.run(&["admin", "alias", "list"]).json();
+    assert_eq!(listed, json!({"aliases": [{"name": "fast", "models": ["LangA-V4-flash", "LangA-V4-pro"]}]}), "{label}");
+    let body = json!({"model": "fast", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = http_request(&addr, "POST", "/v1/chat/completions", Some(&key), Some(&body));
+    assert_eq!((status, &answer["model"]), (200, &json!("LangA-V4-flash")), "{label}: {answer}");
+    let (status, models) = http_request(&addr, "GET", "/v1/models", Some(&key), None);
+    assert_eq!(status, 200, "{label}: {models}");
+    assert!(models["data"].as_array().expect("data").iter().any(|m| m["id"] == "fast"), "{label}: {models}");
+    terminate(&mut server.0);
 }
