@@ -136,7 +136,8 @@ fn the_configuration_files_model_aliases_are_set_at_start_and_serve_calls() {
     let (sim_addr, _sim) = rt.block_on(sim::spawn()).expect("start the simulator");
     let (sandbox, label) = sandbox(&rt);
     // `gateway.toml` in the server's working directory.
-    sandbox.file("gateway.toml", "[[model_aliases]]\nname = \"fast\"\nmodels = [\"LangA-V4-flash\", \"LangA-V4-pro\"]\n");
+    sandbox
+        .file("gateway.toml", "[[model_aliases]]\nname = \"fast\"\nmodels = [\"LangA-V4-flash\", \"LangA-V4-pro\"]\n");
     let (_user, key) = common::account(&sandbox, "10", "language:create,models:read");
     let (mut server, addr) = common::serve_against(&sandbox, sim_addr, "serve-aliases", &[]);
     let listed = sandbox.run(&["admin", "alias", "list"]).json();
