@@ -41,6 +41,14 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
                 "webhook_secret": created.webhook_secret,
             })
         }
+        Admin::User(UserCmd::List { search, page, page_size }) => {
+            let mut params = vec![("page", page.as_str()), ("page_size", page_size.as_str())];
+            if let Some(search) = search.as_deref() {
+                params.push(("q", search));
+            }
+            let page = operator.users(params).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::wire::admin_users(&page))
+        }
         Admin::User(UserCmd::RotateWebhookSecret { user }) => {
             let secret = operator.rotate_webhook_secret(&UserId(user.clone())).await.map_err(|e| e.to_string())?;
             json!({"user_id": user, "webhook_secret": secret})

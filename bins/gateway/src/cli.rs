@@ -41,8 +41,7 @@ pub enum Command {
         #[arg(long, required = true)]
         markdown: bool,
     },
-    /// Operator commands; each prints one JSON object (boxed: the key commands' flags make it
-    /// much larger than the others).
+    /// Operator commands; each prints one JSON object.
     #[command(subcommand)]
     Admin(Box<Admin>),
 }
@@ -62,7 +61,7 @@ pub enum Admin {
         #[arg(long)]
         user: String,
         /// Amount in USD, such as 25 or 12.50.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         amount: String,
         /// Note for the ledger.
         #[arg(long, default_value = "")]
@@ -149,6 +148,18 @@ pub enum UpstreamCmd {
 pub enum UserCmd {
     /// Create a user; its webhook secret is printed once as "webhook_secret".
     Create(UserCreate),
+    /// Users, newest first, one page at a time (find the demo user's id here to issue it a key).
+    List {
+        /// Only users whose id, name or email contains this text (any case).
+        #[arg(long)]
+        search: Option<String>,
+        /// Page, from 1.
+        #[arg(long, default_value = "1")]
+        page: String,
+        /// Users per page: 20, 50 or 100.
+        #[arg(long, default_value = "20")]
+        page_size: String,
+    },
     /// Replace a user's webhook secret; the new one is printed once as "webhook_secret".
     RotateWebhookSecret {
         /// User id.
@@ -203,7 +214,8 @@ pub enum KeyCmd {
         /// Owner's user id.
         #[arg(long)]
         user: String,
-        /// Comma-separated scopes.
+        /// Comma-separated scopes: models:read, task:read, task:write, video:create,
+        /// image:create, audio:create, language:create, overview:read, keys:manage, admin.
         #[arg(long, conflicts_with = "all_scopes", required_unless_present = "all_scopes")]
         scopes: Option<String>,
         /// Every scope.

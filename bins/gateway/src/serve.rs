@@ -84,7 +84,7 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
             "Gateway on http://{addr}. Console: http://{addr}/console/. No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
         ),
         None => println!(
-            "Gateway on http://{addr}. Console: http://{addr}/console/. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes"
+            "Gateway on http://{addr}. Console: http://{addr}/console/. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes (gateway admin user list shows the ids)"
         ),
     }
     let state = api::AppState::new(gateway.clone())

@@ -51,6 +51,9 @@ fn admin_commands_print_one_json_object() {
     let webhook_secret = user["webhook_secret"].as_str().expect("the webhook secret is printed").to_owned();
     assert_webhook_secret(&webhook_secret);
 
+    let listed = sandbox.run(&["admin", "user", "list", "--search", "a@example"]).json();
+    let ids: Vec<&str> = listed["data"].as_array().expect("data").iter().filter_map(|u| u["id"].as_str()).collect();
+    assert_eq!(ids, [user_id.as_str()], "user list finds the user by email: {listed}");
     let rotated = sandbox.run(&["admin", "user", "rotate-webhook-secret", "--user", &user_id]).json();
     assert_eq!(rotated.as_object().map(|o| o.len()), Some(2), "{rotated}");
     assert_eq!(rotated["user_id"], user_id.as_str(), "{rotated}");
@@ -358,6 +361,7 @@ fn bad_input_fails_with_one_line_on_stderr() {
     case(&["admin", "topup", "--user", "usr_does_not_exist", "--amount", "1"]);
     case(&["admin", "topup", "--user", &user, "--amount", "1.2345678"]);
     case(&["admin", "topup", "--user", &user, "--amount", "abc"]);
+    case(&["admin", "topup", "--user", &user, "--amount", "-3"]);
     case(&["admin", "topup", "--user", &user, "--amount", "0"]);
     case(&["admin", "topup", "--user", &user, "--amount", ""]);
     case(&["admin", "key", "create", "--user", &user, "--scopes", "models:write"]);
@@ -393,6 +397,16 @@ fn bad_input_fails_with_one_line_on_stderr() {
     assert_eq!(price["pricing_version"], 1, "refused rates files created no version: {price}");
     let topup = sandbox.run(&["admin", "topup", "--user", &user, "--amount", "1"]).json();
     assert_eq!(topup["balance_after"], "2.000000", "refused top-ups moved no money: {topup}");
+}
+
+#[test]
+fn key_create_help_names_every_scope() {
+    let sandbox = Sandbox::new();
+    let help = sandbox.command(&["admin", "key", "create", "--help"]).output().expect("run --help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    for scope in domain::Scope::ALL {
+        assert!(text.contains(scope.as_str()), "{} is not in the help: {text}", scope.as_str());
+    }
 }
 
 #[test]
