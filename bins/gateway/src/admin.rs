@@ -15,6 +15,12 @@ use crate::serve::open;
 
 /// Runs one admin command; `Err` carries the one-line message for stderr.
 pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
+    if let Some(missing) = no_default_database(config) {
+        return Err(format!(
+            "no gateway database here ({missing} does not exist): run this from the folder where `gateway serve` \
+             runs, or set GATEWAY_DATABASE_URL"
+        ));
+    }
     let gateway = open(config).await?;
     // Every change goes through the operator handle, which records it in the audit trail.
     let actor = Actor::Cli;
@@ -185,6 +191,19 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
     };
     println!("{out}");
     Ok(())
+}
+
+/// The default SQLite file when the configuration names the default database and that file does
+/// not exist: an operator command run from another folder would otherwise make an empty database
+/// there and answer as if it knew nobody. `serve` and `migrate` create it; a database named on
+/// purpose (`GATEWAY_DATABASE_URL`) is created as before.
+fn no_default_database(config: &Config) -> Option<String> {
+    let default = Config::default().database_url;
+    if config.database_url != default {
+        return None;
+    }
+    let path = default.strip_prefix("sqlite://")?.split('?').next()?.to_owned();
+    (!std::path::Path::new(&path).exists()).then_some(path)
 }
 
 /// A key as `admin key create` and `admin key set` print it: the API's key object (never its

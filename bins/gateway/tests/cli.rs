@@ -400,6 +400,19 @@ fn bad_input_fails_with_one_line_on_stderr() {
 }
 
 #[test]
+fn an_operator_command_away_from_the_gateways_folder_makes_no_database() {
+    let sandbox = Sandbox::new();
+    let mut cmd = sandbox.command(&["admin", "key", "list", "--user", "usr_x"]);
+    cmd.env_remove("GATEWAY_DATABASE_URL");
+    let out = cmd.output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("no gateway database here") && err.contains("GATEWAY_DATABASE_URL"), "{err}");
+    assert!(!sandbox.dir.join("data").exists(), "no database was made");
+}
+
+#[test]
 fn key_create_help_names_every_scope() {
     let sandbox = Sandbox::new();
     let help = sandbox.command(&["admin", "key", "create", "--help"]).output().expect("run --help");
