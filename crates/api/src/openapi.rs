@@ -40,7 +40,7 @@ pub fn document_of(routes: &[Route]) -> Value {
             (_, Some(scope)) => json!([{"bearer": [scope.as_str()]}]),
         };
         let mut parameters = op.parameters;
-        if route.effect == crate::route::Effect::Billed || route.path.ends_with("/quote") {
+        if route.takes_max_cost() {
             parameters.push(json!({
                 "name": "X-Max-Cost", "in": "header", "required": false,
                 "description": "The most this call may cost, in USD (such as `0.50`): a hold above it is 402 \

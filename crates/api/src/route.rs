@@ -112,6 +112,11 @@ pub enum Effect {
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 impl Route {
+    /// Whether the route takes `X-Max-Cost`: it bills a call, or quotes one.
+    pub fn takes_max_cost(&self) -> bool {
+        self.effect == Effect::Billed || self.path.ends_with("/quote")
+    }
+
     /// The documented path: the template without `+`/`*` markers, and without a last `{name*}`.
     /// Also the `route` label of the request metrics.
     pub fn documented_path(&self) -> String {

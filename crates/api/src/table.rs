@@ -613,6 +613,15 @@ pub(crate) async fn dispatch(
     if let Err(e) = authenticate(&mut ctx, route.auth).await {
         return (label, Err(e));
     }
+    // A caller's cap on what this request's call may cost, on the routes that bill or quote.
+    if route.takes_max_cost()
+        && let Some(who) = ctx.who.as_mut()
+    {
+        match crate::headers::max_cost(&ctx.parts.headers) {
+            Ok(cap) => who.max_cost = cap,
+            Err(e) => return (label, Err(e)),
+        }
+    }
     (label, (route.handler)(ctx).await)
 }
 
@@ -634,10 +643,6 @@ async fn authenticate(ctx: &mut Ctx<'_>, auth: Auth) -> Result<(), ApiError> {
             ctx.actor = Some(gateway.operator_actor(&who)?);
             ctx.who = Some(who);
         }
-    }
-    // A caller's cap on what this request's call may cost holds on every route that bills or quotes.
-    if let Some(who) = ctx.who.as_mut() {
-        who.max_cost = crate::headers::max_cost(&ctx.parts.headers)?;
     }
     Ok(())
 }

@@ -93,6 +93,11 @@ async fn a_hold_above_the_cap_is_refused_before_anything_is_held_and_a_cap_at_th
             reply.assert_error(400, "invalid_request", &env.ctx(&format!("X-Max-Cost {bad:?}")));
         }
         assert_eq!(env.balance().await, before, "{}", env.ctx("nothing held for a bad header"));
+        // A route that neither bills nor quotes does not read the header.
+        let headers = [("authorization", format!("Bearer {}", env.key)), ("x-max-cost", "{}".to_owned())];
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let tasks = env.server.request(http::Method::GET, "/api/v1/tasks", &headers).await;
+        assert_eq!(tasks.status, 200, "{}: {}", env.ctx("a read ignores X-Max-Cost"), tasks.text());
 
         // A cap exactly at the hold is served; the charge stays within it.
         for (path, body, hold) in
