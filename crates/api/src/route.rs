@@ -112,9 +112,10 @@ pub enum Effect {
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 impl Route {
-    /// Whether the route takes `X-Max-Cost`: it bills a call, or quotes one.
+    /// Whether the route takes `X-Max-Cost`: it makes a billed call (a `POST` that bills; a
+    /// cancellation bills too, but only refunds), or quotes one.
     pub fn takes_max_cost(&self) -> bool {
-        self.effect == Effect::Billed || self.path.ends_with("/quote")
+        (self.effect == Effect::Billed && self.method == Method::POST) || self.path.ends_with("/quote")
     }
 
     /// The documented path: the template without `+`/`*` markers, and without a last `{name*}`.

@@ -98,6 +98,9 @@ async fn a_hold_above_the_cap_is_refused_before_anything_is_held_and_a_cap_at_th
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let tasks = env.server.request(http::Method::GET, "/api/v1/tasks", &headers).await;
         assert_eq!(tasks.status, 200, "{}: {}", env.ctx("a read ignores X-Max-Cost"), tasks.text());
+        let cancel = env.server.request(http::Method::DELETE, "/api/v1/tasks/task_none", &headers).await;
+        // (This key may not cancel: 401, not the header's 400.)
+        assert_eq!(cancel.status, 401, "{}: {}", env.ctx("a cancellation ignores X-Max-Cost"), cancel.text());
 
         // A cap exactly at the hold is served; the charge stays within it.
         for (path, body, hold) in
