@@ -188,7 +188,7 @@ fn key_limits_are_set_at_creation_and_changed_later() {
         .json();
     assert!(key["key"].as_str().is_some_and(|k| k.starts_with("sk-gw-")), "{key}");
     assert_eq!(key["expires_at"], "2099-12-31T22:59:59.000Z", "stored in UTC: {key}");
-    assert_eq!(key["models"], "LangB-2.0-pro,video", "{key}");
+    assert_eq!(key["models"], json!(["LangB-2.0-pro", "video"]), "{key}");
     let id = key["id"].as_str().expect("key id").to_owned();
 
     let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--models", "none"]).json();
@@ -199,9 +199,9 @@ fn key_limits_are_set_at_creation_and_changed_later() {
 
     let changed =
         sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "none", "--models", "image,audio"]).json();
-    assert_eq!((&changed["expires_at"], &changed["models"]), (&Value::Null, &json!("image,audio")), "{changed}");
+    assert_eq!((&changed["expires_at"], &changed["models"]), (&Value::Null, &json!(["image", "audio"])), "{changed}");
     let later = sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "2100-01-01T00:00:00Z"]).json();
-    assert_eq!((&later["expires_at"], &later["models"]), (&json!("2100-01-01T00:00:00.000Z"), &json!("image,audio")));
+    assert_eq!((&later["expires_at"], &later["models"]), (&json!("2100-01-01T00:00:00.000Z"), &json!(["image", "audio"])));
 
     let bad: [(Vec<&str>, &str); 9] = [
         (vec!["create", "--user", &user, "--all-scopes", "--expires-at", "yesterday"], "RFC 3339"),
@@ -229,7 +229,7 @@ fn key_limits_are_set_at_creation_and_changed_later() {
     assert_eq!(keys.len(), 1, "refused creations stored no key: {listed}");
     assert_eq!(keys[0]["id"], id.as_str(), "{listed}");
     assert_eq!(keys[0]["expires_at"], "2100-01-01T00:00:00.000Z", "refused changes stored nothing: {listed}");
-    assert_eq!(keys[0]["models"], "image,audio", "{listed}");
+    assert_eq!(keys[0]["models"], json!(["image", "audio"]), "{listed}");
     let secret = key["key"].as_str().expect("secret");
     assert!(keys[0].get("key").is_none() && !listed.to_string().contains(secret), "no secret: {listed}");
     sandbox.run(&["admin", "key", "list", "--user", "usr_does_not_exist"]).assert_one_line_error();
@@ -326,7 +326,7 @@ fn key_address_lists_are_set_and_cleared() {
     let key =
         sandbox.run(&["admin", "key", "create", "--user", &user, "--all-scopes", "--allow-ip", "10.1.2.3/8, ::1"]);
     let key = key.json();
-    assert_eq!(key["allow_ips"], "10.0.0.0/8,::1/128", "{key}");
+    assert_eq!(key["allow_ips"], json!(["10.0.0.0/8", "::1/128"]), "{key}");
     let id = key["id"].as_str().expect("key id").to_owned();
     let cleared = sandbox.run(&["admin", "key", "set", "--key", &id, "--allow-ip", "none"]).json();
     assert_eq!(cleared["allow_ips"], Value::Null, "{cleared}");

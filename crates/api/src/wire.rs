@@ -526,16 +526,16 @@ pub struct KeyObject {
     pub created_at: DateTime,
     /// From when on it is refused as expired; `null`: never.
     pub expires_at: Option<DateTime>,
-    /// The comma-separated model names and kinds it may reach; `null`: every model.
-    pub models: Option<String>,
+    /// The model names and kinds it may reach; `null`: every model.
+    pub models: Option<Vec<String>>,
     /// Its spend budget; `null`: only the balance limits it.
     pub budget: Option<BudgetObject>,
     /// Generation calls it may make per UTC minute; `null`: no limit.
     pub rpm: Option<u32>,
     /// Language tokens (prompt + completion) it may use per UTC minute; `null`: no limit.
     pub tpm: Option<u32>,
-    /// The comma-separated networks it may be used from; `null`: any address.
-    pub allow_ips: Option<String>,
+    /// The networks it may be used from; `null`: any address.
+    pub allow_ips: Option<Vec<String>>,
     /// The sum of its settled charges, all periods together.
     pub spent_usd: Usd,
     /// How many settled calls that is.
@@ -593,7 +593,7 @@ pub fn key(v: &KeyView) -> KeyObject {
         scopes: k.scopes.iter().map(|s| s.as_str()).collect(),
         created_at: k.created_at.into(),
         expires_at: k.expires_at.map(Into::into),
-        models: k.models.as_ref().map(ToString::to_string),
+        models: k.models.as_ref().map(domain::ModelAllowList::entries),
         budget: v.budget.budget.map(|b| BudgetObject {
             limit_usd: b.limit.into(),
             period: b.period.as_str(),
@@ -604,7 +604,7 @@ pub fn key(v: &KeyView) -> KeyObject {
         }),
         rpm: k.rates.rpm.map(std::num::NonZeroU32::get),
         tpm: k.rates.tpm.map(std::num::NonZeroU32::get),
-        allow_ips: k.allow_ips.as_ref().map(ToString::to_string),
+        allow_ips: k.allow_ips.as_ref().map(domain::IpAllowList::entries),
         spent_usd: v.spent.into(),
         calls: v.calls,
         revoked_at: k.revoked_at.map(Into::into),

@@ -58,9 +58,9 @@ async fn a_minted_key_never_grants_more_than_the_key_that_made_it() {
         let child_id = made.json["id"].as_str().expect("id").to_owned();
         assert_eq!(made.json["parent_id"], json!(parent_id), "{label}");
         assert_eq!(made.json["expires_at"], json!(Timestamp(now.millis() + 3_600_000).to_string()), "{label}");
-        assert_eq!(made.json["models"], json!("LangA-V4-flash"), "{label}");
+        assert_eq!(made.json["models"], json!(["LangA-V4-flash"]), "{label}");
         assert_eq!((made.json["rpm"].clone(), made.json["tpm"].clone()), (json!(5), json!(1000)), "{label}");
-        assert_eq!(made.json["allow_ips"], json!("127.0.0.1/32"), "{label}");
+        assert_eq!(made.json["allow_ips"], json!(["127.0.0.1/32"]), "{label}");
         assert_eq!(made.json["budget"], Value::Null, "{label}: no budget of its own");
 
         // It reaches only its parent's model; the other is refused before anything is held.
@@ -87,11 +87,15 @@ async fn a_minted_key_never_grants_more_than_the_key_that_made_it() {
             ("expires_at", json!({"expires_at": later})),
             ("models", json!({"models": "LangA-V4-pro"})),
             ("models", json!({"models": "language"})),
+            ("models", json!({"models": ["LangA-V4-flash", "LangA-V4-pro"]})),
+            ("models", json!({"models": []})),
+            ("models", json!({"models": 7})),
             ("budget_usd", json!({"budget_usd": "1.00"})),
             ("rpm", json!({"rpm": 6})),
             ("tpm", json!({"tpm": 1001})),
             ("allow_ips", json!({"allow_ips": "0.0.0.0/0"})),
             ("allow_ips", json!({"allow_ips": "127.0.0.0/8"})),
+            ("allow_ips", json!({"allow_ips": ["127.0.0.1", "10.0.0.1"]})),
         ] {
             let mut body = json!({"name": "greedy", "scopes": ["language:create"]});
             if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
@@ -104,7 +108,7 @@ async fn a_minted_key_never_grants_more_than_the_key_that_made_it() {
         }
         // Just inside each limit is granted.
         let inside = json!({"name": "inside", "scopes": ["language:create"], "expires_at": Timestamp(now.millis() + 3_600_000).to_string(),
-            "models": "LangA-V4-flash", "budget_usd": "0.01", "rpm": 5, "tpm": 1000, "allow_ips": "127.0.0.1"});
+            "models": ["LangA-V4-flash"], "budget_usd": "0.01", "rpm": 5, "tpm": 1000, "allow_ips": ["127.0.0.1"]});
         let reply = mint(server, &parent_secret, &inside).await;
         assert_eq!(reply.status, 201, "{label}: {}", reply.json);
         let inside_id = reply.json["id"].as_str().unwrap_or_default().to_owned();

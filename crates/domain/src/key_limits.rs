@@ -112,6 +112,17 @@ impl ModelAllowList {
         &self.0
     }
 
+    /// Each entry as written (a kind's name or a model's), in the order given: the wire's array.
+    pub fn entries(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .map(|rule| match rule {
+                ModelRule::Kind(k) => k.as_str().to_owned(),
+                ModelRule::Name(n) => n.clone(),
+            })
+            .collect()
+    }
+
     /// Whether model `name` of `kind` is on the list.
     pub fn allows(&self, name: &str, kind: ModelKind) -> bool {
         self.0.iter().any(|rule| match rule {
@@ -291,6 +302,13 @@ impl IpAllowList {
             v4 => v4,
         };
         self.0.iter().any(|net| net.contains(&ip))
+    }
+}
+
+impl IpAllowList {
+    /// Each network as text (`203.0.113.0/24`), in the order given: the wire's array.
+    pub fn entries(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
     }
 }
 

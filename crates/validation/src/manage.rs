@@ -24,6 +24,54 @@ pub fn manage_body<'de, T: Deserialize<'de> + Validate>(body: &'de [u8]) -> Resu
     Ok(value)
 }
 
+/// A list field written either as a JSON array of strings or as one comma-separated string
+/// (`["LangA-V4-flash", "image"]` or `"LangA-V4-flash,image"`); answers always use the array.
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(untagged)]
+pub enum ListText {
+    /// `["a", "b"]`.
+    List(Vec<String>),
+    /// `"a,b"`.
+    Text(String),
+}
+
+impl ListText {
+    /// The comma-separated form the allow-list parsers read (an empty array reads as an empty
+    /// entry, which they refuse).
+    pub fn joined(&self) -> String {
+        match self {
+            ListText::List(items) => items.join(","),
+            ListText::Text(text) => text.clone(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ListText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListText, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ListText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of strings or a comma-separated string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ListText, E> {
+                Ok(ListText::Text(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ListText, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    if items.len() == 256 {
+                        return Err(serde::de::Error::invalid_length(257, &"at most 256 entries"));
+                    }
+                    items.push(item);
+                }
+                Ok(ListText::List(items))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// `POST /api/v1/keys`: a key for the caller's own account. No additional properties.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]
@@ -41,10 +89,10 @@ pub struct NewKeyBody {
     /// the calling key's own expiry (which it inherits when absent).
     #[serde(default)]
     pub expires_at: Option<String>,
-    /// Comma-separated model names and kinds the key may reach, within the calling key's list
-    /// (which it inherits when absent).
+    /// Model names and kinds the key may reach (an array, or one comma-separated string), within
+    /// the calling key's list (which it inherits when absent).
     #[serde(default)]
-    pub models: Option<String>,
+    pub models: Option<ListText>,
     /// The most the key may spend per `budget_period`, USD as a decimal string, at most the
     /// calling key's budget. Whatever it is, the new key's calls also count against the budget of
     /// the calling key and of every key above it.
@@ -61,10 +109,10 @@ pub struct NewKeyBody {
     #[serde(default)]
     #[validate(range(min = 1, max = 4_294_967_295_i64))]
     pub tpm: Option<i64>,
-    /// Comma-separated client networks (CIDR) or addresses, each inside the calling key's list
-    /// (which it inherits when absent).
+    /// Client networks (CIDR) or addresses (an array, or one comma-separated string), each inside
+    /// the calling key's list (which it inherits when absent).
     #[serde(default)]
-    pub allow_ips: Option<String>,
+    pub allow_ips: Option<ListText>,
 }
 
 impl NewKeyBody {
@@ -205,9 +253,10 @@ pub struct KeyLimitsBody {
     /// RFC 3339 time from which the key is refused as expired (in the future).
     #[serde(default, deserialize_with = "present")]
     pub expires_at: Option<String>,
-    /// Comma-separated model names and kinds (`language`, `image`, `audio`, `video`) the key may reach.
+    /// Model names and kinds (`language`, `image`, `audio`, `video`) the key may reach: an array,
+    /// or one comma-separated string.
     #[serde(default, deserialize_with = "present")]
-    pub models: Option<String>,
+    pub models: Option<ListText>,
     /// The most the key may spend per `budget_period`, USD as a decimal string (at least zero).
     #[serde(default, deserialize_with = "present")]
     pub budget_usd: Option<String>,
@@ -223,9 +272,10 @@ pub struct KeyLimitsBody {
     #[serde(default, deserialize_with = "present")]
     #[validate(range(min = 1, max = 4_294_967_295_i64))]
     pub tpm: Option<i64>,
-    /// Comma-separated client networks (CIDR) or addresses the key may be used from.
+    /// Client networks (CIDR) or addresses the key may be used from: an array, or one
+    /// comma-separated string.
     #[serde(default, deserialize_with = "present")]
-    pub allow_ips: Option<String>,
+    pub allow_ips: Option<ListText>,
     /// Limits to remove.
     #[serde(default, deserialize_with = "present")]
     pub clear: Option<Vec<KeyLimitName>>,
@@ -283,14 +333,14 @@ impl KeyLimitsBody {
                 None => or_clear(&clear, KeyLimitName::ExpiresAt),
             },
             models: match self.models {
-                Some(m) => Some(Some(ModelAllowList::parse(&m).map_err(|e| bad("models", &e))?)),
+                Some(m) => Some(Some(ModelAllowList::parse(&m.joined()).map_err(|e| bad("models", &e))?)),
                 None => or_clear(&clear, KeyLimitName::Models),
             },
             budget: budget.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Budget)),
             rpm: limit("rpm", self.rpm)?.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Rpm)),
             tpm: limit("tpm", self.tpm)?.map(Some).or_else(|| or_clear(&clear, KeyLimitName::Tpm)),
             allow_ips: match self.allow_ips {
-                Some(l) => Some(Some(IpAllowList::parse(&l).map_err(|e| bad("allow_ips", &e))?)),
+                Some(l) => Some(Some(IpAllowList::parse(&l.joined()).map_err(|e| bad("allow_ips", &e))?)),
                 None => or_clear(&clear, KeyLimitName::AllowIps),
             },
         };
