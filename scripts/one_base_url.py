@@ -4,7 +4,7 @@ Usage: GATEWAY_BASE=http://127.0.0.1:PORT GATEWAY_KEY=sk-gw-... python one_base_
 Each client is set to one base URL and left as it ships:
 - the OpenAI SDK at `<base>/v1`: models.list and models.retrieve, a chat completion, a stream with
   usage, an image, speech, and a 404 for embeddings that names what is served;
-- the Anthropic SDK at `<base>`: models.list, a message, a stream;
+- the Anthropic SDK at `<base>`: models.list, a message, a stream, count_tokens, an error;
 - LangChain's ChatOpenAI (langchain-openai) at `<base>/v1`: invoke and stream;
 - the LiteLLM SDK's `openai/` provider with `api_base=<base>/v1`: completion.
 After every billed call the balance must have moved by exactly what the call's task was charged
@@ -92,7 +92,7 @@ def openai_stream(o: OpenAI) -> None:
 
 
 def openai_image(o: OpenAI) -> None:
-    run = billed(lambda: o.images.generate(model="Vendor-Imagegen-4.5", prompt="a lighthouse"), "image")
+    run = billed(lambda: o.images.generate(model="Vendor-Imagegen-4.5", prompt="a lighthouse", n=1), "image")
     img = run["result"]
     assert img.data and (img.data[0].url or img.data[0].b64_json), img
     assert Decimal(img.model_extra["billing"]["actual_amount"]) == run["charged"], img.model_extra
@@ -138,6 +138,21 @@ def anthropic_stream(a: Anthropic) -> None:
     billed(call, "message stream")
 
 
+def anthropic_count_and_errors(a: Anthropic) -> None:
+    import anthropic
+
+    counted = a.messages.count_tokens(model=CHAT, messages=[{"role": "user", "content": "Count me " * 50}])
+    assert counted.input_tokens > 100, counted
+    try:
+        a.messages.create(model="NoSuch-Model-1", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+    except anthropic.APIStatusError as e:
+        # The SDK reads Anthropic's error shape: the type and the message come through.
+        assert e.body["type"] == "error" and e.body["error"]["type"].endswith("_error"), e.body
+        assert e.body["error"]["message"], e.body
+        return
+    raise AssertionError("an unknown model was served")
+
+
 def langchain(_: None) -> None:
     from langchain_openai import ChatOpenAI
 
@@ -163,6 +178,7 @@ def main() -> int:
         ("openai", openai_models, o), ("openai", openai_chat, o), ("openai", openai_stream, o),
         ("openai", openai_image, o), ("openai", openai_speech, o), ("openai", openai_unserved, o),
         ("anthropic", anthropic_models, a), ("anthropic", anthropic_message, a), ("anthropic", anthropic_stream, a),
+        ("anthropic", anthropic_count_and_errors, a),
         ("langchain-openai", langchain, None), ("litellm", litellm_completion, None),
     ]
     passed = failed = 0

@@ -114,6 +114,14 @@ pub(crate) async fn messages(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     billable(ctx, Billable::Messages).await
 }
 
+/// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, estimated.
+pub(crate) async fn count_tokens(mut ctx: Ctx<'_>) -> Result<Response, ApiError> {
+    Billable::Messages.check_headers(&ctx.parts.headers)?;
+    let bytes = ctx.json_bytes().await?;
+    let input_tokens = ctx.gateway().count_message_tokens(ctx.who()?, &bytes).await?;
+    Ok(ok_json(&crate::ops::TokenCount { input_tokens }))
+}
+
 /// `POST /v1/responses`.
 pub(crate) async fn responses(ctx: Ctx<'_>) -> Result<Response, ApiError> {
     billable(ctx, Billable::Responses).await

@@ -5,7 +5,7 @@
 
 use schemars::JsonSchema;
 use serde_json::{Value, json};
-use validation::{AudioRequest, ChatRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
+use validation::{AudioRequest, ChatRequest, CountTokensRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
 
 use crate::doc::{BILLABLE_ERRORS, Docs, Op, json_content, page, path_param, query};
 use crate::wire::{ChatStyleAnswer, KeyList, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
@@ -166,6 +166,23 @@ pub(crate) fn messages(d: &mut Docs) -> Op {
         body,
         responses: d.answers(vec![(200, "the message", Some(content))], BILLABLE_ERRORS),
     }
+}
+
+/// `POST /v1/messages/count_tokens`'s answer.
+#[derive(Debug, Clone, serde::Serialize, JsonSchema)]
+pub struct TokenCount {
+    /// The prompt's tokens, estimated: the compact JSON size of `system`, `messages` and `tools`
+    /// over four bytes per token, plus four per message (the bill uses the upstream's count).
+    pub input_tokens: u64,
+}
+
+pub(crate) fn count_tokens(d: &mut Docs) -> Op {
+    let body = d.request::<CountTokensRequest>();
+    let version = json!({
+        "name": "anthropic-version", "in": "header", "required": true,
+        "description": "Or `messages-version`", "schema": {"type": "string"}
+    });
+    Op { parameters: vec![version], body, responses: d.json_answer::<TokenCount>(200, "the estimate", &[400, 401, 413, 415, 503]) }
 }
 
 pub(crate) fn responses(d: &mut Docs) -> Op {

@@ -344,7 +344,7 @@ async fn respond(state: &AppState, req: Request<Incoming>) -> Response {
     let (label, result) = crate::table::dispatch(state, parts, body).await;
     let mut response = result.unwrap_or_else(|e| e.into_response());
     if path.starts_with(crate::v1::PREFIX) {
-        crate::v1::dialect(&mut response);
+        crate::v1::dialect(&path, &mut response);
     }
     state.gateway().record_request(label, response.status().as_u16(), started.elapsed());
     let call = response.extensions_mut().remove::<CallLog>().unwrap_or_default();

@@ -84,6 +84,17 @@ pub static ROUTES: &[Route] = &[
     },
     Route {
         method: Method::POST,
+        path: "/v1/messages/count_tokens",
+        aliases: &["/v1/v1/messages/count_tokens"],
+        auth: KeyOrXApiKey(Scope::LanguageCreate),
+        body: Json(CHAT_BODY_LIMIT),
+        effect: Read,
+        summary: "The prompt tokens a message-style body would send, estimated; nothing is held or billed",
+        handler: h!(handlers::count_tokens),
+        doc: ops::count_tokens,
+    },
+    Route {
+        method: Method::POST,
         path: "/v1/responses",
         aliases: &["/v1/v1/responses"],
         auth: Key(Scope::LanguageCreate),

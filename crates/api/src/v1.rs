@@ -179,13 +179,66 @@ pub struct V1ErrorBody<'a> {
     pub kind: &'static str,
 }
 
-/// Writes an error answer of a `/v1` request in the `/v1` dialect (see [`V1Error`]); other
-/// answers are left as they are.
-pub(crate) fn dialect(response: &mut Response) {
+/// The error body of the message-style routes (`/v1/messages…`): Anthropic's shape,
+/// `{"type": "error", "error": {"type", "message"}}`, which its SDKs read, with the gateway's
+/// stable `code` kept inside.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MessagesError<'a> {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The error.
+    pub error: MessagesErrorBody<'a>,
+}
+
+/// The inside of [`MessagesError`].
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MessagesErrorBody<'a> {
+    /// Anthropic's error type (`invalid_request_error`, `authentication_error`, …).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Human-readable text.
+    pub message: &'a str,
+    /// Stable snake_case code, as under `/api/v1`.
+    pub code: &'a str,
+}
+
+/// The `type` Anthropic's error bodies carry for a status.
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Whether `path` (under `/v1`) is one of the message-style routes (`/v1/messages`, its
+/// `count_tokens`, and their `/v1/v1` twins), whose errors take Anthropic's shape.
+fn message_style(path: &str) -> bool {
+    path.split('/').any(|segment| segment == "messages")
+}
+
+/// Writes an error answer of a `/v1` request at `path` in the `/v1` dialect (see [`V1Error`], and
+/// [`MessagesError`] for the message-style routes); other answers are left as they are.
+pub(crate) fn dialect(path: &str, response: &mut Response) {
     let Some(error) = response.extensions_mut().remove::<ApiError>() else { return };
-    let body =
-        V1Error { error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) } };
-    let rewritten = json_response(error.status, &body);
+    let rewritten = if message_style(path) {
+        let body = MessagesError {
+            kind: "error",
+            error: MessagesErrorBody { kind: anthropic_type(error.status), message: &error.message, code: error.code },
+        };
+        json_response(error.status, &body)
+    } else {
+        let body =
+            V1Error { error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) } };
+        json_response(error.status, &body)
+    };
     let (parts, _) = std::mem::replace(response, rewritten).into_parts();
     for (name, value) in &parts.headers {
         if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {

@@ -16,7 +16,12 @@ use http::Method;
 use serde_json::{Value, json};
 
 /// The POST routes that only read (they quote a hold, and hold nothing).
-const READING_POSTS: [&str; 2] = ["/api/v1/chat/completions/quote", "/api/v1/images/generations/quote"];
+const READING_POSTS: [&str; 4] = [
+    "/api/v1/chat/completions/quote",
+    "/api/v1/images/generations/quote",
+    "/v1/messages/count_tokens",
+    "/v1/v1/messages/count_tokens",
+];
 
 async fn audit_rows(server: &Server) -> Vec<domain::AuditEntry> {
     let params = [("page_size", "100")];
@@ -72,6 +77,7 @@ async fn every_route_is_held_to_its_declared_effect() {
                 ("put", "/api/v1/admin/maintenance") => json!({"enabled": false}),
                 ("post", "/api/v1/webhook-secret" | "/api/v1/admin/users/{user_id}/webhook-secret") => json!({}),
                 ("post", "/api/v1/chat/completions/quote") => chat.clone(),
+                ("post", "/v1/messages/count_tokens" | "/v1/v1/messages/count_tokens") => json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
                 ("post", "/api/v1/images/generations/quote") => {
                     json!({"model": "Vendor-Imagegen-4.5", "prompt": "a fox"})
                 }

@@ -103,7 +103,6 @@ async fn one_base_url_lists_the_models_in_both_shapes_and_names_what_it_serves()
             (Method::GET, "/v1/files"),
             (Method::POST, "/v1/audio/transcriptions"),
             (Method::POST, "/v1/moderations"),
-            (Method::POST, "/v1/messages/count_tokens"),
         ] {
             let reply = env.server.send(method, path, Some(&env.key), "application/json", &[], b"{}").await;
             assert_v1_error(&reply, 404, "not_found", "not_found_error", path);
@@ -249,5 +248,64 @@ async fn speech_in_openai_s_shape_checks_its_bounds_holds_nothing_when_refused_a
         assert_eq!(env.balance().await, after_first, "{}", env.ctx("billed once"));
         env.assert_books("after speech").await;
         env.server.stop().await;
+    }
+}
+
+/// An error of a message-style route: Anthropic's `{"type": "error", "error": {"type", "message"}}`
+/// with the gateway's `code` inside.
+fn assert_messages_error(reply: &Reply, status: u16, code: &str, kind: &str, ctx: &str) {
+    assert_eq!(reply.status, status, "{ctx}: {}", reply.text());
+    assert_eq!(reply.json["type"], "error", "{ctx}: {}", reply.json);
+    let error = reply.json["error"].as_object().unwrap_or_else(|| panic!("{ctx}: {}", reply.json));
+    let mut keys: Vec<&String> = error.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["code", "message", "type"], "{ctx}: {}", reply.json);
+    assert_eq!((error["code"].as_str(), error["type"].as_str()), (Some(code), Some(kind)), "{ctx}");
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{ctx}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_style_routes_answer_anthropic_errors_and_count_tokens_without_billing() {
+    for db in databases() {
+        let env = Env::new(&db, "10", TIMEOUT, SCOPES).await;
+        let server = &env.server;
+        let version = [("anthropic-version", "2023-06-01")];
+        let (start, entries) = env.assert_ledger("start").await;
+
+        // Errors in Anthropic's shape, on the call and on the count, by bearer or by x-api-key.
+        let no_max = json!({"model": "LangA-V4-flash", "messages": [{"role": "user", "content": "hi"}]});
+        let refused = server.post_json_with("/v1/messages", Some(&env.key), &version, &no_max).await;
+        assert_messages_error(&refused, 400, "invalid_request", "invalid_request_error", &env.ctx("no max_tokens"));
+        let bad_key = [("anthropic-version", "2023-06-01"), ("x-api-key", "sk-nope")];
+        let unknown = server.post_json_with("/v1/messages", None, &bad_key, &no_max).await;
+        assert_messages_error(&unknown, 401, "invalid_api_key", "authentication_error", &env.ctx("a wrong key"));
+        let no_model = json!({"model": "NoSuch-1", "messages": [{"role": "user", "content": "hi"}]});
+        let missing = server.post_json_with("/v1/messages/count_tokens", Some(&env.key), &version, &no_model).await;
+        assert_eq!(missing.status / 100, 4, "{}", missing.text());
+        assert_eq!(missing.json["type"], "error", "{}", missing.json);
+        let no_version = server.post_json("/v1/messages/count_tokens", Some(&env.key), &no_max).await;
+        assert_messages_error(&no_version, 400, "invalid_request", "invalid_request_error", "no version header");
+        let empty = json!({"model": "LangA-V4-flash", "messages": []});
+        let empty = server.post_json_with("/v1/messages/count_tokens", Some(&env.key), &version, &empty).await;
+        assert_messages_error(&empty, 400, "invalid_request", "invalid_request_error", "no message");
+
+        // The count: four bytes a token of the prompt's JSON, four a message; it grows with the prompt.
+        let count = |text: &str| {
+            json!({"model": "LangA-V4-flash", "system": "Be brief.", "messages": [{"role": "user", "content": text}]})
+        };
+        let short = server.post_json_with("/v1/messages/count_tokens", Some(&env.key), &version, &count("hi")).await;
+        assert_eq!(short.status, 200, "{}", env.ctx(&short.text()));
+        let short_tokens = short.json["input_tokens"].as_u64().expect("input_tokens");
+        let long_text = "word ".repeat(400);
+        let long = count(&long_text);
+        let long = server.post_json_with("/v1/messages/count_tokens", Some(&env.key), &version, &long).await;
+        let long_tokens = long.json["input_tokens"].as_u64().expect("input_tokens");
+        let compact = |v: &Value| u64::try_from(serde_json::to_vec(v).expect("json").len()).expect("size");
+        let expected = (compact(&json!("Be brief.")) + compact(&count(&long_text)["messages"])).div_ceil(4) + 4;
+        assert_eq!(long_tokens, expected, "{}", long.json);
+        assert!(long_tokens >= short_tokens + 450, "{short_tokens} → {long_tokens}");
+
+        // Nothing was held or billed by any of it.
+        assert_eq!(env.assert_ledger("after the counts").await, (start, entries));
     }
 }

@@ -93,6 +93,15 @@ impl Gateway {
         self.native(who, body, Format::Responses).await
     }
 
+    /// `POST /v1/messages/count_tokens`: the prompt tokens of a message-style body for `who`,
+    /// estimated (see [`validation::count_tokens_estimate`]); the model must be one `who` may call.
+    /// Nothing is held or billed.
+    pub async fn count_message_tokens(&self, who: &Principal, raw: &[u8]) -> Result<u64, ServiceError> {
+        let body = cpu_bound(raw.len(), || RawBody::parse_body(raw))?;
+        self.candidates(who, &body).await?;
+        Ok(cpu_bound(raw.len(), || validation::count_tokens_estimate(&body))?)
+    }
+
     async fn native(&self, who: &Principal, raw: &[u8], format: Format) -> Result<CallReply, ServiceError> {
         let upstream = self.upstream()?;
         // The body is checked as JSON and kept as raw members: no tree is built (issue 19 §2).

@@ -193,14 +193,22 @@ impl Reply {
     }
 
     /// Asserts the exact error envelope `{"error":{"code","message"}}` with `status` and `code`.
-    /// Under `/v1` the error also carries OpenAI's `type`, which is checked and set aside.
+    /// Under `/v1` the error also carries OpenAI's `type` (and on the message-style routes
+    /// Anthropic's outer `"type": "error"`), which are checked and set aside.
     pub fn assert_error(&self, status: u16, code: &str, context: &str) {
         assert_eq!(self.status, status, "{context}: status; body {}", self.text());
         let mut body = self.json.clone();
+        if self.path.split('/').any(|segment| segment == "messages") && self.path.starts_with("/v1/") {
+            let outer = body.as_object_mut().and_then(|b| b.remove("type"));
+            assert_eq!(outer, Some(Value::String("error".into())), "{context}: a message-style error's type");
+        }
         if self.path.starts_with("/v1/") {
             let kind = body["error"].as_object_mut().and_then(|e| e.remove("type"));
             let kind = kind.as_ref().and_then(Value::as_str).unwrap_or_default().to_owned();
-            assert!(kind.ends_with("_error") || kind == "insufficient_quota", "{context}: /v1 error type {kind:?}");
+            assert!(
+                kind.ends_with("_error") || ["insufficient_quota", "request_too_large"].contains(&kind.as_str()),
+                "{context}: /v1 error type {kind:?}"
+            );
         }
         assert_envelope(&body, context);
         assert_eq!(self.json["error"]["code"], code, "{context}: error code");

@@ -39,6 +39,11 @@ pub struct ImageRequest<'a> {
     /// Only `false`.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// OpenAI's image count: only 1 (several images come from `sequential_image_generation`
+    /// `auto` with `sequential_image_generation_options.max_images`, where the model has it).
+    #[serde(default, deserialize_with = "present", skip_serializing)]
+    #[schemars(range(min = 1, max = 1))]
+    pub n: Option<i64>,
     /// Reference images: one string or an array of strings.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[serde(borrow)]
@@ -236,6 +241,14 @@ pub fn check_image_request<'a>(def: &ModelDef, mut req: ImageRequest<'a>) -> Res
         return Err(invalid(format!("model must be {}, got {}", def.name, shape::quote(&req.model))));
     }
     check_branch_fields(def, limits, &req)?;
+    if let Some(n) = req.n.filter(|n| *n != 1) {
+        let more = if limits.sequential_generation.is_some() {
+            "; for several images send sequential_image_generation \"auto\" with sequential_image_generation_options.max_images"
+        } else {
+            ""
+        };
+        return Err(invalid(format!("n must be 1, got {n}: a call makes one image{more}")));
+    }
     check_prompt(def, limits, &req.prompt)?;
     if req.stream == Some(true) && !limits.streaming {
         return Err(invalid("stream must be false: image generation answers in one response".to_owned()));

@@ -36,7 +36,8 @@ pub use manage::{
     USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
 };
 pub use native::{
-    MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, messages_request, responses_request,
+    CountTokensRequest, MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, count_tokens_estimate,
+    messages_request, responses_request,
 };
 pub use raw::RawBody;
 pub use speech::{STOCK_VOICES, SpeechFormat, SpeechRequest, speech_to_audio};

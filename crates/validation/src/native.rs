@@ -153,6 +153,41 @@ impl JsonSchema for TextOrBlocks {
     }
 }
 
+/// A `POST /v1/messages/count_tokens` body as the gateway reads it: the prompt parts of a
+/// message-style call (no `max_tokens`); other fields are ignored.
+#[derive(Debug, Clone, Deserialize, Validate, JsonSchema)]
+pub struct CountTokensRequest {
+    /// The public model name.
+    pub model: String,
+    /// The conversation, at least one message.
+    #[validate(length(min = 1))]
+    pub messages: Vec<Object>,
+    /// A system prompt: text or content blocks.
+    #[serde(default, deserialize_with = "present")]
+    pub system: Option<TextOrBlocks>,
+    /// Tool definitions.
+    #[serde(default, deserialize_with = "present")]
+    pub tools: Option<Vec<Object>>,
+}
+
+/// Bytes per token of the count estimate.
+const BYTES_PER_TOKEN: u64 = 4;
+
+/// Tokens each message adds to the estimate for its framing.
+const TOKENS_PER_MESSAGE: u64 = 4;
+
+/// The prompt tokens of a message-style body, estimated (the upstream models' tokenizers are not
+/// public): the compact JSON size of `system`, `messages` and `tools` over four bytes per token,
+/// rounded up, plus four per message. Never above the bound a call's hold takes (one token per
+/// byte); the bill always uses the upstream's own count.
+pub fn count_tokens_estimate(body: &RawBody<'_>) -> Result<u64, ValidationError> {
+    let request: CountTokensRequest = body.read()?;
+    request.validate().map_err(|e| invalid(validator_message(&e)))?;
+    let bytes: u64 = ["system", "messages", "tools"].iter().filter_map(|k| body.get(k)).map(crate::raw::json_size).sum();
+    let messages = u64::try_from(request.messages.len()).unwrap_or(u64::MAX);
+    Ok(bytes.div_ceil(BYTES_PER_TOKEN).saturating_add(messages.saturating_mul(TOKENS_PER_MESSAGE)))
+}
+
 /// The model's largest output, and its input window.
 fn model_bounds(def: &ModelDef) -> (u64, u64) {
     let max_output = def.max_completion_tokens().unwrap_or(MAX_OUTPUT_TOKENS);

@@ -530,7 +530,7 @@ fn pro_defaults_and_rule_3() {
 #[test]
 fn shape_errors_name_the_field() {
     let rows: [(&[u8], &str); 12] = [
-        (br#"{"model": "Vendor-Imagegen-4.5", "prompt": "x", "n": 1}"#, "unknown field \"n\""),
+        (br#"{"model": "Vendor-Imagegen-4.5", "prompt": "x", "m": 1}"#, "unknown field \"m\""),
         (br#"{"model": "Vendor-Imagegen-4.5", "prompt": "x", "tools": []}"#, "unknown field \"tools\""),
         (br#"{"model": "Vendor-Imagegen-4.5"}"#, "prompt is required"),
         (br#"{"prompt": "x"}"#, "model is required"),
@@ -739,4 +739,15 @@ fn references_borrow_from_the_body() {
     let Some(ImageReferences::Many(lent)) = plan.generation("up").references else { panic!("references") };
     let in_escaped = escaped.as_bytes().as_ptr_range().contains(&lent[0].as_ptr());
     assert!(std::ptr::eq(lent[0], refs[0].as_ref()) && in_escaped, "lent, not copied");
+}
+
+#[test]
+fn openai_n_is_taken_only_as_one() {
+    assert_eq!(plan(V45, json!({"n": 1})).max_images, 1, "n = 1 is one image");
+    for n in [0, 2, -1] {
+        let err = run(V45, json!({"n": n})).expect_err("only one");
+        assert!(err.to_string().contains(&format!("n must be 1, got {n}")), "{err}");
+    }
+    let err = run(V45, json!({"n": "1"})).expect_err("a string");
+    assert!(err.to_string().contains("n must be"), "{err}");
 }
