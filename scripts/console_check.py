@@ -2,15 +2,25 @@
 """The web console's flows in a real browser (Playwright for Python, Debian's Chromium).
 
 Run by scripts/console.sh against a fresh gateway: sign in (by keyboard) and the balance equals the
-API's; a playground chat streams, its task appears in the list and today's bar grows by its
-charge; a key made with two scopes works and, revoked, is refused; an operator's top-up shows in
-the user's overview; a queued video task cancelled from the console is refunded; a prompt or name
-holding <script> renders as text; a wrong key gets a clear message. Every page is opened at 390 and
-1,280 px wide without horizontal overflow, and the browser console stays free of errors.
+API's; a playground chat streams, its task appears in the list, today's bar grows by its charge and
+the balance left after it is shown; a key made with two scopes works and, revoked, is refused; an
+operator's top-up shows in the user's overview; a queued video task cancelled from the console is
+refunded; a prompt or name holding <script> renders as text; a wrong key gets a clear message.
+
+The console speaks money: every price reads in dollars per the catalog's unit ("$0.14 / 1M input
+tokens", exact to the micro-dollar); the playground offers only priced models and only the fields
+of the model's kind; the ledger shows one row per call (model, net charge in $, its entries behind a
+disclosure) with a bounded number of task look-ups; the chart has a dollar y-axis with readable
+labels and totals, and tiny series stay visible; the operator's models page has no column of red
+buttons, maintenance has its own page, and a price form publishes the exact integer sheet; the audit
+shows only changed fields, old → new. Every page is opened at 390 and 1,280 px wide without
+horizontal overflow, failed requests or browser console errors, and at 390 px the navigation folds
+into a Menu button.
 """
 
 import argparse
 import json
+import re
 import sys
 import time
 import urllib.error
@@ -21,9 +31,13 @@ from playwright.sync_api import expect, sync_playwright
 LANGUAGE_MODEL = "LangB-2.0-pro"
 IMAGE_MODEL = "Vendor-Imagegen-4.5"
 VIDEO_MODEL = "videogen-2-0"
-NARROW_SHOTS = ("overview", "playground", "tasks")
-PAGES = ["overview", "tasks", "ledger", "keys", "playground", "settings",
-         "admin/users", "admin/models", "admin/health", "admin/audit"]
+AUDIO_MODEL = "AudioGen-1.0"
+UNPRICED_MODEL = "LangC-5.2"
+NARROW_SHOTS = ("overview", "playground", "tasks", "ledger", "admin/models")
+PAGES = ["overview", "models", "tasks", "ledger", "keys", "playground", "settings",
+         "admin/users", "admin/models", f"admin/models/{UNPRICED_MODEL}", "admin/maintenance", "admin/health", "admin/audit"]
+# Screenshot names of pages whose route names one thing.
+SHOT_NAMES = {f"admin/models/{UNPRICED_MODEL}": "admin-model"}
 
 
 def call(base, method, path, key=None, body=None):
@@ -47,6 +61,31 @@ def ok(base, method, path, key, body=None, expect_status=(200, 201)):
     return data
 
 
+def dollars(micros, fixed=False):
+    """Integer micro-USD as the console writes it: exact, trailing zeros trimmed to two decimals
+    (all six when `fixed`), "-$" for a negative amount."""
+    sign = "-" if micros < 0 else ""
+    whole, frac = divmod(abs(int(micros)), 10**6)
+    frac = f"{frac:06d}" if fixed else f"{frac:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${whole:,}.{frac}"
+
+
+def price_prefix(rate):
+    """The start of a rate's text: "$0.14 / 1M " for 140000 per 1000000, "$0.036 / image"."""
+    amount = dollars(int(rate["amountMicrousd"]))
+    denominator = int(rate["denominator"])
+    if denominator == 1:
+        return f"{amount} / "
+    for value, suffix in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if denominator % value == 0:
+            return f"{amount} / {denominator // value:,}{suffix} "
+    return f"{amount} / {denominator:,} "
+
+
+def priced(model):
+    return bool(model.get("pricing"))
+
+
 def today_micros(base, key):
     usage = ok(base, "GET", "/api/v1/usage?group_by=day", key)
     return usage["data"][-1]["spent_microusd"]
@@ -62,9 +101,12 @@ class Browser:
         self.base = base
         self.errors = []
         self.server_errors = []
+        self.failed = []  # requests that failed or answered >= 400 (some 401s are on purpose early on)
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("console", self._console)
         self.page.on("response", lambda r: r.status >= 500 and self.server_errors.append(f"{r.status} {r.url}"))
+        self.page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}"))
+        self.page.on("requestfailed", lambda r: self.failed.append(f"failed {r.url}: {r.failure}"))
         self.page.on("dialog", lambda d: d.accept())
 
     def _console(self, message):
@@ -87,9 +129,253 @@ class Browser:
     def no_overflow(self, what):
         overflow = self.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{what}: the page is {overflow}px wider than the window"
+        # Nor does a table scroll sideways inside its frame.
+        tables = self.page.evaluate("""() => [...document.querySelectorAll('main .table-wrap')]
+          .map((w) => w.scrollWidth - w.clientWidth)""")
+        assert all(t <= 1 for t in tables), f"{what}: a table is wider than its frame by {max(tables)}px"
+
+    def texts(self, selector):
+        """The text of each match, as written (not as CSS capitalises it)."""
+        return self.page.locator(selector).evaluate_all("nodes => nodes.map((n) => n.textContent.trim())")
 
     def close(self):
         self.browser.close()
+
+
+def check_prices(b, base, key):
+    """The models page reads every rate in dollars per the catalog's unit, exactly."""
+    page = b.page
+    models = ok(base, "GET", "/api/v1/models", key)["data"]
+    b.goto("models")
+    expect(page.locator("table.models tbody tr")).to_have_count(len(models))
+    for m in models:
+        row = page.locator(f'table.models tr[data-model="{m["id"]}"]')
+        if not priced(m):
+            expect(row).to_contain_text("Not priced")
+            continue
+        for name, rate in m["pricing"].items():
+            text = row.locator(f'li[data-rate="{name}"]').inner_text().strip()
+            assert text.startswith(price_prefix(rate)), f"{m['id']} {name}: {text!r} does not start with {price_prefix(rate)!r}"
+            assert "µUSD" not in text and "amountMicrousd" not in text, text
+    # The catalog's own examples, as a person would say them (while the catalog still has them).
+    examples = [("LangA-V4-flash", "input_tokens", "140000", "$0.14 / 1M input tokens"),
+                (IMAGE_MODEL, "text_to_image_pieces", "36000", "$0.036 / image"),
+                (AUDIO_MODEL, "output_audio_seconds", "2500", "$0.0025 / second")]
+    by_id = {m["id"]: m for m in models}
+    for model, rate, amount, text in examples:
+        if ((by_id.get(model) or {}).get("pricing") or {}).get(rate, {}).get("amountMicrousd") == amount:
+            expect(page.locator(f'table.models tr[data-model="{model}"] li[data-rate="{rate}"]')).to_contain_text(text)
+
+
+def check_playground_models(b, base, key):
+    """Only priced models are offered, each kind with its own fields and its price in dollars."""
+    page = b.page
+    models = ok(base, "GET", "/api/v1/models", key)["data"]
+    by_id = {m["id"]: m for m in models}
+    assert not priced(by_id[UNPRICED_MODEL]), f"{UNPRICED_MODEL} is expected unpriced at this point"
+    b.goto("playground")
+    expect(page.locator("#pg-model")).to_be_visible()
+    offered = page.locator("#pg-model option").evaluate_all("options => options.map(o => o.value)")
+    wanted = [m["id"] for m in models if m["kind"] in ("language", "image") and priced(m)]
+    assert sorted(offered) == sorted(wanted), f"the playground offers {offered}, not the priced models {wanted}"
+    assert UNPRICED_MODEL not in offered
+    page.select_option("#pg-model", IMAGE_MODEL)
+    expect(page.locator("#pg-max")).to_be_hidden()
+    expect(page.get_by_text("Max tokens")).to_be_hidden()
+    expect(page.locator("#pg-size")).to_be_visible()
+    rate = by_id[IMAGE_MODEL]["pricing"]["text_to_image_pieces"]
+    expect(page.locator("#pg-price")).to_contain_text(price_prefix(rate) + "image")
+    page.select_option("#pg-model", LANGUAGE_MODEL)
+    expect(page.locator("#pg-max")).to_be_visible()
+    expect(page.locator("#pg-size")).to_be_hidden()
+    name, rate = next((k, r) for k, r in by_id[LANGUAGE_MODEL]["pricing"].items() if k.startswith("input_tokens"))
+    expect(page.locator(f'#pg-price li[data-rate="{name}"]')).to_contain_text(price_prefix(rate) + "input tokens")
+
+
+def check_ledger(b, base, key, settled_task):
+    """One row per call (model, link, net charge in $), its entries behind a disclosure; other
+    entries one row each; the models come from a bounded number of task requests."""
+    page = b.page
+    entries = ok(base, "GET", "/api/v1/ledger?page=1&page_size=100", key)["data"]
+    calls = {}
+    for e in entries:
+        if e["task_id"]:
+            calls.setdefault(e["task_id"], []).append(e)
+    others = [e for e in entries if not e["task_id"]]
+    assert any(len(g) > 1 for g in calls.values()), "the ledger has calls of several entries to fold"
+    requests = []
+    listen = lambda r: "/api/v1/tasks" in r.url and requests.append(r.url)  # noqa: E731
+    b.goto("ledger")
+    expect(page.locator("table.ledger")).to_be_visible()
+    page.on("request", listen)
+    page.reload()  # a fresh console that knows no task yet
+    expect(page.locator("table.ledger tr.call")).to_have_count(len(calls))
+    expect(page.locator("table.ledger tr.entry")).to_have_count(len(others))
+    page.remove_listener("request", listen)
+    lists = [u for u in requests if "/api/v1/tasks?" in u]
+    singles = [u for u in requests if "/api/v1/tasks/" in u]
+    assert len(lists) <= 3 and len(singles) <= 10, f"too many task requests for one ledger page: {requests}"
+    for task_id, group in calls.items():
+        row = page.locator(f'tr.call[data-task="{task_id}"]')
+        model = ok(base, "GET", f"/api/v1/tasks/{task_id}", key)["model"]
+        expect(row.locator("a.model")).to_have_text(model)
+        expect(row.locator("a.model")).to_have_attribute("href", f"#/tasks/{task_id}")
+        if any(e["kind"] == "reserve" for e in group):
+            net = sum(e["amount_microusd"] for e in group)
+            expect(row.locator("td.charge")).to_have_text(("+" if net > 0 else "") + dollars(net, fixed=True))
+    task = ok(base, "GET", f"/api/v1/tasks/{settled_task}", key)
+    row = page.locator(f'tr.call[data-task="{settled_task}"]')
+    expect(row.locator("td.charge")).to_have_text(dollars(-task["billing"]["actual_amount_microusd"], fixed=True))
+    expect(row).to_contain_text("charged")
+    # Its entries unfold under it, as the API keeps them.
+    row_id = row.get_attribute("id")
+    raw = page.locator(f'tr.raw[data-for="{row_id}"]')
+    expect(raw.first).to_be_hidden()
+    row.locator("button.disclose").click()
+    expect(row.locator("button.disclose")).to_have_attribute("aria-expanded", "true")
+    expect(raw).to_have_count(len(calls[settled_task]))
+    for i in range(len(calls[settled_task])):
+        expect(raw.nth(i)).to_be_visible()
+    expect(page.locator("table.ledger tr.entry").first).to_contain_text("$")
+
+
+def check_chart(b, base, key, width):
+    """A dollar y-axis, labels of at least 10 px inside the chart that do not overlap, every
+    non-zero series at least 2 px tall, and a totals table per model."""
+    page = b.page
+    ticks = b.texts("#spend-chart svg .y-tick")
+    assert len(ticks) >= 2 and all(re.fullmatch(r"\$[\d,]+\.\d{2,6}", t) for t in ticks), f"y-axis labels at {width}px: {ticks}"
+    boxes = page.evaluate("""() => {
+      const svg = document.querySelector('#spend-chart svg').getBoundingClientRect();
+      const text = [...document.querySelectorAll('#spend-chart svg text')].map((t) => {
+        const r = t.getBoundingClientRect();
+        return {x: t.closest('.x-axis') !== null, h: r.height, l: r.left, r: r.right, t: r.top, b: r.bottom, s: t.textContent};
+      });
+      const bars = [...document.querySelectorAll('#spend-chart svg g.day rect')].map((r) => r.getBoundingClientRect().height);
+      return {svg: {l: svg.left, r: svg.right, t: svg.top, b: svg.bottom}, text, bars};
+    }""")
+    svg = boxes["svg"]
+    for t in boxes["text"]:
+        assert t["h"] >= 10, f"chart label {t['s']!r} is {t['h']:.1f}px tall at {width}px"
+        assert svg["l"] - 0.5 <= t["l"] and t["r"] <= svg["r"] + 0.5 and svg["t"] - 0.5 <= t["t"] and t["b"] <= svg["b"] + 0.5, \
+            f"chart label {t['s']!r} is clipped at {width}px"
+    days = sorted((t for t in boxes["text"] if t["x"]), key=lambda t: t["l"])
+    assert len(days) >= 2, f"day labels at {width}px: {days}"
+    for a, c in zip(days, days[1:]):
+        assert a["r"] <= c["l"], f"day labels {a['s']!r} and {c['s']!r} overlap at {width}px"
+    assert boxes["bars"] and min(boxes["bars"]) >= 2, f"a series is too thin to see at {width}px: {boxes['bars']}"
+    usage = ok(base, "GET", "/api/v1/usage?group_by=day", key)["data"]
+    totals = {}
+    for d in usage:
+        for m in d["models"]:
+            totals[m["model"]] = totals.get(m["model"], 0) + m["spent_microusd"]
+    for model, micros in totals.items():
+        expect(page.locator(f'#spend-chart .legend-table tr[data-model="{model}"] td').last).to_have_text(dollars(micros, fixed=True))
+
+
+def check_nav(b, width):
+    """At ≤ 600 px the navigation folds into a Menu button; nowhere a stray "|"."""
+    page = b.page
+    nav, menu = page.locator("#nav"), page.locator("#menu")
+    assert "|" not in page.locator("header").inner_text(), "a stray separator in the header"
+    if width > 600:
+        expect(menu).to_be_hidden()
+        expect(nav).to_be_visible()
+        return
+    expect(menu).to_be_visible()
+    expect(nav).to_be_hidden()
+    menu.click()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    expect(nav).to_be_visible()
+    nav.get_by_role("link", name="Tasks").click()
+    expect(page.locator("main h1")).to_have_text("Tasks")
+    expect(nav).to_be_hidden()
+
+
+def check_narrow_columns(b):
+    """At 390 px the tables keep model, status and charge in view."""
+    page = b.page
+    b.goto("tasks")
+    expect(page.locator("main table")).to_be_visible()
+    assert b.texts("main th:visible") == ["Model", "Status", "Charged"], b.texts("main th:visible")
+    expect(page.locator("main tbody tr a.model").first).to_be_visible()
+    b.goto("ledger")
+    expect(page.locator("main table")).to_be_visible()
+    assert b.texts("main th:visible") == ["Call or entry", "Status", "Amount"], b.texts("main th:visible")
+    expect(page.locator("tr.call a.model").first).to_be_visible()
+    expect(page.locator("tr.call td.charge").first).to_be_visible()
+
+
+def check_admin_models(b, base, key):
+    """Grouped model rows without red buttons, maintenance on its own page, and a price form that
+    publishes the exact integer sheet."""
+    page = b.page
+    models = ok(base, "GET", "/api/v1/admin/models", key)["data"]
+    b.goto("admin/models")
+    expect(page.locator("main tr[data-model]")).to_have_count(len(models))
+    expect(page.locator("main button.danger")).to_have_count(0)
+    expect(page.locator("#maintenance")).to_have_count(0)
+    b.goto("admin/maintenance")
+    expect(page.locator("#maintenance")).to_be_visible()
+    expect(page.locator("#maintenance-state")).to_have_text("off")
+
+    # An existing sheet is shown as dollars per N units.
+    flash = next(m for m in models if m["model"] == "LangA-V4-flash")
+    b.goto("admin/models/LangA-V4-flash")
+    rows = page.locator("#price-form .rate-row")
+    expect(rows).to_have_count(len(flash["pricing"]))
+    names = rows.locator(".rate-name").evaluate_all("inputs => inputs.map(i => i.value)")
+    assert sorted(names) == sorted(flash["pricing"]), names
+    row = rows.nth(names.index("input_tokens"))
+    rate = flash["pricing"]["input_tokens"]
+    expect(row.locator(".rate-amount")).to_have_value(dollars(int(rate["amountMicrousd"])).lstrip("$"))
+    expect(row.locator(".rate-per")).to_have_value(rate["denominator"])
+    expect(row.locator(".rate-unit")).to_have_value(rate["unit"])
+
+    # A new sheet for the unpriced model: dollars in, exact micro-USD out.
+    b.goto(f"admin/models/{UNPRICED_MODEL}")
+    rows = page.locator("#price-form .rate-row")
+    expect(rows).to_have_count(1)
+    first = rows.nth(0)
+    first.locator(".rate-name").fill("input_tokens")
+    first.locator(".rate-amount").fill("0.29")
+    first.locator(".rate-per").select_option("1000000")
+    first.locator(".rate-unit").fill("token")
+    expect(first.locator(".rate-preview")).to_contain_text("$0.29 / 1M input tokens")
+    page.click("#add-rate")
+    second = rows.nth(1)
+    second.locator(".rate-name").fill("output_tokens")
+    second.locator(".rate-amount").fill("1.0000001")
+    second.locator(".rate-per").select_option("1000000")
+    second.locator(".rate-unit").fill("token")
+    page.click("#publish-price")
+    expect(page.locator("main [role=alert]")).to_contain_text("six decimals")
+    unpriced = next(m for m in ok(base, "GET", "/api/v1/admin/models", key)["data"] if m["model"] == UNPRICED_MODEL)
+    assert unpriced["pricing"] is None, "an amount finer than $0.000001 is refused before anything is sent"
+    second.locator(".rate-amount").fill("1.1")
+    page.click("#publish-price")
+    expect(page.get_by_role("status")).to_contain_text("price version 1 is active")
+    priced_now = next(m for m in ok(base, "GET", "/api/v1/admin/models", key)["data"] if m["model"] == UNPRICED_MODEL)
+    assert priced_now["pricing"] == {
+        "input_tokens": {"amountMicrousd": "290000", "denominator": "1000000", "unit": "token"},
+        "output_tokens": {"amountMicrousd": "1100000", "denominator": "1000000", "unit": "token"},
+    }, priced_now["pricing"]
+    expect(page.locator("#price-form .rate-row")).to_have_count(2)
+
+
+def check_audit(b):
+    """Only changed fields, old → new, prices in dollars; dates on at most two lines."""
+    page = b.page
+    b.goto("admin/audit")
+    price = page.locator("table.audit tbody tr").filter(has_text="model.price").first
+    expect(price).to_contain_text("$0.29 / 1M input tokens")
+    expect(price).not_to_contain_text("amountMicrousd")
+    topup = page.locator("table.audit tbody tr").filter(has_text="user.topup").first
+    expect(topup.locator("del")).to_have_count(1)
+    expect(topup.locator("ins").first).to_be_visible()
+    lines = page.evaluate("""() => [...document.querySelectorAll('table.audit .when')].map((w) =>
+      w.getBoundingClientRect().height / parseFloat(getComputedStyle(w).lineHeight))""")
+    assert lines and max(lines) <= 2.2, f"audit dates take {max(lines):.1f} lines"
 
 
 def flows(playwright, args):
@@ -110,6 +396,11 @@ def flows(playwright, args):
     expect(page.locator("#balance")).to_have_text("$" + overview["user"]["balance_usd"])
     assert key not in page.url, "the key is never in a URL"
     assert page.evaluate("localStorage.length") == 0, "nothing in localStorage"
+    b.failed.clear()  # the refused key above answered 401 on purpose
+
+    # Prices read in dollars; the playground offers priced models with their own fields.
+    check_prices(b, base, key)
+    check_playground_models(b, base, key)
 
     # A chat in the playground streams; its task is listed; today's bar grows by its charge.
     before = today_micros(base, key)
@@ -127,11 +418,13 @@ def flows(playwright, args):
     task = ok(base, "GET", f"/api/v1/tasks/{task_id}", key)
     charge = task["billing"]["actual_amount_microusd"]
     assert charge and charge > 0, f"the call was charged: {task['billing']}"
+    left = ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"]
+    expect(page.locator("#pg-balance-left")).to_have_text("$" + left)
     b.goto("tasks")
     expect(page.get_by_role("link", name=task_id)).to_be_visible()
     b.goto("overview")
     expect(page.locator("#spent-today")).to_have_text("$%.6f" % ((before + charge) / 1e6))
-    last_bar = page.locator("#spend-chart svg g").last
+    last_bar = page.locator("#spend-chart svg g.day").last
     expect(last_bar).to_have_attribute("data-microusd", str(before + charge))
 
     # A key with two scopes: created, shown once, used, revoked, refused.
@@ -199,17 +492,32 @@ def flows(playwright, args):
     b.goto(f"tasks/{done['id']}")
     expect(page.locator("#task-video")).to_have_attribute("src", ok(base, "GET", f"/api/v1/tasks/{done['id']}", key)["output_url"])
 
-    # Every page, at both widths, loads without overflow or errors.
+    # The ledger folds each call into one row; the operator's pages.
+    check_ledger(b, base, key, task_id)
+    check_admin_models(b, base, key)
+    check_audit(b)
+
+    # Every page, at both widths, loads without overflow, failed requests or errors.
     b.goto("overview")
     for width in (1280, 390):
         page.set_viewport_size({"width": width, "height": 900})
-        for name in PAGES:
+        b.goto("overview")
+        expect(page.locator("#spend-chart svg")).to_be_visible()
+        check_chart(b, base, key, width)
+        check_nav(b, width)
+        if width <= 600:
+            check_narrow_columns(b)
+        for name in PAGES + [f"tasks/{task_id}"]:
             b.goto(name)
             expect(page.locator("main h1")).to_be_visible()
             expect(page.locator("main .error")).to_have_count(0)
             b.no_overflow(f"{name} at {width}px")
-            if args.screenshots and (width == 1280 or name in NARROW_SHOTS):
-                page.screenshot(path=f"{args.screenshots}/{name.replace('/', '-')}-{width}.png", full_page=True)
+            if args.screenshots and name in PAGES and (width == 1280 or name in NARROW_SHOTS):
+                shot = SHOT_NAMES.get(name, name.replace("/", "-"))
+                # The whole page, cut at 1,200 px so that a long list keeps the picture small.
+                height = min(1200, page.evaluate("document.documentElement.scrollHeight"))
+                page.screenshot(path=f"{args.screenshots}/{shot}-{width}.png", full_page=True,
+                                clip={"x": 0, "y": 0, "width": width, "height": height})
 
     # Sign out clears the session.
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -221,6 +529,7 @@ def flows(playwright, args):
 
     assert not b.errors, "browser console errors:\n" + "\n".join(b.errors)
     assert not b.server_errors, "server errors:\n" + "\n".join(b.server_errors)
+    assert not b.failed, "failed requests:\n" + "\n".join(b.failed)
     b.close()
 
 

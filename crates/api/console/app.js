@@ -1,11 +1,14 @@
 // The gateway's web console: hash-routed pages over the /api/v1 routes. The API key lives in
 // sessionStorage only and is sent as the bearer header; every user-supplied text is rendered as
-// a text node (this file never assigns innerHTML).
+// a text node (this file never assigns innerHTML). Money is integer micro-USD in BigInt, never a
+// float: prices, charges and the price form convert exactly.
 "use strict";
 (function () {
   const KEY = "gateway.key";
   const main = document.getElementById("main");
+  const top = document.querySelector("header.top");
   const nav = document.getElementById("nav");
+  const menuButton = document.getElementById("menu");
   const signoutButton = document.getElementById("signout");
   let me = null; // {user, keyScopes, admin}
 
@@ -36,15 +39,23 @@
   // A link from the API is followed only when it is http(s) or on this origin (never `javascript:`).
   const safeUrl = (u) => (typeof u === "string" && (/^https?:\/\//i.test(u) || /^\/[^/\\]/.test(u)) ? u : null);
   const when = (s) => (s ? s.replace("T", " ").replace(/\.\d+Z$/, " UTC") : "—");
-  function badge(status) {
-    return h("span", { class: "badge " + status }, status);
+  const shortWhen = (s) => (s ? s.slice(0, 16).replace("T", " ") : "—");
+  // A timestamp as date and time that wrap as two units (never more than two lines).
+  function whenCell(s) {
+    if (!s) return "—";
+    const [date, rest] = s.split("T");
+    return h("span", { class: "when", title: when(s) }, h("span", {}, date), " ", h("span", {}, rest.replace(/\.\d+Z$/, "").slice(0, 8)));
   }
-  function table(headers, rows, empty) {
+  function badge(status, cls) {
+    return h("span", { class: "badge " + (cls || status) }, status);
+  }
+  // headers: text or {label, num, cls}; a `cls` of "hide-narrow" hides the column at ≤ 600 px.
+  function table(headers, rows, empty, cls) {
     if (!rows.length) return h("p", { class: "muted" }, empty || "Nothing yet.");
     return h(
       "div",
       { class: "table-wrap" },
-      h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) => h("th", { class: x.num ? "num" : x.cls }, x.label || x)))),
+      h("table", { class: cls }, h("thead", {}, h("tr", {}, headers.map((x) => h("th", { class: [x.num ? "num" : "", x.cls || ""].join(" ").trim() || null }, x.label === undefined ? x : x.label)))),
         h("tbody", {}, rows))
     );
   }
@@ -59,6 +70,102 @@
   }
   function message(text, cls) {
     return h("p", { class: cls || "error", role: cls === "ok" ? "status" : "alert" }, text);
+  }
+  const card = (label, value, id) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value", id }, value));
+
+  // ---- money: exact, in BigInt micro-USD --------------------------------------------------
+  const MICRO = 1000000n;
+  const group3 = (digits) => digits.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  // `value / 10^scale` as decimal text with trailing zeros trimmed down to `minDecimals`.
+  function decimal(value, scale, minDecimals) {
+    let v = BigInt(value);
+    const negative = v < 0n;
+    if (negative) v = -v;
+    const unit = 10n ** BigInt(scale);
+    let frac = scale ? String(v % unit).padStart(scale, "0").replace(/0+$/, "") : "";
+    if (frac.length < minDecimals) frac = frac.padEnd(minDecimals, "0");
+    return (negative ? "-" : "") + group3(String(v / unit)) + (frac ? "." + frac : "");
+  }
+  // Micro-USD as dollars: "$0.14", "$0.0025", "-$1,250.00"; `fixed` keeps all six decimals.
+  function dollars(micros, fixed, signed) {
+    const text = decimal(micros, 6, fixed ? 6 : 2);
+    if (text.startsWith("-")) return "-$" + text.slice(1);
+    return (signed && BigInt(micros) > 0n ? "+$" : "$") + text;
+  }
+  // Dollars typed by a person ("0.29", "$1,000.5") to BigInt micro-USD, exactly; an Error says why not.
+  function parseDollars(text) {
+    const t = String(text).trim().replace(/^\$/, "").replace(/,/g, "");
+    const m = /^(\d*)(?:\.(\d*))?$/.exec(t);
+    if (!m || (m[1] === "" && !m[2])) throw new Error(`"${text}" is not an amount in dollars such as 0.14`);
+    if ((m[2] || "").length > 6) throw new Error(`"${text}" has more than six decimals (the smallest amount is $0.000001)`);
+    return BigInt(m[1] || "0") * MICRO + BigInt((m[2] || "").padEnd(6, "0"));
+  }
+
+  // ---- prices: a rate {amountMicrousd, denominator, unit} named like "input_tokens" ---------
+  const UNITS = { token: ["token", "tokens"], token_hour: ["token-hour", "token-hours"], image: ["image", "images"], second: ["second", "seconds"] };
+  const unitWords = (unit) => UNITS[unit] || [unit.replace(/_/g, " "), unit.replace(/_/g, " ") + (unit.endsWith("s") ? "" : "s")];
+  // 1 → "", 1000000 → "1M", 1000 → "1K", 1024 → "1,024".
+  function perCount(denominator) {
+    const n = BigInt(denominator);
+    if (n === 1n) return "";
+    for (const [v, s] of [[1000000000n, "B"], [1000000n, "M"], [1000n, "K"]]) if (n % v === 0n) return group3(String(n / v)) + s;
+    return group3(String(n));
+  }
+  // "$0.14 / 1M input tokens", "$0.036 / image (text to image)", "$0.0025 / second (output audio)",
+  // "$0.10 / 1M cache hit tokens (prompt ≤ 128K)".
+  function rateText(name, rate) {
+    const notes = [];
+    let base = String(name);
+    let m;
+    if ((m = /_gt_(\d+)k_lte_(\d+)k$/.exec(base))) { notes.push(`prompt ${m[1]}K–${m[2]}K`); base = base.slice(0, m.index); }
+    else if ((m = /_lte_(\d+)k$/.exec(base))) { notes.push(`prompt ≤ ${m[1]}K`); base = base.slice(0, m.index); }
+    else if ((m = /_gt_(\d+)k$/.exec(base))) { notes.push(`prompt > ${m[1]}K`); base = base.slice(0, m.index); }
+    if ((m = /_(lte|gt)_(\d+)_pixels$/.exec(base))) {
+      notes.push(`${m[1] === "lte" ? "≤" : ">"} ${decimal(m[2], 6, 0)} MP`);
+      base = base.slice(0, m.index);
+    }
+    const [one, many] = unitWords(rate.unit);
+    const words = base.split("_").filter((w) => w && w !== "pieces");
+    const unitKey = (rate.unit + "s").split("_");
+    let at = -1;
+    for (let i = 0; i + unitKey.length <= words.length && at < 0; i++) if (words.slice(i, i + unitKey.length).join("_") === unitKey.join("_")) at = i;
+    let adjective = "";
+    if (at >= 0) {
+      adjective = words.slice(0, at).join(" ");
+      const tail = words.slice(at + unitKey.length).join(" ");
+      if (tail) notes.unshift(tail);
+    } else if (words.length) notes.unshift(words.join(" "));
+    const count = perCount(rate.denominator);
+    let per;
+    if (count) per = [count, adjective, many].filter(Boolean).join(" ");
+    else {
+      per = one;
+      if (adjective) notes.unshift(adjective);
+    }
+    return `${dollars(rate.amountMicrousd)} / ${per}` + (notes.length ? ` (${notes.join(", ")})` : "");
+  }
+  // Rates in reading order: input before output before cache and storage, the lower tier first,
+  // resolutions from small to large.
+  const RATE_ORDER = ["input_tokens", "output_tokens", "cache_hit", "audio_input", "audio_cache_hit", "storage", "text_to_image", "image_to_image", "input_images", "output_images", "output_audio"];
+  function rateKey(name) {
+    const rank = RATE_ORDER.findIndex((p) => name.startsWith(p));
+    const tier = /_gt_/.test(name) ? 1 : 0;
+    const res = /_(\d+)p(_|$)/.exec(name) ? Number(/_(\d+)p(_|$)/.exec(name)[1]) : /_4k(_|$)/.test(name) ? 2160 : 0;
+    return [rank < 0 ? RATE_ORDER.length : rank, tier, res, /with_video_input/.test(name) ? 1 : 0];
+  }
+  function sortedRates(pricing) {
+    return Object.entries(pricing).sort(([a], [b]) => {
+      const ka = rateKey(a), kb = rateKey(b);
+      for (let i = 0; i < ka.length; i++) if (ka[i] !== kb[i]) return ka[i] - kb[i];
+      return a < b ? -1 : a > b ? 1 : 0;
+    });
+  }
+  const priced = (m) => !!m.pricing && typeof m.pricing === "object" && Object.keys(m.pricing).length > 0;
+  const isRate = (v) => !!v && typeof v === "object" && "amountMicrousd" in v && "denominator" in v && "unit" in v;
+  // A model's rates as a list, or a note that it is not priced.
+  function priceList(m, id) {
+    if (!priced(m)) return h("span", { class: "muted", id }, "Not priced: calls answer 503 until an operator prices it.");
+    return h("ul", { class: "rates", id }, sortedRates(m.pricing).map(([k, r]) => h("li", { "data-rate": k }, rateText(k, r))));
   }
 
   // ---- API --------------------------------------------------------------------------------
@@ -93,12 +200,25 @@
   function signOut(reason) {
     sessionStorage.removeItem(KEY);
     me = null;
+    taskInfo.clear();
     nav.replaceChildren();
     signoutButton.hidden = true;
+    menuButton.hidden = true;
+    setMenu(false);
     if (location.hash !== "#/signin") history.replaceState(null, "", "#/signin");
     signInPage(reason);
   }
   signoutButton.addEventListener("click", () => signOut());
+
+  // At ≤ 600 px the navigation folds into the Menu button.
+  function setMenu(open) {
+    top.classList.toggle("open", open);
+    menuButton.setAttribute("aria-expanded", String(open));
+  }
+  menuButton.addEventListener("click", () => setMenu(menuButton.getAttribute("aria-expanded") !== "true"));
+  nav.addEventListener("click", (e) => {
+    if (e.target.closest("a")) setMenu(false);
+  });
 
   function signInPage(reason) {
     const input = h("input", { type: "password", id: "key", name: "key", autocomplete: "off", required: true, placeholder: "sk-…" });
@@ -138,25 +258,28 @@
     me = { user: overview.user, keyScopes: mine ? mine.scopes : [], keyId: mine ? mine.id : null, admin };
     renderNav();
     signoutButton.hidden = false;
+    menuButton.hidden = false;
     return overview;
   }
 
   const PAGES = [
-    ["overview", "Overview"], ["tasks", "Tasks"], ["ledger", "Ledger"], ["keys", "Keys"],
+    ["overview", "Overview"], ["models", "Models"], ["tasks", "Tasks"], ["ledger", "Ledger"], ["keys", "Keys"],
     ["playground", "Playground"], ["settings", "Settings"],
   ];
-  const ADMIN_PAGES = [["admin/users", "Users"], ["admin/models", "Models"], ["admin/health", "Health"], ["admin/audit", "Audit"]];
+  const ADMIN_PAGES = [["admin/users", "Users"], ["admin/models", "Models"], ["admin/maintenance", "Maintenance"], ["admin/health", "Health"], ["admin/audit", "Audit"]];
   function renderNav() {
-    const links = PAGES.map(([p, label]) => h("a", { href: "#/" + p, "data-page": p }, label));
+    const link = ([p, label]) => h("a", { href: "#/" + p, "data-page": p }, label);
+    const groups = [h("div", { class: "nav-group" }, PAGES.map(link))];
     if (me && me.admin) {
-      links.push(h("span", { class: "sep", "aria-hidden": "true" }, "|"));
-      for (const [p, label] of ADMIN_PAGES) links.push(h("a", { href: "#/" + p, "data-page": p }, label));
+      groups.push(h("div", { class: "nav-group operator", role: "group", "aria-label": "Operator" },
+        h("span", { class: "nav-label" }, "Operator"), ADMIN_PAGES.map(link)));
     }
-    nav.replaceChildren(...links);
+    nav.replaceChildren(...groups);
   }
   function markNav(page) {
     for (const a of nav.querySelectorAll("a")) {
-      if (page.startsWith(a.dataset.page)) a.setAttribute("aria-current", "page");
+      const p = a.dataset.page;
+      if (page === p || page.startsWith(p + "/")) a.setAttribute("aria-current", "page");
       else a.removeAttribute("aria-current");
     }
   }
@@ -169,8 +292,10 @@
       if (!me) await loadMe();
       const [page, ...rest] = path.split("/");
       markNav(path);
+      setMenu(false);
       show(h("p", { class: "muted" }, "Loading…"));
       if (page === "overview" || page === "") await overviewPage();
+      else if (page === "models") await modelsPage();
       else if (page === "tasks" && rest.length) await taskPage(decodeURIComponent(rest.join("/")));
       else if (page === "tasks") await tasksPage();
       else if (page === "ledger") await ledgerPage(1);
@@ -179,7 +304,9 @@
       else if (page === "settings") settingsPage();
       else if (page === "admin" && rest[0] === "users" && rest[1]) await adminUserPage(decodeURIComponent(rest[1]));
       else if (page === "admin" && rest[0] === "users") await adminUsersPage();
+      else if (page === "admin" && rest[0] === "models" && rest[1]) await adminModelPage(decodeURIComponent(rest.slice(1).join("/")));
       else if (page === "admin" && rest[0] === "models") await adminModelsPage();
+      else if (page === "admin" && rest[0] === "maintenance") await adminMaintenancePage();
       else if (page === "admin" && rest[0] === "health") await adminHealthPage();
       else if (page === "admin" && rest[0] === "audit") await adminAuditPage(1);
       else show(h("h1", {}, "Not found"), h("p", {}, "No such page."));
@@ -195,43 +322,175 @@
   async function overviewPage() {
     const [overview, usage] = await Promise.all([get("/api/v1/overview"), get("/api/v1/usage?group_by=day")]);
     const days = usage.data;
-    const sum = (n) => days.slice(-n).reduce((a, d) => a + d.spent_microusd, 0);
-    // Integer micro-USD to its 6-decimal text without floating point, as the API writes amounts.
-    const money = (micros) => `$${Math.trunc(micros / 1e6)}.${String(micros % 1e6).padStart(6, "0")}`;
-    const chart = window.GatewayChart.dailyChart(days, "Daily spend by model, last 30 days");
+    const sum = (n) => days.slice(-n).reduce((a, d) => a + BigInt(d.spent_microusd), 0n);
+    const chart = h("div", { class: "panel", id: "spend-chart" });
+    const draw = () => {
+      const width = chart.clientWidth - 32; // the panel's padding
+      const c = window.GatewayChart.dailyChart(days, { title: "Daily spend by model, last 30 days", width, money: dollars });
+      fill(chart, c.svg, c.legend);
+    };
+    chart.redraw = draw;
     show(
       h("h1", {}, "Overview"),
       h(
         "div",
         { class: "cards" },
-        h("div", { class: "card" }, h("div", { class: "label" }, "Balance"), h("div", { class: "value", id: "balance" }, usd(overview.user.balance_usd))),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Spent today"), h("div", { class: "value", id: "spent-today" }, money(sum(1)))),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Last 7 days"), h("div", { class: "value" }, money(sum(7)))),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Last 30 days"), h("div", { class: "value" }, money(sum(30)))),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Tasks running"), h("div", { class: "value" }, overview.stats.active))
+        card("Balance", usd(overview.user.balance_usd), "balance"),
+        card("Spent today", dollars(sum(1), true), "spent-today"),
+        card("Last 7 days", dollars(sum(7), true)),
+        card("Last 30 days", dollars(sum(30), true)),
+        card("Tasks running", overview.stats.active)
       ),
       h("h2", {}, "Daily spend by model"),
-      h("div", { class: "panel", id: "spend-chart" }, chart.svg, chart.legend),
+      chart,
       overview.maintenance ? message("Maintenance mode is on: generation calls answer 503.") : null,
-      h("h2", {}, "Newest ledger entries"),
-      ledgerTable(overview.ledger.slice(0, 10))
+      h("h2", {}, "Recent activity"),
+      await ledgerView(overview.ledger.slice(0, 20), 0),
+      h("p", {}, h("a", { href: "#/ledger" }, "The whole ledger"))
+    );
+    draw();
+  }
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      const chart = document.getElementById("spend-chart");
+      if (chart && chart.redraw) chart.redraw();
+    }, 100);
+  });
+
+  async function modelsPage() {
+    const models = (await get("/api/v1/models")).data;
+    show(
+      h("h1", {}, "Models"),
+      h("p", { class: "muted" }, "Every model you can call, with its price. A call holds its worst case first and is charged what it used."),
+      table(["Model", { label: "Kind", cls: "hide-narrow" }, "Price"],
+        models.map((m) => h("tr", { "data-model": m.id || m.public_model }, h("td", {}, h("strong", {}, m.id || m.public_model),
+          m.description ? h("div", { class: "muted small hide-narrow" }, m.description) : null),
+        h("td", { class: "hide-narrow" }, m.kind), h("td", {}, priceList(m)))),
+        "No models are enabled.", "models")
     );
   }
 
-  function ledgerTable(entries) {
-    return table(
-      ["When", "Kind", { label: "Amount", num: true }, { label: "Balance after", num: true }, { label: "Note", cls: "hide-narrow" }],
-      entries.map((e) =>
-        h("tr", {}, h("td", {}, when(e.created_at)), h("td", {}, e.kind), h("td", { class: "num" }, usd(e.amount_usd)),
-          h("td", { class: "num" }, usd(e.balance_after)), h("td", { class: "hide-narrow" }, e.description))
-      ),
-      "No ledger entries."
-    );
+  // ---- the ledger: one row per call, its entries folded in ----------------------------------
+  // What the console knows of tasks named by ledger entries (the entries carry no model).
+  const taskInfo = new Map();
+  let taskPages = 0;
+  const remember = (t) => taskInfo.set(t.id, { model: t.model, kind: t.kind, status: t.status, billing: t.billing || {} });
+  // Learns the tasks behind `ids` with few requests: at most three pages of GET /api/v1/tasks (100
+  // each, starting near `where`, this ledger page's place from 0 = newest to 1 = oldest), then at
+  // most ten single tasks; a row whose task is still unknown shows its id without a model.
+  async function lookUpTasks(ids, where) {
+    const missing = () => ids.filter((id) => !taskInfo.has(id));
+    if (!missing().length) return;
+    const fetched = new Set();
+    const fetchPage = async (p) => {
+      fetched.add(p);
+      const r = await get(`/api/v1/tasks?page=${p}&page_size=100`);
+      r.data.forEach(remember);
+      taskPages = r.pagination.total_pages;
+    };
+    const guess = () => Math.min(Math.max(1, taskPages), Math.max(1, Math.floor(where * taskPages) + 1));
+    try {
+      await fetchPage(taskPages ? guess() : 1);
+      for (let i = 0; i < 2 && missing().length; i++) {
+        let p = guess();
+        while (fetched.has(p) && p <= taskPages) p++;
+        if (p > taskPages) break;
+        await fetchPage(p);
+      }
+      await Promise.all(missing().slice(0, 10).map((id) => get("/api/v1/tasks/" + encodeURIComponent(id)).then(remember, () => null)));
+    } catch (_) {
+      // Without task:read the rows show task ids only.
+    }
+  }
+
+  // Ledger entries (newest first) as rows: a call's entries (same task id) become one row.
+  function groupLedger(entries) {
+    const rows = [];
+    const calls = new Map();
+    for (const e of entries) {
+      if (!e.task_id) {
+        rows.push({ entry: e });
+        continue;
+      }
+      let call = calls.get(e.task_id);
+      if (!call) {
+        call = { task: e.task_id, entries: [] };
+        calls.set(e.task_id, call);
+        rows.push(call);
+      }
+      call.entries.push(e);
+    }
+    return rows;
+  }
+  const KIND_NAMES = { topup: "Top-up", adjustment: "Adjustment", reserve: "Hold", settle: "Settle", release: "Release", refund: "Refund" };
+
+  async function ledgerView(entries, where) {
+    const rows = groupLedger(entries);
+    await lookUpTasks(rows.filter((r) => r.task && !r.entries.some((e) => e.model)).map((r) => r.task), where);
+    const out = [];
+    rows.forEach((r, i) => {
+      if (r.entry) {
+        const e = r.entry;
+        const credit = BigInt(e.amount_microusd) >= 0n;
+        out.push(h("tr", { class: "entry", "data-kind": e.kind }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
+          h("td", {}, h("strong", {}, KIND_NAMES[e.kind] || e.kind), e.description ? h("div", { class: "muted small" }, e.description) : null,
+            h("div", { class: "muted small show-narrow" }, shortWhen(e.created_at))),
+          h("td", {}, badge(credit ? "credit" : "debit", credit ? "succeeded" : "done")), h("td", { class: "num" }, dollars(e.amount_microusd, true, true)),
+          h("td", { class: "num hide-narrow" }, usd(e.balance_after))));
+        return;
+      }
+      const info = taskInfo.get(r.task) || {};
+      const model = (r.entries.find((e) => e.model) || {}).model || info.model;
+      const kinds = r.entries.map((e) => e.kind);
+      const whole = kinds.includes("reserve");
+      let net = r.entries.reduce((a, e) => a + BigInt(e.amount_microusd), 0n);
+      let state;
+      if (kinds.includes("refund")) state = ["refunded", "cancelled"];
+      else if (kinds.includes("settle")) state = ["charged", "succeeded"];
+      else if (kinds.includes("release")) state = ["released", "cancelled"];
+      else state = ["held", "queued"];
+      let note = null;
+      if (!whole) {
+        // The hold is on an older page: the task's billing says what the call cost in all.
+        const b = info.billing || {};
+        if (b.actual_amount_microusd !== undefined && b.actual_amount_microusd !== null) net = -BigInt(b.actual_amount_microusd);
+        note = h("div", { class: "muted small" }, "its hold is on an older page");
+      }
+      const id = "call-" + i;
+      const toggle = h("button", { type: "button", class: "disclose", "aria-expanded": "false", "aria-controls": r.entries.map((_, j) => `${id}-${j}`).join(" "),
+        "aria-label": `Entries of ${model || r.task}`, title: "Show the ledger entries" }, "▸");
+      const raw = r.entries.map((e, j) => h("tr", { class: "raw", id: `${id}-${j}`, hidden: true, "data-for": id }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
+        h("td", {}, KIND_NAMES[e.kind] || e.kind, e.description ? h("div", { class: "muted small" }, e.description) : null,
+          h("div", { class: "muted small show-narrow" }, shortWhen(e.created_at))),
+        h("td", {}, badge(e.kind, "done")), h("td", { class: "num" }, dollars(e.amount_microusd, true, true)),
+        h("td", { class: "num hide-narrow" }, usd(e.balance_after))));
+      toggle.addEventListener("click", () => {
+        const open = toggle.getAttribute("aria-expanded") !== "true";
+        toggle.setAttribute("aria-expanded", String(open));
+        toggle.textContent = open ? "▾" : "▸";
+        for (const tr of raw) tr.hidden = !open;
+      });
+      out.push(h("tr", { class: "call", id, "data-task": r.task, "data-entries": r.entries.length },
+        h("td", { class: "hide-narrow" }, whenCell(r.entries[r.entries.length - 1].created_at)),
+        h("td", {}, h("div", { class: "call-head" }, toggle,
+          h("a", { href: "#/tasks/" + encodeURIComponent(r.task), class: "model", title: r.task }, model || r.task)),
+          h("div", { class: "muted small ellipsis hide-narrow" }, r.task),
+          h("div", { class: "muted small show-narrow" }, shortWhen(r.entries[r.entries.length - 1].created_at)), note),
+        h("td", {}, badge(state[0], state[1])), h("td", { class: "num charge" }, dollars(net, true, true)),
+        h("td", { class: "num hide-narrow" }, usd(r.entries[0].balance_after))), ...raw);
+    });
+    return table([{ label: "When", cls: "hide-narrow" }, "Call or entry", "Status", { label: "Amount", num: true }, { label: "Balance after", num: true, cls: "hide-narrow" }],
+      out, "No ledger entries.", "ledger");
   }
 
   async function ledgerPage(n) {
-    const page = await get(`/api/v1/ledger?page=${n}&page_size=50`);
-    show(h("h1", {}, "Ledger"), ledgerTable(page.data), pager(page.pagination, ledgerPage));
+    const page = await get(`/api/v1/ledger?page=${n}&page_size=100`);
+    const where = page.pagination.total ? ((n - 1) * 100) / page.pagination.total : 0;
+    show(h("h1", {}, "Ledger"),
+      h("p", { class: "muted" }, "One line per call: its hold and its settlement or refund folded into the amount it cost (▸ shows the entries)."),
+      await ledgerView(page.data, where), pager(page.pagination, ledgerPage));
   }
 
   const STATUSES = ["", "running", "completed", "submitting", "queued", "processing", "succeeded", "failed", "cancelled", "expired"];
@@ -245,6 +504,7 @@
     if (status) q.set("status", status);
     if (kind) q.set("kind", kind);
     const page = await get("/api/v1/tasks?" + q);
+    page.data.forEach(remember);
     const go = (s, k, p) => {
       const next = new URLSearchParams();
       if (s) next.set("status", s);
@@ -256,15 +516,17 @@
       STATUSES.map((s) => h("option", { value: s, selected: s === status }, s || "any status")));
     const kindSelect = h("select", { id: "kind-filter", onchange: (e) => go(status, e.target.value, 1) },
       KINDS.map((k) => h("option", { value: k, selected: k === kind }, k || "any kind")));
+    const charged = (b) => (b && (b.actual_amount || b.estimated_amount) ? usd(b.actual_amount || b.estimated_amount) : "—");
     show(
       h("h1", {}, "Tasks"),
       h("div", { class: "row" }, h("label", {}, "Status", statusSelect), h("label", {}, "Kind", kindSelect)),
       table(
-        ["Task", "Model", "Status", { label: "Charged", num: true }, { label: "Created", cls: "hide-narrow" }],
+        [{ label: "Task", cls: "hide-narrow" }, "Model", "Status", { label: "Charged", num: true }, { label: "Created", cls: "hide-narrow" }],
         page.data.map((t) =>
-          h("tr", {}, h("td", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.id) }, t.id)), h("td", {}, t.model),
-            h("td", {}, badge(t.status)), h("td", { class: "num" }, usd(t.billing && (t.billing.actual_amount || t.billing.estimated_amount))),
-            h("td", { class: "hide-narrow" }, when(t.created_at)))
+          h("tr", { "data-task": t.id }, h("td", { class: "hide-narrow" }, h("a", { href: "#/tasks/" + encodeURIComponent(t.id), class: "id" }, t.id)),
+            h("td", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.id), class: "model", title: t.id }, t.model)),
+            h("td", {}, badge(t.status)), h("td", { class: "num" }, charged(t.billing)),
+            h("td", { class: "hide-narrow" }, whenCell(t.created_at)))
         ),
         "No tasks match."
       ),
@@ -274,6 +536,7 @@
 
   async function taskPage(id) {
     const t = await get("/api/v1/tasks/" + encodeURIComponent(id));
+    remember(t);
     const b = t.billing || {};
     const status = h("div", { "aria-live": "polite" });
     const rows = [
@@ -290,11 +553,11 @@
       result = h("div", {}, h("h2", {}, "Result"), h("video", { class: "result", src: output, controls: true, id: "task-video" }),
         lastFrame ? h("p", {}, h("a", { href: lastFrame, rel: "noreferrer" }, "Last frame")) : null);
     } else if (output) {
-      result = h("div", {}, h("h2", {}, "Result"), h("p", {}, h("a", { href: output, rel: "noreferrer" }, output)));
+      result = h("div", {}, h("h2", {}, "Result"), h("p", {}, h("a", { href: output, rel: "noreferrer", class: "id" }, output)));
     }
     show(
-      h("h1", {}, "Task " + t.id),
-      h("div", { class: "table-wrap" }, h("table", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
+      h("h1", {}, "Task ", h("span", { class: "id" }, t.id)),
+      h("div", { class: "table-wrap" }, h("table", { class: "facts" }, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
       b.usage ? h("div", {}, h("h2", {}, "Usage"), h("pre", {}, JSON.stringify(b.usage, null, 2))) : null,
       result,
       t.status === "queued"
@@ -333,17 +596,18 @@
           }
         } },
         h("h2", {}, "New key"), h("div", { class: "row" }, h("label", { for: "key-name" }, "Name", name)),
-        h("fieldset", {}, h("legend", {}, "Scopes (at most the scopes of the key you signed in with)"), boxes),
+        h("fieldset", { class: "scopes" }, h("legend", {}, "Scopes (at most the scopes of the key you signed in with)"), boxes),
         h("button", { type: "submit" }, "Create key"))
       : h("p", { class: "muted" }, "The key you signed in with lacks keys:manage, so it cannot create or revoke keys.");
     show(
       h("h1", {}, "API keys"), status, form,
       table(
-        ["Name", "Prefix", "Scopes", { label: "Spent", num: true }, "State", ""],
+        ["Name", { label: "Prefix", cls: "hide-narrow" }, { label: "Scopes", cls: "hide-narrow" }, { label: "Spent", num: true }, "State", ""],
         keys.data.map((k) =>
-          h("tr", { "data-key": k.id }, h("td", {}, k.name), h("td", {}, k.prefix + "…"), h("td", {}, k.scopes.join(", ")),
+          h("tr", { "data-key": k.id }, h("td", {}, k.name), h("td", { class: "hide-narrow" }, h("code", {}, k.prefix + "…")),
+            h("td", { class: "hide-narrow small" }, k.scopes.join(", ")),
             h("td", { class: "num" }, usd(k.spent_usd)), h("td", {}, k.revoked_at ? "revoked" : k.id === me.keyId ? "in use" : "active"),
-            h("td", {}, !k.revoked_at && canManage ? h("button", { class: "danger", type: "button", "aria-label": "Revoke " + k.name, onclick: async () => {
+            h("td", {}, !k.revoked_at && canManage ? h("button", { class: "danger small", type: "button", "aria-label": "Revoke " + k.name, onclick: async () => {
               if (!confirm(`Revoke ${k.name}? Calls with it will be refused.`)) return;
               try {
                 await api("DELETE", "/api/v1/keys/" + encodeURIComponent(k.id));
@@ -358,27 +622,46 @@
     );
   }
 
+  // ---- playground: priced models only, each kind with its own parameters -----------------
   async function playgroundPage() {
-    const models = (await get("/api/v1/models")).data.filter((m) => m.kind === "language" || m.kind === "image");
-    const select = h("select", { id: "pg-model" }, models.map((m) => h("option", { value: m.id || m.name }, `${m.id || m.name} (${m.kind})`)));
+    const [list, overview] = await Promise.all([get("/api/v1/models"), get("/api/v1/overview")]);
+    const models = list.data.filter((m) => (m.kind === "language" || m.kind === "image") && priced(m));
+    const name = (m) => m.id || m.public_model;
+    if (!models.length) return show(h("h1", {}, "Playground"), h("p", { class: "muted" }, "No priced language or image model is enabled."));
+    const select = h("select", { id: "pg-model" }, models.map((m) => h("option", { value: name(m) }, `${name(m)} (${m.kind})`)));
     const prompt = h("textarea", { id: "pg-prompt", placeholder: "Say hello", required: true });
     const maxTokens = h("input", { id: "pg-max", type: "number", min: 1, value: 256 });
-    const price = h("div", { id: "pg-price", class: "muted" });
+    const size = h("select", { id: "pg-size" });
+    const maxField = h("label", { for: "pg-max", class: "param", "data-kind": "language" }, "Max tokens", maxTokens);
+    const sizeField = h("label", { for: "pg-size", class: "param", "data-kind": "image" }, "Size", size);
+    const price = h("div", { id: "pg-price", class: "price" });
     const hold = h("div", { id: "pg-hold", "aria-live": "polite" });
+    const balance = h("div", { id: "pg-balance", class: "muted" }, "Balance: ", h("strong", {}, usd(overview.user.balance_usd)));
     const output = h("pre", { id: "pg-output", "aria-live": "polite" });
     const status = h("div", { id: "pg-status", "aria-live": "polite" });
-    const model = () => models.find((m) => (m.id || m.name) === select.value);
+    const model = () => models.find((m) => name(m) === select.value);
+    // Shows the fields the chosen model's kind takes, bounded by its limits.
+    const params = () => {
+      const m = model();
+      const limits = m.limits || {};
+      maxField.hidden = m.kind !== "language";
+      sizeField.hidden = m.kind !== "image";
+      if (m.kind === "language" && limits.max_tokens && limits.max_tokens.max) maxTokens.max = limits.max_tokens.max;
+      if (m.kind === "image") {
+        const sizes = (limits.sizes && limits.sizes.named) || [];
+        fill(size, h("option", { value: "" }, "model default"), sizes.map((s) => h("option", { value: s }, s)));
+      }
+    };
     const body = () => {
       const m = model();
-      if (m.kind === "image") return { model: select.value, prompt: prompt.value };
+      if (m.kind === "image") return size.value ? { model: select.value, prompt: prompt.value, size: size.value } : { model: select.value, prompt: prompt.value };
       return { model: select.value, messages: [{ role: "user", content: prompt.value }], max_tokens: Number(maxTokens.value) || 256, stream: true };
     };
     const quotePath = () => (model().kind === "image" ? "/api/v1/images/generations/quote" : "/api/v1/chat/completions/quote");
     let timer = null;
     async function quote() {
       const m = model();
-      fill(price, "Price: ",
-        Object.entries(m.pricing || {}).map(([k, r]) => h("span", { class: "badge" }, `${k}: ${r.amountMicrousd} µUSD / ${r.denominator} ${r.unit}`)));
+      fill(price, h("span", { class: "muted" }, "Price: "), priceList(m));
       if (!prompt.value.trim()) return fill(hold, h("span", { class: "muted" }, "Type a prompt to see the hold."));
       try {
         const q = await api("POST", quotePath(), body());
@@ -391,12 +674,13 @@
       clearTimeout(timer);
       timer = setTimeout(quote, 250);
     };
-    for (const input of [select, prompt, maxTokens]) input.addEventListener("input", requote);
+    select.addEventListener("change", params);
+    for (const input of [select, prompt, maxTokens, size]) input.addEventListener("input", requote);
     const send = h("button", { type: "submit", id: "pg-send" }, "Send");
     const form = h("form", { class: "panel", onsubmit: async (e) => {
       e.preventDefault();
       send.disabled = true;
-      fill(output, );
+      fill(output);
       fill(status, h("span", { class: "muted" }, "Running…"));
       try {
         if (model().kind === "image") await runImage(body(), output, status);
@@ -405,11 +689,15 @@
         fill(status, message(err.message));
       } finally {
         send.disabled = false;
+        // What is left after the call (or after a failure, which is refunded).
+        const after = await get("/api/v1/overview").catch(() => null);
+        if (after) fill(balance, "Balance left: ", h("strong", { id: "pg-balance-left" }, usd(after.user.balance_usd)));
       }
     } },
-      h("div", { class: "row" }, h("label", { for: "pg-model" }, "Model", select), h("label", { for: "pg-max" }, "Max tokens", maxTokens)),
-      h("label", { for: "pg-prompt" }, "Prompt", prompt), price, hold, send);
+      h("div", { class: "row" }, h("label", { for: "pg-model" }, "Model", select), maxField, sizeField),
+      h("label", { for: "pg-prompt" }, "Prompt", prompt), price, hold, h("div", { class: "row" }, send, balance));
     show(h("h1", {}, "Playground"), form, status, output);
+    params();
     quote();
   }
 
@@ -467,7 +755,7 @@
     const answer = await api("POST", "/api/v1/images/generations", body);
     const images = (answer.data || []).map((d) => (safeUrl(d.url) ? h("img", { class: "result", src: safeUrl(d.url), alt: "Generated image" }) : null));
     fill(output, ...images);
-    fill(status, 
+    fill(status,
       h("span", { class: "ok", role: "status" }, `Done. Charged ${usd(answer.billing && answer.billing.actual_amount)}. `),
       h("a", { href: "#/tasks/" + encodeURIComponent(answer.task_id), id: "pg-task" }, "Task " + answer.task_id)
     );
@@ -533,9 +821,10 @@
       h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); go(search.value.trim(), 1); } },
         h("label", { for: "user-search" }, "Search", search), h("button", { type: "submit" }, "Search")),
       table(
-        ["User", "Email", "Role", { label: "Balance", num: true }, "State"],
+        ["User", { label: "Email", cls: "hide-narrow" }, { label: "Role", cls: "hide-narrow" }, { label: "Balance", num: true }, "State"],
         page.data.map((u) => h("tr", {}, h("td", {}, h("a", { href: "#/admin/users/" + encodeURIComponent(u.id) }, u.name)),
-          h("td", {}, u.email), h("td", {}, u.role), h("td", { class: "num" }, usd(u.balance_usd)), h("td", {}, u.disabled ? "disabled" : "active"))),
+          h("td", { class: "hide-narrow" }, u.email), h("td", { class: "hide-narrow" }, u.role), h("td", { class: "num" }, usd(u.balance_usd)),
+          h("td", {}, u.disabled ? badge("disabled", "failed") : badge("active", "succeeded")))),
         "No users match."
       ),
       pager(page.pagination, (p) => go(q, p)),
@@ -556,11 +845,8 @@
     show(
       h("h1", {}, u.name),
       h("div", { class: "cards" },
-        h("div", { class: "card" }, h("div", { class: "label" }, "Balance"), h("div", { class: "value", id: "user-balance" }, usd(u.balance_usd))),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Email"), h("div", { class: "value" }, u.email)),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Role"), h("div", { class: "value" }, u.role)),
-        h("div", { class: "card" }, h("div", { class: "label" }, "State"), h("div", { class: "value" }, u.disabled ? "disabled" : "active")),
-        h("div", { class: "card" }, h("div", { class: "label" }, "Media"), h("div", { class: "value" }, `${u.media_used_bytes} / ${u.media_quota_bytes} B`))),
+        card("Balance", usd(u.balance_usd), "user-balance"), card("Email", u.email), card("Role", u.role),
+        card("State", u.disabled ? "disabled" : "active"), card("Media", `${u.media_used_bytes} / ${u.media_quota_bytes} B`)),
       h("form", { class: "panel", id: "topup", onsubmit: async (e) => {
         e.preventDefault();
         try {
@@ -582,6 +868,7 @@
       } }, h("h2", {}, "Caps and access"), h("div", { class: "row" }, h("label", { for: "user-cap" }, "Concurrent calls", cap),
         h("button", { type: "submit" }, "Save cap"),
         h("button", { type: "button", class: u.disabled ? "" : "danger", id: "toggle-user", onclick: async () => {
+          if (!u.disabled && !confirm(`Disable ${u.name}? Every key of theirs is refused until enabled again.`)) return;
           try {
             await api("PATCH", "/api/v1/admin/users/" + encodeURIComponent(id), { disabled: !u.disabled });
             await reload(u.disabled ? "User enabled." : "User disabled: every key is refused.");
@@ -591,71 +878,159 @@
         } }, u.disabled ? "Enable user" : "Disable user"))),
       status,
       h("h2", {}, "Keys"),
-      table(["Name", "Prefix", "Scopes", { label: "Spent", num: true }, "State"],
-        u.keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", {}, k.prefix + "…"), h("td", {}, k.scopes.join(", ")),
+      table(["Name", { label: "Prefix", cls: "hide-narrow" }, { label: "Scopes", cls: "hide-narrow" }, { label: "Spent", num: true }, "State"],
+        u.keys.map((k) => h("tr", {}, h("td", {}, k.name), h("td", { class: "hide-narrow" }, h("code", {}, k.prefix + "…")),
+          h("td", { class: "hide-narrow small" }, k.scopes.join(", ")),
           h("td", { class: "num" }, usd(k.spent_usd)), h("td", {}, k.revoked_at ? "revoked" : "active")))),
       h("p", {}, h("a", { href: "#/admin/users" }, "Back to users"))
     );
   }
 
+  // A short summary of a sheet for the models table: its first rate and how many more.
+  function priceSummary(m) {
+    if (!priced(m)) return h("span", { class: "muted" }, "unpriced");
+    const rates = sortedRates(m.pricing);
+    // The base tier's input and output rates (or the first rate) stand for the sheet.
+    let shown = rates.filter(([k]) => /^(input|output)_tokens(_lte_\d+k)?$/.test(k) || /^(text_to_image|output_images_lte|output_audio)/.test(k)).slice(0, 2);
+    if (!shown.length) shown = rates.slice(0, 1);
+    return h("span", { class: "small" }, shown.map(([k, r]) => rateText(k, r)).join("; "),
+      rates.length > shown.length ? h("span", { class: "muted" }, ` +${rates.length - shown.length} more`) : null);
+  }
+
   async function adminModelsPage() {
     const list = await get("/api/v1/admin/models");
-    const status = h("div", { "aria-live": "polite" });
-    const reload = async (text) => {
-      await adminModelsPage();
-      main.prepend(message(text, "ok"));
-    };
-    const fail = (err) => fill(status, message(err.message));
-    const maintenance = h("button", { type: "button", id: "maintenance", class: list.maintenance ? "" : "danger", onclick: async () => {
-      try {
-        await api("PUT", "/api/v1/admin/maintenance", { enabled: !list.maintenance });
-        await reload(list.maintenance ? "Maintenance off." : "Maintenance on: generation calls answer 503.");
-      } catch (err) {
-        fail(err);
-      }
-    } }, list.maintenance ? "Turn maintenance off" : "Turn maintenance on");
-    const priceModel = h("select", { id: "price-model" }, list.data.map((m) => h("option", { value: m.model }, m.model)));
-    const sheet = h("textarea", { id: "price-sheet", spellcheck: "false" });
-    const fill = () => {
-      const m = list.data.find((x) => x.model === priceModel.value);
-      sheet.value = JSON.stringify((m && m.pricing) || {}, null, 2);
-    };
-    priceModel.addEventListener("change", fill);
-    fill();
     show(
       h("h1", {}, "Models"),
-      h("div", { class: "panel" }, h("p", {}, "Maintenance mode is ", h("strong", {}, list.maintenance ? "on" : "off"), "."), maintenance),
-      status,
-      table(["Model", "Kind", "Enabled", { label: "Cap", num: true }, "Price version", ""],
-        list.data.map((m) => {
-          const cap = h("input", { type: "number", min: 1, max: 100000, value: m.concurrency_limit, "aria-label": "Cap of " + m.model, size: 6 });
-          return h("tr", {}, h("td", {}, m.model), h("td", {}, m.kind), h("td", {}, m.enabled ? "yes" : "no"), h("td", { class: "num" }, cap),
-            h("td", {}, m.pricing_version === null ? "unpriced" : "v" + m.pricing_version),
-            h("td", {}, h("div", { class: "row" },
-              h("button", { type: "button", class: "secondary", onclick: async () => {
-                try { await api("PATCH", "/api/v1/admin/models/" + encodeURIComponent(m.model), { concurrency_limit: Number(cap.value) }); await reload(`${m.model}: cap ${cap.value}.`); } catch (err) { fail(err); }
-              } }, "Save cap"),
-              h("button", { type: "button", class: m.enabled ? "danger" : "", onclick: async () => {
-                try { await api("PATCH", "/api/v1/admin/models/" + encodeURIComponent(m.model), { enabled: !m.enabled }); await reload(`${m.model} ${m.enabled ? "disabled" : "enabled"}.`); } catch (err) { fail(err); }
-              } }, m.enabled ? "Disable" : "Enable"))));
-        })),
-      h("form", { class: "panel", onsubmit: async (e) => {
-        e.preventDefault();
-        let rates;
-        try { rates = JSON.parse(sheet.value); } catch (err) { return fail(new Error("The rates are not valid JSON: " + err.message)); }
+      list.maintenance ? h("p", { class: "error", role: "alert" }, "Maintenance mode is on: generation calls answer 503. ", h("a", { href: "#/admin/maintenance" }, "Maintenance")) : null,
+      h("p", { class: "muted" }, "Open a model to change its availability, its concurrency cap or its prices."),
+      table(["Model", { label: "Kind", cls: "hide-narrow" }, "Status", { label: "Cap", num: true, cls: "hide-narrow" }, { label: "Price", cls: "hide-narrow" }, ""],
+        list.data.map((m) => h("tr", { "data-model": m.model },
+          h("td", {}, h("a", { href: "#/admin/models/" + encodeURIComponent(m.model) }, m.model)),
+          h("td", { class: "hide-narrow" }, m.kind),
+          h("td", {}, m.enabled ? badge("enabled", "succeeded") : badge("disabled", "cancelled"), priced(m) ? null : " ", priced(m) ? null : badge("unpriced", "queued")),
+          h("td", { class: "num hide-narrow" }, m.concurrency_limit),
+          h("td", { class: "hide-narrow" }, priced(m) ? h("span", {}, h("span", { class: "muted small" }, `v${m.pricing_version} `), priceSummary(m)) : priceSummary(m)),
+          h("td", { class: "num" }, h("a", { class: "button-link", href: "#/admin/models/" + encodeURIComponent(m.model), "aria-label": "Manage " + m.model }, "Manage")))),
+        "No models.", "admin-models")
+    );
+  }
+
+  // One model: availability, cap and a price form (one row per rate, dollars per N units).
+  async function adminModelPage(name, notice) {
+    const list = await get("/api/v1/admin/models");
+    const m = list.data.find((x) => x.model === name);
+    if (!m) return show(h("h1", {}, "Not found"), h("p", {}, "No model " + name + "."), h("p", {}, h("a", { href: "#/admin/models" }, "Back to models")));
+    const status = h("div", { "aria-live": "polite" }, notice ? message(notice, "ok") : null);
+    const reload = (text) => adminModelPage(name, text);
+    const fail = (err) => fill(status, message(err.message));
+    const path = "/api/v1/admin/models/" + encodeURIComponent(m.model);
+    const cap = h("input", { id: "model-cap", type: "number", min: 1, max: 100000, value: m.concurrency_limit });
+    const availability = h("form", { class: "panel", id: "model-availability", onsubmit: async (e) => {
+      e.preventDefault();
+      try { await api("PATCH", path, { concurrency_limit: Number(cap.value) }); await reload(`Cap of ${m.model}: ${cap.value} concurrent calls.`); } catch (err) { fail(err); }
+    } }, h("h2", {}, "Availability"),
+      h("div", { class: "row" }, h("label", { for: "model-cap" }, "Concurrent calls (all users)", cap), h("button", { type: "submit", class: "secondary" }, "Save cap")),
+      h("p", {}, m.enabled ? "Enabled: users can call it." : "Disabled: calls to it are refused."),
+      h("button", { type: "button", id: "toggle-model", class: m.enabled ? "danger" : "", onclick: async () => {
+        if (m.enabled && !confirm(`Disable ${m.model}? Calls to it will be refused.`)) return;
+        try { await api("PATCH", path, { enabled: !m.enabled }); await reload(`${m.model} ${m.enabled ? "disabled" : "enabled"}.`); } catch (err) { fail(err); }
+      } }, m.enabled ? "Disable model" : "Enable model"));
+
+    // The price form.
+    const rows = h("div", { class: "rate-rows" });
+    const DENOMINATORS = [["1", "1"], ["1000", "1K"], ["1000000", "1M"]];
+    const unitList = h("datalist", { id: "rate-units" }, Object.keys(UNITS).map((u) => h("option", { value: u })));
+    function rateRow(rateName, rate) {
+      const nameIn = h("input", { class: "rate-name", value: rateName, required: true, "aria-label": "Rate name", placeholder: "input_tokens", spellcheck: "false" });
+      const amount = h("input", { class: "rate-amount", inputmode: "decimal", required: true, "aria-label": "Dollars", placeholder: "0.14",
+        value: rate ? decimal(rate.amountMicrousd, 6, 2) : "" });
+      const denoms = DENOMINATORS.slice();
+      const current = rate ? String(rate.denominator) : "1000000";
+      if (!denoms.some(([v]) => v === current)) denoms.push([current, group3(current)]);
+      const per = h("select", { class: "rate-per", "aria-label": "Per how many units" }, denoms.map(([v, label]) => h("option", { value: v, selected: v === current }, label)));
+      const unit = h("input", { class: "rate-unit", value: rate ? rate.unit : "token", list: "rate-units", required: true, "aria-label": "Unit", size: 8, spellcheck: "false" });
+      const preview = h("div", { class: "rate-preview muted small" });
+      const row = h("div", { class: "rate-row" },
+        h("div", { class: "rate-fields" }, nameIn, h("span", { class: "rate-price" }, h("span", {}, "$"), amount, h("span", {}, "per"), per, unit),
+          h("button", { type: "button", class: "secondary small", "aria-label": "Remove this rate", onclick: () => { row.remove(); } }, "Remove")),
+        preview);
+      const update = () => {
         try {
-          const v = await api("POST", `/api/v1/admin/models/${encodeURIComponent(priceModel.value)}/pricing`, rates);
-          await reload(`${v.model}: price version ${v.pricing_version} is active.`);
-        } catch (err) { fail(err); }
-      } }, h("h2", {}, "New price version"), h("label", { for: "price-model" }, "Model", priceModel),
-        h("label", { for: "price-sheet" }, "Rates (JSON: name → {amountMicrousd, denominator, unit})", sheet),
-        h("button", { type: "submit" }, "Publish version"))
+          const micros = parseDollars(amount.value);
+          preview.className = "rate-preview muted small";
+          preview.textContent = `${rateText(nameIn.value || "rate", { amountMicrousd: String(micros), denominator: per.value, unit: unit.value || "unit" })} = ${micros} µUSD per ${group3(per.value)} ${unit.value}`;
+        } catch (err) {
+          const typed = amount.value.trim() !== "";
+          preview.className = typed ? "rate-preview error small" : "rate-preview muted small";
+          preview.textContent = typed ? err.message : "Type the price in dollars.";
+        }
+      };
+      for (const input of [nameIn, amount, per, unit]) input.addEventListener("input", update);
+      row.read = () => [nameIn.value.trim(), { amountMicrousd: String(parseDollars(amount.value)), denominator: per.value, unit: unit.value.trim() }];
+      update();
+      return row;
+    }
+    for (const [k, r] of sortedRates(m.pricing || {})) rows.append(rateRow(k, r));
+    if (!priced(m)) rows.append(rateRow(m.kind === "image" ? "text_to_image_pieces" : "input_tokens", m.kind === "image" ? { amountMicrousd: "0", denominator: "1", unit: "image" } : null));
+    const priceForm = h("form", { class: "panel", id: "price-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const sheet = {};
+      try {
+        for (const row of rows.children) {
+          const [k, rate] = row.read();
+          if (!k) throw new Error("Every rate needs a name, such as input_tokens.");
+          if (sheet[k]) throw new Error(`The rate ${k} is there twice.`);
+          sheet[k] = rate;
+        }
+        if (!Object.keys(sheet).length) throw new Error("A price version needs at least one rate.");
+      } catch (err) {
+        return fail(err);
+      }
+      try {
+        const v = await api("POST", path + "/pricing", sheet);
+        await reload(`${v.model}: price version ${v.pricing_version} is active.`);
+      } catch (err) { fail(err); }
+    } },
+      h("h2", {}, "Prices"),
+      h("p", { class: "muted" }, priced(m) ? `Version ${m.pricing_version} is active. Publishing makes a new version; calls already held keep theirs.` : "Not priced: calls answer 503 until a price version is published."),
+      unitList, rows,
+      h("div", { class: "row" },
+        h("button", { type: "button", class: "secondary", id: "add-rate", onclick: () => rows.append(rateRow("", null)) }, "Add a rate"),
+        h("button", { type: "submit", id: "publish-price" }, "Publish price version")));
+    show(
+      h("h1", {}, m.model),
+      status,
+      h("div", { class: "cards" }, card("Kind", m.kind), card("Status", m.enabled ? "enabled" : "disabled", "model-status"),
+        card("Cap", m.concurrency_limit), card("Price version", m.pricing_version === null ? "unpriced" : "v" + m.pricing_version)),
+      availability, priceForm,
+      h("p", {}, h("a", { href: "#/admin/models" }, "Back to models"))
+    );
+  }
+
+  async function adminMaintenancePage(notice) {
+    const state = await get("/api/v1/admin/maintenance");
+    const on = state.enabled;
+    const status = h("div", { "aria-live": "polite" }, notice ? message(notice, "ok") : null);
+    show(
+      h("h1", {}, "Maintenance"),
+      status,
+      h("div", { class: "panel" },
+        h("p", {}, "Maintenance mode is ", h("strong", { id: "maintenance-state" }, on ? "on" : "off"), "."),
+        h("p", { class: "muted" }, "While it is on, every generation call answers 503 (nothing is held or charged); reading, keys and the console keep working."),
+        h("button", { type: "button", id: "maintenance", class: on ? "" : "danger", onclick: async () => {
+          if (!on && !confirm("Turn maintenance on? Every generation call will answer 503.")) return;
+          try {
+            await api("PUT", "/api/v1/admin/maintenance", { enabled: !on });
+            await adminMaintenancePage(on ? "Maintenance off." : "Maintenance on: generation calls answer 503.");
+          } catch (err) {
+            fill(status, message(err.message));
+          }
+        } }, on ? "Turn maintenance off" : "Turn maintenance on"))
     );
   }
 
   async function adminHealthPage() {
     const health = await get("/api/v1/admin/health");
-    const card = (label, value, id) => h("div", { class: "card" }, h("div", { class: "label" }, label), h("div", { class: "value", id }, value));
     const endpoints = [];
     for (const r of health.replicas) for (const e of r.endpoints) endpoints.push([r.replica, e]);
     show(
@@ -666,23 +1041,59 @@
         card("Oldest active video task", health.oldest_active_video_secs === null ? "none" : health.oldest_active_video_secs + " s", "worker-lag"),
         card("Maintenance", health.maintenance ? "on" : "off")),
       h("h2", {}, "Upstream endpoints"),
-      table(["Replica", "Pool", "Endpoint", "State", { label: "Attempts", num: true }, { label: "Failures", num: true }, "Errors"],
-        endpoints.map(([replica, e]) => h("tr", {}, h("td", {}, replica), h("td", {}, e.pool), h("td", {}, e.name), h("td", {}, e.state),
-          h("td", { class: "num" }, e.attempts), h("td", { class: "num" }, e.failures),
-          h("td", {}, Object.entries(e.errors || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "none"))),
+      table([{ label: "Replica", cls: "hide-narrow" }, { label: "Pool", cls: "hide-narrow" }, "Endpoint", "State", { label: "Attempts", num: true, cls: "hide-narrow" }, { label: "Failures", num: true }, { label: "Errors", cls: "hide-narrow" }],
+        endpoints.map(([replica, e]) => h("tr", {}, h("td", { class: "hide-narrow" }, replica), h("td", { class: "hide-narrow" }, e.pool), h("td", {}, e.name), h("td", {}, e.state),
+          h("td", { class: "num hide-narrow" }, e.attempts), h("td", { class: "num" }, e.failures),
+          h("td", { class: "hide-narrow" }, Object.entries(e.errors || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "none"))),
         "No replica has reported its endpoints yet.")
     );
   }
 
+  // ---- the audit trail: only what changed, old → new ---------------------------------------
+  // Nested objects become dotted paths; a price rate stays one value.
+  function flatten(value, prefix, out) {
+    if (value && typeof value === "object" && !Array.isArray(value) && !isRate(value)) {
+      for (const [k, v] of Object.entries(value)) flatten(v, prefix ? prefix + "." + k : k, out);
+      if (!Object.keys(value).length && prefix) out[prefix] = value;
+    } else if (prefix) out[prefix] = value;
+    return out;
+  }
+  function auditValue(field, v) {
+    if (v === undefined || v === null) return "—";
+    if (isRate(v)) return rateText(field.split(".").pop(), v);
+    if (Array.isArray(v)) return v.length ? v.join(", ") : "none";
+    if (typeof v === "string" && /(^|_)usd$/.test(field.split(".").pop()) && /^-?\d+\.\d+$/.test(v)) return usd(v);
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+  function auditDiff(before, after) {
+    const b = before && typeof before === "object" ? flatten(before, "", {}) : null;
+    const a = after && typeof after === "object" ? flatten(after, "", {}) : null;
+    const items = [];
+    const same = (x, y) => JSON.stringify(x) === JSON.stringify(y);
+    if (!b && a) {
+      for (const [k, v] of Object.entries(a)) if (v !== null && v !== undefined) items.push(h("li", {}, h("span", { class: "field" }, k), " ", h("ins", {}, auditValue(k, v))));
+      return h("ul", { class: "diff created" }, items.length ? items : h("li", { class: "muted" }, "created"));
+    }
+    if (b && !a) return h("ul", { class: "diff" }, h("li", { class: "muted" }, "removed"));
+    if (!b && !a) return h("span", { class: "muted" }, "—");
+    for (const [k, v] of Object.entries(a)) {
+      if (k in b && same(b[k], v)) continue;
+      items.push(h("li", {}, h("span", { class: "field" }, k), " ",
+        k in b ? [h("del", {}, auditValue(k, b[k])), " → "] : null, h("ins", {}, auditValue(k, v))));
+    }
+    return h("ul", { class: "diff" }, items.length ? items : h("li", { class: "muted" }, "no change"));
+  }
+
   async function adminAuditPage(n) {
     const page = await get(`/api/v1/admin/audit?page=${n}&page_size=50`);
-    const state = (v) => (v === null || v === undefined ? "—" : h("code", {}, JSON.stringify(v)));
     show(
       h("h1", {}, "Audit"),
-      table(["When", "Who", "Action", "Target", { label: "Before", cls: "hide-narrow" }, "After"],
-        page.data.map((a) => h("tr", {}, h("td", {}, when(a.at)), h("td", {}, a.actor), h("td", {}, a.action), h("td", {}, a.target),
-          h("td", { class: "hide-narrow" }, state(a.before)), h("td", {}, state(a.after)))),
-        "No operator actions yet."),
+      table(["When", { label: "Who", cls: "hide-narrow" }, "Action", { label: "Target", cls: "hide-narrow" }, "Changes"],
+        page.data.map((a) => h("tr", {}, h("td", {}, whenCell(a.at)), h("td", { class: "hide-narrow id" }, me && a.actor === me.user.id ? "you" : a.actor),
+          h("td", {}, h("strong", {}, a.action), h("div", { class: "muted small id show-narrow" }, a.target)),
+          h("td", { class: "hide-narrow id" }, a.target), h("td", {}, auditDiff(a.before, a.after)))),
+        "No operator actions yet.", "audit"),
       pager(page.pagination, adminAuditPage)
     );
   }
