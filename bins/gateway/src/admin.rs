@@ -132,8 +132,12 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
         }
         Admin::Key(KeyCmd::Revoke { key }) => {
             let k = operator.revoke_key(&ApiKeyId(key)).await.map_err(|e| e.to_string())?;
+            // Replicas keep a key they read for `CACHE_TTL`: after that, every one refuses it.
+            let within = service::CACHE_TTL.as_millis();
             json!({"id": k.id.as_str(), "user_id": k.user_id.as_str(), "revoked": true,
-                   "revoked_at": k.revoked_at.map(|t| t.to_string())})
+                   "revoked_at": k.revoked_at.map(|t| t.to_string()),
+                   "refused_everywhere_within_ms": within,
+                   "note": format!("running gateways refuse the key within {within} ms of revoked_at (each keeps a key it read that long)")})
         }
         Admin::Topup { user, amount, note } => {
             let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;

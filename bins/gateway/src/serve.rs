@@ -83,9 +83,15 @@ pub(crate) async fn run(config: Config, demo: bool) -> Result<(), crate::Exit> {
         None if users == 0 => println!(
             "Gateway on http://{addr}. Console: http://{addr}/console/. No users yet: create one with gateway admin user create --name <name> --email <email> --balance <usd>, then a key with gateway admin key create --user <id> --all-scopes (or start once with --demo for a funded demo user)"
         ),
-        None => println!(
-            "Gateway on http://{addr}. Console: http://{addr}/console/. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes (gateway admin user list shows the ids)"
-        ),
+        None => match gateway.demo_user().await.map_err(|e| format!("database: {e}"))? {
+            Some(user) => println!(
+                "Gateway on http://{addr}. Console: http://{addr}/console/. Demo user {} ({}): its key was shown at its first start; a new one: gateway admin key create --user {} --all-scopes",
+                user.id, user.email, user.id
+            ),
+            None => println!(
+                "Gateway on http://{addr}. Console: http://{addr}/console/. Users exist already; issue a key with: gateway admin key create --user <id> --all-scopes (gateway admin user list shows the ids)"
+            ),
+        },
     }
     let state = api::AppState::new(gateway.clone())
         .with_body_budget(config.body_budget())

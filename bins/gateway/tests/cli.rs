@@ -92,6 +92,7 @@ fn admin_commands_print_one_json_object() {
     let revoked = sandbox.run(&["admin", "key", "revoke", "--key", &key_id]).json();
     assert_eq!(revoked["id"], key_id.as_str(), "{revoked}");
     assert_eq!(revoked["revoked"], true, "{revoked}");
+    assert_eq!(revoked["refused_everywhere_within_ms"], 1000, "how soon every replica refuses it: {revoked}");
 
     let topup =
         sandbox.run(&["admin", "topup", "--user", &user_id, "--amount", "1.000001", "--note", "invoice 7"]).json();
@@ -487,6 +488,11 @@ fn serve_prints_a_demo_key_serves_and_stops_on_sigterm() {
     assert!(key.starts_with("sk-gw-"), "demo key {key:?}");
     assert_ne!(addr, "127.0.0.1:0", "the real port is printed");
     assert!(lines.iter().any(|l| l.contains(&key) && l.contains("shown once")), "the key is announced: {lines:?}");
+    let demo_user = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("Demo user ").and_then(|rest| rest.split_whitespace().next()))
+        .unwrap_or_else(|| panic!("the demo user's id is printed: {lines:?}"))
+        .to_owned();
 
     let (status, models) = http_get(&addr, "/api/v1/models", Some(&key));
     assert_eq!(status, 200, "{models}");
@@ -513,6 +519,8 @@ fn serve_prints_a_demo_key_serves_and_stops_on_sigterm() {
     let rx = stdout_lines(&mut server.0);
     let lines = lines_until(&rx, |l| l.contains("http://127.0.0.1:"), COMMAND_TIMEOUT);
     let addr = address_in(lines.last().expect("the address line"));
+    let again = format!("gateway admin key create --user {demo_user} --all-scopes");
+    assert!(lines.iter().any(|l| l.contains(&again)), "every start names the demo user and how to key it: {lines:?}");
     assert_eq!(http_get(&addr, "/healthz", None).0, 200, "second server is up at {addr}");
     assert_eq!(http_get(&addr, "/api/v1/models", Some(&key)).0, 200, "the demo key still works");
     terminate(&mut server.0);

@@ -296,6 +296,13 @@ impl Gateway {
         Ok(self.ports.models.seed_models(seeds).await?)
     }
 
+    /// The first-run demo user (by its address), when there is one.
+    pub async fn demo_user(&self) -> Result<Option<domain::User>, ServiceError> {
+        let page = domain::ports::PageRequest { page: 1, page_size: 10 };
+        let (users, _) = self.ports.manage.list_users(Some(DEMO_EMAIL), page).await?;
+        Ok(users.into_iter().find(|u| u.email == DEMO_EMAIL))
+    }
+
     /// On a store without users, creates a demo user with `balance` and an all-scopes key, both
     /// recorded in the audit trail as the command line's (`serve` on the operator's machine).
     /// Returns `None` when users exist already.
@@ -308,7 +315,7 @@ impl Gateway {
         let user = operator
             .create_user(NewUserRequest {
                 name: "Demo".into(),
-                email: "demo@example.com".into(),
+                email: DEMO_EMAIL.into(),
                 role: Role::Admin.as_str().into(),
                 balance,
                 concurrency_limit: 64,
@@ -320,6 +327,9 @@ impl Gateway {
         Ok(Some(DemoAccount { user, key }))
     }
 }
+
+/// The first-run demo user's address.
+pub const DEMO_EMAIL: &str = "demo@example.com";
 
 #[cfg(test)]
 mod tests {
