@@ -9,7 +9,7 @@ use domain::{
 use serde_json::{Value, json};
 use service::NewUserRequest;
 
-use crate::cli::{Admin, AliasCmd, KeyCmd, ModelCmd, PriceCmd, TaskCmd, UpstreamCmd, UserCmd};
+use crate::cli::{Admin, AliasCmd, KeyCmd, ModelCmd, PriceCmd, TaskCmd, UpstreamCmd, UserCmd, VoucherCmd};
 use crate::config::Config;
 use crate::serve::open;
 
@@ -168,6 +168,24 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let aliases = gateway.model_aliases().await.map_err(|e| e.to_string())?;
             let aliases: Vec<Value> = aliases.iter().map(|a| json!({"name": a.name, "models": a.models})).collect();
             json!({"aliases": aliases})
+        }
+        Admin::Voucher(VoucherCmd::Create { amount, count, expires_at, note }) => {
+            let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;
+            let expires_at = expires_at.as_deref().map(expiry).transpose()?;
+            let minted = operator
+                .create_vouchers(service::NewVouchers { amount, count, expires_at, note })
+                .await
+                .map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::vouchers::minted(&minted))
+        }
+        Admin::Voucher(VoucherCmd::List { page, page_size }) => {
+            let params = [("page", page.as_str()), ("page_size", page_size.as_str())];
+            let batches = operator.voucher_batches(params).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::vouchers::batch_list(&batches))
+        }
+        Admin::Voucher(VoucherCmd::Revoke { batch }) => {
+            let revoked = operator.revoke_vouchers(&batch).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::vouchers::batch(&revoked))
         }
         Admin::Alias(AliasCmd::Delete { name }) => {
             operator.delete_alias(&name).await.map_err(|e| e.to_string())?;

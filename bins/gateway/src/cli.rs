@@ -76,6 +76,9 @@ pub enum Admin {
     /// Model aliases: a name callers send as `model` for models tried in order.
     #[command(subcommand)]
     Alias(AliasCmd),
+    /// Vouchers: codes a customer redeems for credit (`POST /api/v1/vouchers/redeem`).
+    #[command(subcommand)]
+    Voucher(VoucherCmd),
     /// Maintenance mode: every generation call answers 503 while on.
     Maintenance {
         /// `on` or `off`.
@@ -120,6 +123,41 @@ pub enum AliasCmd {
         /// The alias.
         #[arg(long)]
         name: String,
+    },
+}
+
+/// `gateway admin voucher …`.
+#[derive(Debug, Subcommand)]
+pub enum VoucherCmd {
+    /// Mint a batch of codes; they are printed this once and stored hashed.
+    Create {
+        /// What each code credits, in USD (above zero, at most 100000).
+        #[arg(long, allow_negative_numbers = true)]
+        amount: String,
+        /// How many codes, 1 to 10000.
+        #[arg(long, default_value = "1")]
+        count: u32,
+        /// RFC 3339 time from which the codes are refused (default: never).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// A note for operators.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Batches, newest first, with how many codes were redeemed.
+    List {
+        /// Page, from 1.
+        #[arg(long, default_value = "1")]
+        page: String,
+        /// Batches per page: 20, 50 or 100.
+        #[arg(long, default_value = "20")]
+        page_size: String,
+    },
+    /// Revoke a batch's codes not redeemed yet.
+    Revoke {
+        /// The batch id (`vb_…`).
+        #[arg(long)]
+        batch: String,
     },
 }
 
@@ -215,7 +253,7 @@ pub enum KeyCmd {
         #[arg(long)]
         user: String,
         /// Comma-separated scopes: models:read, task:read, task:write, video:create,
-        /// image:create, audio:create, language:create, overview:read, keys:manage, admin.
+        /// image:create, audio:create, language:create, overview:read, keys:manage, billing:manage, admin.
         #[arg(long, conflicts_with = "all_scopes", required_unless_present = "all_scopes")]
         scopes: Option<String>,
         /// Every scope.

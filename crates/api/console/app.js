@@ -575,7 +575,7 @@
     );
   }
 
-  const SCOPES = ["models:read", "task:read", "task:write", "video:create", "image:create", "language:create", "audio:create", "overview:read", "keys:manage", "admin"];
+  const SCOPES = ["models:read", "task:read", "task:write", "video:create", "image:create", "language:create", "audio:create", "overview:read", "keys:manage", "billing:manage", "admin"];
   async function keysPage(shown) {
     const keys = await get("/api/v1/keys");
     const canManage = me.keyScopes.includes("keys:manage");

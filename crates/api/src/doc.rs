@@ -104,12 +104,13 @@ fn error_description(code: u16) -> &'static str {
         402 => {
             "insufficient_balance (the balance does not cover the worst case) or key_budget_exceeded (the key's spend budget would be passed)"
         }
-        404 => "not_found",
-        409 => "not_cancellable, task_state_conflict or idempotency_conflict",
+        404 => "not_found, or voucher_not_found (an unknown or revoked code)",
+        409 => "not_cancellable, task_state_conflict, idempotency_conflict or voucher_redeemed",
+        410 => "voucher_expired",
         413 => "request_too_large or media_quota_exceeded",
         415 => "unsupported_content_type",
         429 => {
-            "concurrency_limit_exceeded or rate_limit_exceeded (a key's requests or tokens per minute), with Retry-After"
+            "concurrency_limit_exceeded, rate_limit_exceeded (a key's requests or tokens per minute) or voucher_attempts_exceeded (failed redemptions), with Retry-After"
         }
         502 => "upstream_request_failed; the hold was refunded",
         503 => {

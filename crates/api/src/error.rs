@@ -1,7 +1,7 @@
 //! The error envelope `{"error":{"code","message"}}` and the one mapping from use-case errors to HTTP.
 
 use http::{HeaderValue, StatusCode, header};
-use service::ServiceError;
+use service::{ServiceError, VoucherRefusal};
 
 use crate::response::{Response, json_response};
 
@@ -162,6 +162,18 @@ impl From<ServiceError> for ApiError {
                         "server_busy",
                         "the gateway's database is not answering; nothing was charged for a call not answered, try again shortly",
                     )
+                }
+            }
+            ServiceError::Voucher(refusal) => {
+                let text = refusal.to_string();
+                match refusal {
+                    VoucherRefusal::NotFound => ApiError::new(StatusCode::NOT_FOUND, "voucher_not_found", text),
+                    VoucherRefusal::Redeemed => ApiError::new(StatusCode::CONFLICT, "voucher_redeemed", text),
+                    VoucherRefusal::Expired(_) => ApiError::new(StatusCode::GONE, "voucher_expired", text),
+                    VoucherRefusal::TooManyFailures { retry_after_secs, .. } => ApiError {
+                        retry_after: Some(retry_after_secs),
+                        ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "voucher_attempts_exceeded", text)
+                    },
                 }
             }
             ServiceError::Internal(detail) => {

@@ -19,6 +19,7 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::headers::bearer;
 use crate::manage::ops as mops;
+use crate::manage::vouchers as vops;
 use crate::response::Response;
 use crate::route::{Auth, BodyKind, Effect, Route, find};
 use crate::state::{AppState, client_ip};
@@ -270,6 +271,17 @@ pub static ROUTES: &[Route] = &[
         doc: mops::rotate_webhook_secret,
     },
     Route {
+        method: Method::POST,
+        path: "/api/v1/vouchers/redeem",
+        aliases: &[],
+        auth: Key(Scope::BillingManage),
+        body: MANAGE,
+        effect: Audited("voucher.redeem"),
+        summary: "Redeem a voucher code: its amount is credited once, in the commit that marks it redeemed",
+        handler: h!(manage::vouchers::redeem),
+        doc: vops::redeem_op,
+    },
+    Route {
         method: Method::GET,
         path: "/api/v1/usage",
         aliases: &[],
@@ -400,6 +412,39 @@ pub static ROUTES: &[Route] = &[
         summary: "Operator: create a user; its webhook secret is shown once",
         handler: h!(manage::create_user),
         doc: mops::create_user,
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/v1/admin/vouchers",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Read,
+        summary: "Operator: voucher batches, newest first, with how many codes were redeemed",
+        handler: h!(manage::vouchers::list),
+        doc: vops::list_op,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/admin/vouchers",
+        aliases: &[],
+        auth: Operator,
+        body: MANAGE,
+        effect: Audited("voucher.create"),
+        summary: "Operator: mint a batch of voucher codes; the codes are shown once and stored hashed",
+        handler: h!(manage::vouchers::create),
+        doc: vops::create_op,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/api/v1/admin/vouchers/{batch_id}",
+        aliases: &[],
+        auth: Operator,
+        body: NO_BODY,
+        effect: Audited("voucher.revoke"),
+        summary: "Operator: revoke a batch's codes not redeemed yet",
+        handler: h!(manage::vouchers::revoke),
+        doc: vops::revoke_op,
     },
     Route {
         method: Method::GET,

@@ -43,6 +43,11 @@ async fn every_route_is_held_to_its_declared_effect() {
             (spare(&[Scope::ModelsRead]).await, spare(&[Scope::ModelsRead]).await, spare(&[Scope::ModelsRead]).await);
         // The admin's own spare key, revoked through the self-service door.
         let admin_spare = server.key(&admin.id, &[Scope::ModelsRead]).await.key.id.as_str().to_owned();
+        // A voucher batch to revoke, and a code of another to redeem.
+        let amount = domain::UsdAmount::from_micros(1_000);
+        let ask = service::NewVouchers { amount, count: 1, expires_at: None, note: String::new() };
+        let vouchers = server.gateway.operator(&Actor::Cli).create_vouchers(ask.clone()).await.expect("vouchers");
+        let code = server.gateway.operator(&Actor::Cli).create_vouchers(ask).await.expect("vouchers").codes[0].clone();
         let _ = own_key;
         let user = customer.id.as_str().to_owned();
         let model = "LangA-V4-flash";
@@ -59,7 +64,8 @@ async fn every_route_is_held_to_its_declared_effect() {
                 .replace("{model}", model)
                 .replace("{task_id}", "task_missing")
                 .replace("{id}", "task_missing")
-                .replace("{key}", "u/t/0");
+                .replace("{key}", "u/t/0")
+                .replace("{batch_id}", &vouchers.batch.id);
             let path = match (method, template) {
                 ("delete", "/api/v1/keys/{key_id}") => path.replace("{key_id}", &admin_spare),
                 ("delete", "/api/v1/admin/keys/{key_id}") => path.replace("{key_id}", &any_key),
@@ -77,6 +83,8 @@ async fn every_route_is_held_to_its_declared_effect() {
                 ("put", "/api/v1/admin/maintenance") => json!({"enabled": false}),
                 ("post", "/api/v1/webhook-secret" | "/api/v1/admin/users/{user_id}/webhook-secret") => json!({}),
                 ("post", "/api/v1/chat/completions/quote") => chat.clone(),
+                ("post", "/api/v1/admin/vouchers") => json!({"amount": "1", "count": 2}),
+                ("post", "/api/v1/vouchers/redeem") => json!({"code": code}),
                 ("post", "/v1/messages/count_tokens" | "/v1/v1/messages/count_tokens") => json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
                 ("post", "/api/v1/images/generations/quote") => {
                     json!({"model": "Vendor-Imagegen-4.5", "prompt": "a fox"})

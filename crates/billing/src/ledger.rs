@@ -12,7 +12,8 @@
 
 use async_trait::async_trait;
 use domain::{
-    BillingStatus, LedgerEntry, LedgerKind, TaskEvent, TaskId, TaskStatus, TaskTransition, UsdAmount, UserId,
+    BillingStatus, LedgerEntry, LedgerKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount,
+    UserId,
 };
 
 /// Why a ledger operation was refused or failed.
@@ -82,6 +83,15 @@ pub enum LedgerError {
     /// and the task end together (`CallBook::close_task`); nothing moved.
     #[error("task {0} still holds a reservation; end it with its call")]
     ReservationOpen(TaskId),
+    /// No voucher has this code, or its batch was revoked; nothing moved.
+    #[error("no voucher has this code")]
+    VoucherNotFound,
+    /// The voucher was redeemed already (by anyone); nothing moved.
+    #[error("this voucher was redeemed already")]
+    VoucherRedeemed,
+    /// The voucher's batch expired; nothing moved.
+    #[error("this voucher expired at {0}")]
+    VoucherExpired(Timestamp),
     /// The storage behind the ledger failed; the text is for the log, not for clients.
     #[error("ledger backend error: {0}")]
     Backend(String),
@@ -130,6 +140,11 @@ pub trait Ledger: Send + Sync {
         kind: LedgerKind,
         note: &str,
     ) -> Result<LedgerEntry, LedgerError>;
+
+    /// Redeems the voucher whose code hashes to `code_hash` for `user`: a `Voucher` entry of its
+    /// amount, in the commit that marks it redeemed. Once in the whole store, whatever the races:
+    /// `VoucherRedeemed` after, `VoucherNotFound` for an unknown or revoked code, `VoucherExpired`.
+    async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError>;
 
     /// Atomically holds `amount` (≥ 0) for `task`: a `Reserve` entry of `−amount`. Fails with
     /// `InsufficientBalance` when the balance is below `amount`, `DuplicateReservation` when the
@@ -215,9 +230,9 @@ pub trait CallBook: Send + Sync {
 /// Checks that `amount` may be credited as `kind`: `Topup` above zero, `Adjustment` non-zero.
 pub fn check_credit(kind: LedgerKind, amount: UsdAmount) -> Result<(), LedgerError> {
     match kind {
-        LedgerKind::Topup if amount.micros() > 0 => Ok(()),
+        LedgerKind::Topup | LedgerKind::Voucher if amount.micros() > 0 => Ok(()),
         LedgerKind::Adjustment if amount.micros() != 0 => Ok(()),
-        LedgerKind::Topup | LedgerKind::Adjustment => {
+        LedgerKind::Topup | LedgerKind::Adjustment | LedgerKind::Voucher => {
             Err(LedgerError::InvalidAmount(format!("{} of {amount} is not allowed", kind.as_str())))
         }
         other => Err(LedgerError::InvalidAmount(format!("{} is not a credit", other.as_str()))),

@@ -15,7 +15,7 @@ use domain::{
     TaskTransition, UsdAmount, UserId,
 };
 
-use crate::book::{self, BookAnswer, BookOp, BookState, Held, KeyBudgetState, Plan};
+use crate::book::{self, BookAnswer, BookOp, BookState, Held, KeyBudgetState, Plan, VoucherSeen};
 use crate::ledger::{CallBook, Expect, Ledger, LedgerError, Reservation, Settlement};
 
 /// A ledger held in memory; see the crate documentation for an embedding example.
@@ -34,6 +34,8 @@ struct State {
     tasks: HashMap<TaskId, (UserId, TaskStatus)>,
     /// Budget counters of keys given one ([`InMemoryLedger::set_key_budget`]).
     budgets: HashMap<ApiKeyId, KeyBudgetState>,
+    /// Vouchers by code hash ([`InMemoryLedger::add_voucher`]).
+    vouchers: HashMap<String, VoucherSeen>,
 }
 
 #[derive(Default)]
@@ -65,6 +67,7 @@ impl State {
             tasks: keys.tasks.iter().filter_map(|t| Some((t.clone(), self.tasks.get(t)?.clone()))).collect(),
             holds,
             budgets: budget_keys.into_iter().filter_map(|k| Some((k.clone(), *self.budgets.get(&k)?))).collect(),
+            vouchers: keys.vouchers.iter().filter_map(|h| Some((h.clone(), self.vouchers.get(h)?.clone()))).collect(),
         }
     }
 
@@ -100,6 +103,11 @@ impl State {
         for b in &plan.budgets {
             self.budgets.insert(b.key.clone(), b.to);
         }
+        for c in &plan.claims {
+            if let Some(v) = self.vouchers.get_mut(&c.code_hash) {
+                v.redeemed = true;
+            }
+        }
         Ok(ids)
     }
 }
@@ -128,6 +136,14 @@ impl InMemoryLedger {
     pub fn set_key_budget(&self, key: &ApiKeyId, budget: Option<KeyBudget>) -> Result<(), LedgerError> {
         self.with_state(|state| {
             state.budgets.entry(key.clone()).or_default().budget = budget;
+            Ok(())
+        })
+    }
+
+    /// Adds (or replaces) the voucher whose code hashes to `code_hash`.
+    pub fn add_voucher(&self, code_hash: &str, voucher: VoucherSeen) -> Result<(), LedgerError> {
+        self.with_state(|state| {
+            state.vouchers.insert(code_hash.to_owned(), voucher);
             Ok(())
         })
     }
@@ -208,6 +224,13 @@ impl Ledger for InMemoryLedger {
         note: &str,
     ) -> Result<LedgerEntry, LedgerError> {
         match self.run(BookOp::Credit { user: user.clone(), amount, kind, note: note.to_owned() })? {
+            BookAnswer::Credited(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError> {
+        match self.run(BookOp::Redeem { user: user.clone(), code_hash: code_hash.to_owned() })? {
             BookAnswer::Credited(e) => Ok(e),
             other => Err(unexpected(other)),
         }

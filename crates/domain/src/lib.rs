@@ -19,6 +19,7 @@ pub mod scope;
 pub mod task;
 pub mod time;
 pub mod video;
+pub mod vouchers;
 
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
@@ -43,4 +44,5 @@ pub use records::{
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
 pub use time::{BadDay, BadTimestamp, Clock, SystemClock, Timestamp, UtcDay, duration_millis};
+pub use vouchers::{VoucherBatch, VoucherStore};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};

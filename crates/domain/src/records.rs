@@ -299,17 +299,20 @@ pub enum LedgerKind {
     Refund,
     /// A manual correction by an operator.
     Adjustment,
+    /// A voucher (redemption code) redeemed by the user.
+    Voucher,
 }
 
 impl LedgerKind {
     /// Every kind.
-    pub const ALL: [LedgerKind; 6] = [
+    pub const ALL: [LedgerKind; 7] = [
         LedgerKind::Topup,
         LedgerKind::Reserve,
         LedgerKind::Settle,
         LedgerKind::Release,
         LedgerKind::Refund,
         LedgerKind::Adjustment,
+        LedgerKind::Voucher,
     ];
 
     /// The wire name.
@@ -321,6 +324,7 @@ impl LedgerKind {
             LedgerKind::Release => "release",
             LedgerKind::Refund => "refund",
             LedgerKind::Adjustment => "adjustment",
+            LedgerKind::Voucher => "voucher",
         }
     }
 }

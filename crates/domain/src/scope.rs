@@ -27,6 +27,8 @@ pub enum Scope {
     /// The caller's own keys and webhook secret: `POST /api/v1/keys`, `DELETE /api/v1/keys/{id}`,
     /// `POST /api/v1/webhook-secret`.
     KeysManage,
+    /// The caller's money: `POST /api/v1/vouchers/redeem` (and the account's payments).
+    BillingManage,
     /// The operator routes under `/api/v1/admin/`; only keys of users with role `admin` carry it
     /// to effect (a user's key with it is still refused there).
     Admin,
@@ -34,7 +36,7 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 10] = [
+    pub const ALL: [Scope; 11] = [
         Scope::ModelsRead,
         Scope::TaskRead,
         Scope::TaskWrite,
@@ -44,6 +46,7 @@ impl Scope {
         Scope::AudioCreate,
         Scope::OverviewRead,
         Scope::KeysManage,
+        Scope::BillingManage,
         Scope::Admin,
     ];
 
@@ -59,6 +62,7 @@ impl Scope {
             Scope::AudioCreate => "audio:create",
             Scope::OverviewRead => "overview:read",
             Scope::KeysManage => "keys:manage",
+            Scope::BillingManage => "billing:manage",
             Scope::Admin => "admin",
         }
     }

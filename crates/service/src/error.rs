@@ -102,9 +102,35 @@ pub enum ServiceError {
     /// for the log, not for clients.
     #[error("database unavailable: {0}")]
     StoreUnavailable(String),
+    /// A voucher was not redeemed (404 `voucher_not_found`, 409 `voucher_redeemed`, 410
+    /// `voucher_expired`, 429 `voucher_attempts_exceeded`); nothing moved.
+    #[error("{0}")]
+    Voucher(VoucherRefusal),
     /// A fault of the gateway itself; the text is for logs.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a voucher was not redeemed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VoucherRefusal {
+    /// No voucher has the code, or its batch was revoked.
+    #[error("no voucher has this code (check it for typos; codes look like GV-XXXX-XXXX-…)")]
+    NotFound,
+    /// It was redeemed already.
+    #[error("this voucher was redeemed already")]
+    Redeemed,
+    /// Its batch expired at this time.
+    #[error("this voucher expired at {0}")]
+    Expired(domain::Timestamp),
+    /// Too many failed attempts by this user lately.
+    #[error("too many failed voucher attempts: {failures} in the last hour; try again in {retry_after_secs} s")]
+    TooManyFailures {
+        /// Failed attempts in the window.
+        failures: u64,
+        /// Seconds until the window lets one more in.
+        retry_after_secs: u64,
+    },
 }
 
 impl ServiceError {
@@ -149,6 +175,9 @@ impl From<LedgerError> for ServiceError {
             | LedgerError::NotTerminal(_)
             | LedgerError::TaskConflict { .. }
             | LedgerError::ReservationOpen(_) => ServiceError::Internal(e.to_string()),
+            LedgerError::VoucherNotFound => ServiceError::Voucher(VoucherRefusal::NotFound),
+            LedgerError::VoucherRedeemed => ServiceError::Voucher(VoucherRefusal::Redeemed),
+            LedgerError::VoucherExpired(at) => ServiceError::Voucher(VoucherRefusal::Expired(at)),
             LedgerError::Backend(what) => ServiceError::StoreUnavailable(what),
         }
     }

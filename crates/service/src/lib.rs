@@ -26,6 +26,7 @@ mod reads;
 mod reply;
 mod stream;
 mod video;
+mod vouchers;
 
 use std::sync::Arc;
 
@@ -45,7 +46,10 @@ pub use admission::AdmissionSettings;
 pub use answer::Answer;
 pub use background::Background;
 pub use cache::CACHE_TTL;
-pub use error::ServiceError;
+pub use error::{ServiceError, VoucherRefusal};
+pub use vouchers::{
+    FAILURE_WINDOW_MS, MAX_FAILED_REDEMPTIONS, MAX_VOUCHER_USD, MAX_VOUCHERS_PER_BATCH, MintedVouchers, NewVouchers, Redeemed,
+};
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use lineage::{Ancestor, MAX_KEY_GENERATIONS};
@@ -74,6 +78,8 @@ pub struct Ports {
     pub models: Arc<dyn ModelStore>,
     /// Balances.
     pub ledger: Arc<dyn Ledger>,
+    /// Voucher batches and failed redemptions (redemption itself is the ledger's).
+    pub vouchers: Arc<dyn domain::VoucherStore>,
     /// Holds and their tasks, opened and closed atomically.
     pub calls: Arc<dyn CallBook>,
     /// `Idempotency-Key` records.
@@ -116,6 +122,7 @@ impl Ports {
             + CapLeases
             + RateLeases
             + Readiness
+            + domain::VoucherStore
             + Clone
             + 'static,
     {
@@ -131,6 +138,7 @@ impl Ports {
             rates: Arc::new(store.clone()),
             readiness: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
+            vouchers: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),

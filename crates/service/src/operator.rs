@@ -67,8 +67,18 @@ impl Gateway {
     }
 }
 
-impl Operator<'_> {
-    async fn record(
+impl<'g> Operator<'g> {
+    /// The gateway the operator acts on.
+    pub(crate) fn gateway(&self) -> &'g Gateway {
+        self.gateway
+    }
+
+    /// `cli`, or the operator's user id.
+    pub(crate) fn actor_id(&self) -> String {
+        self.actor.who().to_owned()
+    }
+
+    pub(crate) async fn record(
         &self,
         action: &str,
         target: &str,

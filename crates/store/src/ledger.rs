@@ -102,6 +102,13 @@ impl Ledger for Store {
         }
     }
 
+    async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError> {
+        match self.book(BookOp::Redeem { user: user.clone(), code_hash: code_hash.to_owned() }).await? {
+            BookAnswer::Credited(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn reserve(&self, user: &UserId, task: &TaskId, amount: UsdAmount) -> Result<Reservation, LedgerError> {
         self.hold(BookOp::Hold { user: user.clone(), task: task.clone(), amount, record: None }).await
     }

@@ -39,6 +39,7 @@ mod responses;
 mod sqlite_book;
 mod tasks;
 mod video;
+mod vouchers;
 mod webhooks;
 mod writer;
 

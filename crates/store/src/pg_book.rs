@@ -335,6 +335,10 @@ fn fail_pg_committing(e: sqlx::Error) -> BatchError {
 /// One batch in two statements, each its own transaction: the read, then the write, which
 /// happens whole or not at all ([`WRITE`]) and within the bounds of what the plan relied on.
 async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
+    if jobs.iter().any(|j| matches!(j.op, BookOp::Redeem { .. })) {
+        // A voucher is read under its row lock, in the transaction that redeems it.
+        return commit_locked(conn, jobs).await;
+    }
     let state = read(conn, READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
     let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     if plan.is_empty() {
@@ -390,16 +394,70 @@ fn rebase(plan: &mut Plan, written: &Written) -> Result<(), BatchError> {
 /// transaction is dropped).
 async fn commit_locked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
     let mut tx = conn.begin().await.map_err(fail_pg)?;
-    let state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+    let mut state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
+    read_vouchers(&mut tx, jobs, &mut state).await.map_err(fail_pg)?;
     let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     // The users' row locks keep every balance as read until the commit, so the write finds them as
     // read and shifts nothing; the answers are rebased all the same, so that they never depend on
     // which users were locked.
+    write_claims(&mut tx, &plan).await?;
     let written = if plan.is_empty() { None } else { Some(write(&mut tx, &plan).await.map_err(fail_pg)?) };
     tx.commit().await.map_err(fail_pg_committing)?;
     let Some(written) = written else { return Ok((plan, Vec::new())) };
     rebase(&mut plan, &written)?;
     Ok((plan, written.ids))
+}
+
+/// Reads the vouchers the batch redeems, locking their rows until the commit.
+async fn read_vouchers(conn: &mut PgConnection, jobs: &[Job], state: &mut BookState) -> Result<(), sqlx::Error> {
+    let hashes: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| match &j.op {
+            BookOp::Redeem { code_hash, .. } => Some(code_hash.as_str()),
+            _ => None,
+        })
+        .collect();
+    if hashes.is_empty() {
+        return Ok(());
+    }
+    let rows = sqlx::query(
+        "SELECT v.code_hash, v.batch_id, b.amount_micros, b.expires_at, b.revoked_at IS NOT NULL, \
+         v.redeemed_at IS NOT NULL FROM vouchers v JOIN voucher_batches b ON b.id = v.batch_id \
+         WHERE v.code_hash = ANY($1) ORDER BY v.code_hash FOR UPDATE OF v",
+    )
+    .bind(&hashes)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in rows {
+        let voucher = book::VoucherSeen {
+            batch: row.try_get(1)?,
+            amount: UsdAmount::from_micros(row.try_get(2)?),
+            expires_at: row.try_get::<Option<i64>, _>(3)?.map(domain::Timestamp),
+            revoked: row.try_get(4)?,
+            redeemed: row.try_get(5)?,
+        };
+        state.vouchers.insert(row.try_get(0)?, voucher);
+    }
+    Ok(())
+}
+
+/// Marks the vouchers the plan redeems (guard: still unredeemed, which the row lock keeps).
+async fn write_claims(conn: &mut PgConnection, plan: &Plan) -> Result<(), BatchError> {
+    for claim in &plan.claims {
+        let done = sqlx::query(
+            "UPDATE vouchers SET redeemed_by = $1, redeemed_at = $2 WHERE code_hash = $3 AND redeemed_at IS NULL",
+        )
+        .bind(claim.user.as_str())
+        .bind(plan.now().millis())
+        .bind(&claim.code_hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(fail_pg)?;
+        if done.rows_affected() != 1 {
+            return Err(BatchError::Retry(format!("voucher {} changed under the batch", claim.code_hash)));
+        }
+    }
+    Ok(())
 }
 
 fn bad_row(what: &str, e: impl std::fmt::Display) -> sqlx::Error {

@@ -13,7 +13,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use billing::book::{self, BookOp, BookState, Held, Plan};
+use billing::book::{self, BookOp, BookState, Held, Plan, VoucherSeen};
 use domain::ports::StoreError;
 use domain::{ApiKeyId, BudgetKeys, KeyBudgetState, KeySpend, Task, TaskId, Timestamp, UsdAmount, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -324,6 +324,26 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
             }
         }
     }
+    if !keys.vouchers.is_empty() {
+        let mut voucher = txn.prepare_cached(
+            "SELECT v.batch_id, b.amount_micros, b.expires_at, b.revoked_at IS NOT NULL, v.redeemed_at IS NOT NULL \
+             FROM vouchers v JOIN voucher_batches b ON b.id = v.batch_id WHERE v.code_hash = ?1",
+        )?;
+        for code_hash in keys.vouchers {
+            let row = voucher
+                .query_row([code_hash.as_str()], |r| {
+                    Ok(VoucherSeen {
+                        batch: r.get(0)?,
+                        amount: UsdAmount::from_micros(r.get(1)?),
+                        expires_at: r.get::<_, Option<i64>>(2)?.map(Timestamp),
+                        revoked: r.get(3)?,
+                        redeemed: r.get(4)?,
+                    })
+                })
+                .optional()?;
+            state.vouchers.extend(row.map(|v| (code_hash, v)));
+        }
+    }
     Ok(state)
 }
 
@@ -381,6 +401,16 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
         one_row(changed, "reservation")?;
     }
     write_budgets(txn, plan)?;
+    if !plan.claims.is_empty() {
+        let mut stmt = txn
+            .prepare_cached(
+                "UPDATE vouchers SET redeemed_by = ?1, redeemed_at = ?2 WHERE code_hash = ?3 AND redeemed_at IS NULL",
+            )
+            .map_err(fail_sql)?;
+        for c in &plan.claims {
+            one_row(stmt.execute(params![c.user.as_str(), now, c.code_hash]).map_err(fail_sql)?, "voucher")?;
+        }
+    }
     let ids = write_entries(txn, plan)?;
     for t in &plan.new_tasks {
         insert_task(txn, &t.task, t.upstream_id.as_deref(), t.via.as_ref()).map_err(fail_sql)?;

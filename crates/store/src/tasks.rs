@@ -165,6 +165,9 @@ fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
         | LedgerError::UnknownReservation(_)
         | LedgerError::DuplicateReservation(_)
         | LedgerError::InvalidAmount(_)
+        | LedgerError::VoucherNotFound
+        | LedgerError::VoucherRedeemed
+        | LedgerError::VoucherExpired(_)
         | LedgerError::Overflow => StoreError::Conflict(e.to_string()),
     }
 }

@@ -82,7 +82,7 @@ pub struct NewKeyBody {
     /// The scopes, at least one, each carried by the key that makes the request (a key never
     /// grants more than its creator's key has): `models:read`, `task:read`, `task:write`,
     /// `video:create`, `image:create`, `language:create`, `audio:create`, `overview:read`,
-    /// `keys:manage`, `admin`.
+    /// `keys:manage`, `billing:manage`, `admin`.
     #[validate(length(min = 1, max = 16))]
     pub scopes: Vec<String>,
     /// RFC 3339 time from which the key is refused as expired: in the future, and no later than
@@ -204,6 +204,35 @@ pub struct TopupBody {
     #[serde(default, deserialize_with = "present")]
     #[validate(length(max = 500))]
     pub note: Option<String>,
+}
+
+/// `POST /api/v1/admin/vouchers`: a batch of codes. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct NewVouchersBody {
+    /// What each code credits: USD as a decimal string above zero, at most 6 decimals, at most
+    /// 100000.
+    #[validate(length(min = 1, max = 32))]
+    pub amount: String,
+    /// How many codes, 1..10000.
+    #[validate(range(min = 1, max = 10_000))]
+    pub count: i64,
+    /// RFC 3339 time from which the codes are refused (in the future); never when absent.
+    #[serde(default, deserialize_with = "present")]
+    pub expires_at: Option<String>,
+    /// A note for operators, at most 500 characters.
+    #[serde(default, deserialize_with = "present")]
+    #[validate(length(max = 500))]
+    pub note: Option<String>,
+}
+
+/// `POST /api/v1/vouchers/redeem`. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct RedeemBody {
+    /// The code as given (`GV-XXXX-…`; case, dashes and spaces do not matter).
+    #[validate(length(min = 1, max = 100))]
+    pub code: String,
 }
 
 /// `PATCH /api/v1/admin/models/{model}`: at least one field. No additional properties.

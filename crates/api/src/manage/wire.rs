@@ -9,7 +9,8 @@ use service::{CreatedKey, CreatedUser, KeyView, Page, UsageReport, UserDetail};
 
 use crate::wire::{DateTime, KeyObject, LedgerEntryObject, Pagination, Usd, UserObject, key, ledger_entry, user};
 
-fn pagination<T>(page: &Page<T>) -> Pagination {
+/// Where `page` sits.
+pub(crate) fn pagination<T>(page: &Page<T>) -> Pagination {
     Pagination {
         page: page.page.page,
         page_size: page.page.page_size,

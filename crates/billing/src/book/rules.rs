@@ -65,6 +65,10 @@ struct Book {
     entries: Vec<NewEntry>,
     /// Key budgets: as read, and as the batch leaves them.
     budgets: HashMap<ApiKeyId, (KeyBudgetState, KeyBudgetState)>,
+    /// Vouchers as read, marked redeemed as the batch redeems them.
+    vouchers: HashMap<String, VoucherSeen>,
+    /// Vouchers the batch redeems.
+    claims: Vec<VoucherClaim>,
 }
 
 impl Book {
@@ -95,6 +99,8 @@ impl Book {
             tasks,
             new_tasks: BTreeMap::new(),
             entries: Vec::new(),
+            vouchers: state.vouchers,
+            claims: Vec::new(),
         }
     }
 
@@ -103,6 +109,7 @@ impl Book {
             BookOp::Hold { user, task, amount, record } => self.hold(user, task, *amount, record.as_deref()),
             BookOp::End { task, expect, charge, then } => self.end(task, expect.as_ref(), *charge, then.as_ref()),
             BookOp::Credit { user, amount, kind, note } => self.credit(user, *amount, *kind, note),
+            BookOp::Redeem { user, code_hash } => self.redeem(user, code_hash),
             BookOp::Move { task, change } => self.move_task(task, change),
         }
     }
@@ -296,6 +303,26 @@ impl Book {
         Ok(Decided::Credited(self.entries.len().saturating_sub(1)))
     }
 
+    fn redeem(&mut self, user: &UserId, code_hash: &str) -> Result<Decided, LedgerError> {
+        let voucher = match self.vouchers.get(code_hash) {
+            None => return Err(LedgerError::VoucherNotFound),
+            Some(v) if v.revoked => return Err(LedgerError::VoucherNotFound),
+            Some(v) if v.redeemed => return Err(LedgerError::VoucherRedeemed),
+            Some(v) => v,
+        };
+        if let Some(at) = voucher.expires_at.filter(|at| *at <= self.now) {
+            return Err(LedgerError::VoucherExpired(at));
+        }
+        let (amount, description) = (voucher.amount, format!("voucher of batch {}", voucher.batch));
+        check_credit(LedgerKind::Voucher, amount)?;
+        self.book(user, None, LedgerKind::Voucher, amount, description)?;
+        if let Some(v) = self.vouchers.get_mut(code_hash) {
+            v.redeemed = true;
+        }
+        self.claims.push(VoucherClaim { code_hash: code_hash.to_owned(), user: user.clone() });
+        Ok(Decided::Credited(self.entries.len().saturating_sub(1)))
+    }
+
     fn move_task(&mut self, task: &TaskId, change: &TaskTransition) -> Result<Decided, LedgerError> {
         let target = self.check_move(task, change, None)?;
         if target.is_terminal() {
@@ -451,6 +478,7 @@ impl Book {
             entries: self.entries,
             new_tasks,
             task_writes,
+            claims: self.claims,
         }
     }
 }

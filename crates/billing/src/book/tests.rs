@@ -285,3 +285,40 @@ fn a_hold_counts_against_every_key_of_its_chain_and_the_tightest_refuses() {
     let keys: Vec<&[ApiKeyId]> = plan.new_holds.iter().map(|h| h.budget.keys()).collect();
     assert_eq!(keys, vec![&[ApiKeyId("child".into()), ApiKeyId("parent".into())][..]]);
 }
+
+#[test]
+fn a_voucher_credits_once_and_only_while_it_is_good() {
+    let redeem = |user: &str, code: &str| BookOp::Redeem { user: UserId(user.into()), code_hash: code.into() };
+    let voucher = |expires_at: Option<i64>, revoked: bool, redeemed: bool| VoucherSeen {
+        batch: "vb_1".into(),
+        amount: usd(5_000_000),
+        expires_at: expires_at.map(Timestamp),
+        revoked,
+        redeemed,
+    };
+    let mut read = state(&[("u", 100), ("v", 0)]);
+    read.vouchers.insert("good".into(), voucher(Some(8), false, false));
+    read.vouchers.insert("spent".into(), voucher(None, false, true));
+    read.vouchers.insert("late".into(), voucher(Some(7), false, false));
+    read.vouchers.insert("gone".into(), voucher(None, true, false));
+    // The same good code twice in one batch (two users racing): the first gets it.
+    let ops = [
+        redeem("u", "good"),
+        redeem("v", "good"),
+        redeem("u", "spent"),
+        redeem("u", "late"),
+        redeem("u", "gone"),
+        redeem("u", "unknown"),
+    ];
+    let plan = plan(&ops, read, Timestamp(7));
+    assert_eq!(plan.claims, vec![VoucherClaim { code_hash: "good".into(), user: UserId("u".into()) }]);
+    assert_eq!(plan.entries.len(), 1);
+    assert_eq!((plan.entries[0].kind, plan.entries[0].amount), (domain::LedgerKind::Voucher, usd(5_000_000)));
+    let answers = plan.answers(&[11]);
+    assert!(matches!(&answers[0], Ok(BookAnswer::Credited(e)) if e.balance_after == usd(5_000_100) && e.id == 11));
+    assert!(matches!(answers[1], Err(LedgerError::VoucherRedeemed)), "{:?}", answers[1]);
+    assert!(matches!(answers[2], Err(LedgerError::VoucherRedeemed)));
+    assert!(matches!(answers[3], Err(LedgerError::VoucherExpired(Timestamp(7)))), "expired at its instant");
+    assert!(matches!(answers[4], Err(LedgerError::VoucherNotFound)), "a revoked batch");
+    assert!(matches!(answers[5], Err(LedgerError::VoucherNotFound)));
+}

@@ -49,6 +49,16 @@ pub enum BookOp {
         /// The entry's note; empty means the kind's name.
         note: String,
     },
+    /// Redeems the voucher whose code hashes to `code_hash` for `user`: credits its amount
+    /// (an entry of kind `Voucher`) and marks it redeemed by `user`, in the same commit. Refused
+    /// when no voucher has the code or its batch was revoked, when it was redeemed already
+    /// (earlier in this batch too), or when its batch expired.
+    Redeem {
+        /// Whose balance.
+        user: UserId,
+        /// The code's hash (the code itself is never stored).
+        code_hash: String,
+    },
     /// Changes a task's state; no money moves (`TaskStore::transition_task`).
     Move {
         /// The task.
@@ -65,7 +75,11 @@ impl BookOp {
         match self {
             BookOp::Hold { record: Some(r), .. } => r.billing.budget_keys.keys(),
             BookOp::End { expect: Some(e), .. } => e.budget.keys(),
-            BookOp::Hold { .. } | BookOp::End { .. } | BookOp::Credit { .. } | BookOp::Move { .. } => &[],
+            BookOp::Hold { .. }
+            | BookOp::End { .. }
+            | BookOp::Credit { .. }
+            | BookOp::Redeem { .. }
+            | BookOp::Move { .. } => &[],
         }
     }
 }
@@ -109,6 +123,32 @@ pub struct BookState {
     /// Budget counters of the keys the batch's holds and reservations name (a key missing here
     /// does not exist).
     pub budgets: HashMap<ApiKeyId, KeyBudgetState>,
+    /// Vouchers by code hash (read under their row locks; a code missing here does not exist).
+    pub vouchers: HashMap<String, VoucherSeen>,
+}
+
+/// A voucher as the batch reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoucherSeen {
+    /// Its batch.
+    pub batch: String,
+    /// What it credits.
+    pub amount: UsdAmount,
+    /// From when on it is refused, if ever.
+    pub expires_at: Option<Timestamp>,
+    /// Whether its batch was revoked.
+    pub revoked: bool,
+    /// Whether it was redeemed already.
+    pub redeemed: bool,
+}
+
+/// A voucher the batch redeems (guard: it is still unredeemed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoucherClaim {
+    /// The code's hash.
+    pub code_hash: String,
+    /// Who redeemed it.
+    pub user: UserId,
 }
 
 /// What a batch must read, in the fixed order that keeps concurrent writers from deadlocking.
@@ -124,6 +164,8 @@ pub struct BookKeys {
     /// Keys whose budgets the operations name; the budget keys of the reservations of `tasks`
     /// must be read too (a reservation's key never changes).
     pub budgets: BTreeSet<ApiKeyId>,
+    /// Voucher code hashes to read under lock (sorted).
+    pub vouchers: BTreeSet<String>,
 }
 
 /// What a batch touches.
@@ -144,6 +186,10 @@ pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
                 }
             }
             BookOp::Credit { user, .. } => drop(keys.users.insert(user.clone())),
+            BookOp::Redeem { user, code_hash } => {
+                keys.users.insert(user.clone());
+                keys.vouchers.insert(code_hash.clone());
+            }
             BookOp::Move { task, .. } => {
                 keys.tasks.insert(task.clone());
                 keys.owners_unknown.insert(task.clone());
@@ -353,6 +399,8 @@ pub struct Plan {
     pub task_writes: Vec<TaskWrite>,
     /// Keys whose budget counters change, sorted by key.
     pub budgets: Vec<BudgetWrite>,
+    /// Vouchers redeemed, in order.
+    pub claims: Vec<VoucherClaim>,
 }
 
 impl Plan {
@@ -375,6 +423,7 @@ impl Plan {
             && self.new_tasks.is_empty()
             && self.task_writes.is_empty()
             && self.budgets.is_empty()
+            && self.claims.is_empty()
     }
 
     /// Shifts every balance after a movement of `user` by `by`: the batch's change was applied to
