@@ -10,7 +10,8 @@ Usage: GATEWAY_BASE=http://127.0.0.1:PORT GATEWAY_KEY=sk-gw-... python doc_examp
 - The placeholders the docs use for ids are filled with real ones made for the purpose: `usr_…` a
   scratch user, `key_…` a fresh key for each command (the caller's own on the self-service
   routes, else the scratch user's), `task_…` a finished chat task
-  (a queued video task for a cancellation); `first_frame.png` is a small PNG.
+  (a queued video task for a cancellation); `vb_…` and `GV-…` a fresh voucher batch
+  and its code; `first_frame.png` is a small PNG.
 - Every ```python block runs with `KEY` defined, in the same virtual environment as this script
   (the OpenAI, Anthropic, LangChain and LiteLLM packages installed by scripts/sdk_compat.sh).
 - A command that needs what a local run cannot have (a public webhook host) is skipped, and named.
@@ -98,6 +99,9 @@ class Ids:
         if f"key_{ELLIPSIS}" in command:
             own = f"/api/v1/keys/key_{ELLIPSIS}" in command
             command = command.replace(f"key_{ELLIPSIS}", self.key(own))
+        if f"vb_{ELLIPSIS}" in command or f"GV-{ELLIPSIS}" in command:
+            made = call("POST", "/api/v1/admin/vouchers", {"amount": "1", "count": 1})
+            command = command.replace(f"vb_{ELLIPSIS}", made["batch_id"]).replace(f"GV-{ELLIPSIS}", made["codes"][0])
         if f"task_{ELLIPSIS}" in command:
             command = command.replace(f"task_{ELLIPSIS}", self.task("-X DELETE" in command))
         return command
