@@ -463,6 +463,36 @@ fn model_aliases_are_set_listed_deleted_checked_and_audited() {
 }
 
 #[test]
+fn vouchers_are_minted_listed_revoked_and_audited() {
+    let sandbox = Sandbox::new();
+    let minted = sandbox.run(&["admin", "voucher", "create", "--amount", "2.5", "--count", "3", "--note", "fair"]).json();
+    let codes = minted["codes"].as_array().expect("codes");
+    assert_eq!(codes.len(), 3, "{minted}");
+    assert!(codes.iter().all(|c| c.as_str().is_some_and(|c| c.starts_with("GV-"))), "{minted}");
+    assert_eq!((&minted["amount"], &minted["count"], &minted["note"]), (&json!("2.500000"), &json!(3), &json!("fair")));
+    let batch = minted["batch_id"].as_str().expect("batch_id").to_owned();
+    let listed = sandbox.run(&["admin", "voucher", "list"]).json();
+    assert_eq!(listed["data"][0]["batch_id"], json!(batch), "{listed}");
+    assert!(!listed.to_string().contains("GV-"), "a listing shows no code: {listed}");
+    let revoked = sandbox.run(&["admin", "voucher", "revoke", "--batch", &batch]).json();
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    for args in [
+        &["admin", "voucher", "create", "--amount", "0"][..],
+        &["admin", "voucher", "create", "--amount", "-1"],
+        &["admin", "voucher", "create", "--amount", "1", "--count", "0"],
+        &["admin", "voucher", "create", "--amount", "1", "--expires-at", "2001-01-01T00:00:00Z"],
+        &["admin", "voucher", "revoke", "--batch", "vb_nothing"],
+    ] {
+        sandbox.run(args).assert_one_line_error();
+    }
+    let audit = sandbox.run(&["admin", "audit"]).json();
+    let actions: Vec<&str> =
+        audit["data"].as_array().expect("data").iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(actions[..2], ["voucher.revoke", "voucher.create"], "{audit}");
+    assert!(!audit.to_string().contains("GV-"), "no code in the audit trail");
+}
+
+#[test]
 fn a_failing_first_command_on_a_fresh_database_prints_one_line() {
     // The very first command also migrates the database and loads the catalog; whatever it logs
     // about that must not break the one-line error contract.
