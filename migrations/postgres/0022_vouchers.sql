@@ -1,5 +1,6 @@
--- Vouchers (issue 39): batches an operator mints, each code stored only as its SHA-256 hash, and
--- the failed redemption attempts that limit guessing per user.
+-- Vouchers and payments (issue 39): voucher batches an operator mints, each code stored only as
+-- its SHA-256 hash, the failed redemption attempts that limit guessing per user, and the payments
+-- credited.
 CREATE TABLE voucher_batches (
     id TEXT PRIMARY KEY,
     amount_micros BIGINT NOT NULL,
@@ -22,3 +23,11 @@ CREATE TABLE voucher_failures (
     at BIGINT NOT NULL
 );
 CREATE INDEX voucher_failures_by_user ON voucher_failures (user_id, at);
+-- Payments credited (Stripe Checkout Sessions): the processor's id is the key, so a session is
+-- credited once whatever the replays and races.
+CREATE TABLE payments (
+    payment_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    amount_micros BIGINT NOT NULL,
+    created_at BIGINT NOT NULL
+);

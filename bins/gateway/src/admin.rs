@@ -144,6 +144,11 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let entry = operator.topup(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
             api::wire::to_json(&api::wire::ledger_entry(&entry))
         }
+        Admin::Adjust { user, amount, note } => {
+            let amount = UsdAmount::parse_decimal(&amount).map_err(|e| format!("--amount: {e}"))?;
+            let entry = operator.adjust(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::wire::ledger_entry(&entry))
+        }
         Admin::Model(ModelCmd::Set { model, enabled, concurrency_limit }) => {
             if enabled.is_none() && concurrency_limit.is_none() {
                 return Err("give --enabled and/or --concurrency-limit".into());

@@ -67,6 +67,19 @@ pub enum Admin {
         #[arg(long, default_value = "")]
         note: String,
     },
+    /// Correct a balance by a signed amount (such as a refunded Stripe payment taken back): an
+    /// `adjustment` ledger entry, audited; it may take the balance below zero.
+    Adjust {
+        /// User id.
+        #[arg(long)]
+        user: String,
+        /// Amount in USD, negative to take money back, such as -20 or 5.
+        #[arg(long, allow_negative_numbers = true)]
+        amount: String,
+        /// Why (required): it is the ledger entry's note.
+        #[arg(long)]
+        note: String,
+    },
     /// Models.
     #[command(subcommand)]
     Model(ModelCmd),

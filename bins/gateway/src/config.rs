@@ -265,6 +265,25 @@ settings! {
         /// When set, `GET /metrics` requires `Authorization: Bearer <this token>` (else 401); empty:
         /// `/metrics` is open, so keep it off the public listener.
         metrics_token: Secret = Secret::default(),
+        /// Stripe secret API key (`sk_…`) for self-serve top-ups; with `stripe_webhook_secret`,
+        /// `POST /api/v1/topups/checkout` creates Checkout Sessions. Empty: top-ups answer 503
+        /// `payments_not_configured`.
+        stripe_secret_key: Secret = Secret::default(),
+        /// The signing secret (`whsec_…`) of the Stripe webhook endpoint pointed at
+        /// `/api/v1/stripe/webhook` (subscribe it to `checkout.session.completed`).
+        stripe_webhook_secret: Secret = Secret::default(),
+        /// Stripe's API origin (a local server in tests).
+        stripe_api_base: String = "https://api.stripe.com".into(),
+        /// The smallest self-serve top-up, in USD.
+        #[serde(deserialize_with = "usd")]
+        topup_min_usd: UsdAmount = UsdAmount::from_micros(5_000_000),
+        /// The largest self-serve top-up, in USD.
+        #[serde(deserialize_with = "usd")]
+        topup_max_usd: UsdAmount = UsdAmount::from_micros(1_000_000_000),
+        /// Where a payer lands after paying; empty: the console (`<public_url>/console/#/overview`).
+        topup_success_url: String = String::new(),
+        /// Where a payer lands after giving up; empty: the console.
+        topup_cancel_url: String = String::new(),
         /// Load balancers in front of the gateway (CIDR networks or addresses; in the environment:
         /// comma-separated): a request from one of them is taken to come from the address it puts
         /// in `X-Forwarded-For` (keys' `--allow-ip` lists are checked against that). Empty: the

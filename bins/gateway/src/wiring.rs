@@ -59,10 +59,13 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         links: Arc::new(media::LinkSigner::new(secret, &public)),
         wire: Arc::new(api::wire::WireTasks),
     };
-    let ports = Ports::from_store(store, Arc::new(SystemClock))
+    let mut ports = Ports::from_store(store, Arc::new(SystemClock))
         .with_upstream(upstream.clone())
         .with_upstream_health(upstream)
         .with_video(video);
+    if let Some((processor, settings)) = payments(config, &public)? {
+        ports = ports.with_payments(processor, settings);
+    }
     let settings = VideoSettings {
         poll_interval: config.task_poll_interval.0,
         deadline: config.task_deadline.0,
@@ -84,6 +87,33 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
     let gateway =
         Gateway::new(ports).with_call_timeout(timeout).with_video_settings(settings).with_admission(admission);
     Ok(Wired { gateway, simulator: sim.map(|(_, handle)| handle) })
+}
+
+/// Self-serve top-ups through Stripe when both Stripe secrets are set; `None` when neither is.
+fn payments(
+    config: &Config,
+    public: &str,
+) -> Result<Option<(Arc<dyn domain::Payments>, service::PaymentSettings)>, Exit> {
+    let (key, hook) = (config.stripe_secret_key.expose(), config.stripe_webhook_secret.expose());
+    match (key.is_empty(), hook.is_empty()) {
+        (true, true) => return Ok(None),
+        (false, false) => {}
+        _ => return Err(Exit::config("stripe_secret_key and stripe_webhook_secret: set both, or neither".into())),
+    }
+    if config.topup_min_usd.micros() <= 0 || config.topup_min_usd > config.topup_max_usd {
+        return Err(Exit::config("topup_min_usd must be above 0 and at most topup_max_usd".into()));
+    }
+    let processor = media::StripeCheckout::new(&config.stripe_api_base, key).map_err(|e| format!("stripe: {e}"))?;
+    let console = format!("{}/console/#/overview", public.trim_end_matches('/'));
+    let or_console = |url: &str| if url.is_empty() { console.clone() } else { url.to_owned() };
+    let settings = service::PaymentSettings {
+        webhook_secret: hook.to_owned(),
+        min: config.topup_min_usd,
+        max: config.topup_max_usd,
+        success_url: or_console(&config.topup_success_url),
+        cancel_url: or_console(&config.topup_cancel_url),
+    };
+    Ok(Some((Arc::new(processor), settings)))
 }
 
 /// The media store `media_store` names (the media directory when it is not set). An object store

@@ -202,7 +202,10 @@ fn key_limits_are_set_at_creation_and_changed_later() {
         sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "none", "--models", "image,audio"]).json();
     assert_eq!((&changed["expires_at"], &changed["models"]), (&Value::Null, &json!(["image", "audio"])), "{changed}");
     let later = sandbox.run(&["admin", "key", "set", "--key", &id, "--expires-at", "2100-01-01T00:00:00Z"]).json();
-    assert_eq!((&later["expires_at"], &later["models"]), (&json!("2100-01-01T00:00:00.000Z"), &json!(["image", "audio"])));
+    assert_eq!(
+        (&later["expires_at"], &later["models"]),
+        (&json!("2100-01-01T00:00:00.000Z"), &json!(["image", "audio"]))
+    );
 
     let bad: [(Vec<&str>, &str); 9] = [
         (vec!["create", "--user", &user, "--all-scopes", "--expires-at", "yesterday"], "RFC 3339"),
@@ -463,9 +466,33 @@ fn model_aliases_are_set_listed_deleted_checked_and_audited() {
 }
 
 #[test]
+fn adjustments_take_money_back_with_a_note_and_are_audited() {
+    let sandbox = Sandbox::new();
+    let user =
+        sandbox.run(&["admin", "user", "create", "--name", "A", "--email", "a@example.com", "--balance", "5"]).json();
+    let id = user["id"].as_str().expect("id").to_owned();
+    let back = sandbox.run(&["admin", "adjust", "--user", &id, "--amount", "-7.5", "--note", "refund cs_1"]).json();
+    assert_eq!(
+        (&back["kind"], &back["amount_usd"], &back["balance_after"]),
+        (&json!("adjustment"), &json!("-7.500000"), &json!("-2.500000")),
+        "{back}"
+    );
+    for args in [
+        &["admin", "adjust", "--user", &id, "--amount", "0", "--note", "x"][..],
+        &["admin", "adjust", "--user", &id, "--amount", "1", "--note", " "],
+        &["admin", "adjust", "--user", "usr_nobody", "--amount", "1", "--note", "x"],
+    ] {
+        sandbox.run(args).assert_one_line_error();
+    }
+    let audit = sandbox.run(&["admin", "audit"]).json();
+    assert_eq!(audit["data"][0]["action"], json!("user.adjust"), "{audit}");
+}
+
+#[test]
 fn vouchers_are_minted_listed_revoked_and_audited() {
     let sandbox = Sandbox::new();
-    let minted = sandbox.run(&["admin", "voucher", "create", "--amount", "2.5", "--count", "3", "--note", "fair"]).json();
+    let minted =
+        sandbox.run(&["admin", "voucher", "create", "--amount", "2.5", "--count", "3", "--note", "fair"]).json();
     let codes = minted["codes"].as_array().expect("codes");
     assert_eq!(codes.len(), 3, "{minted}");
     assert!(codes.iter().all(|c| c.as_str().is_some_and(|c| c.starts_with("GV-"))), "{minted}");

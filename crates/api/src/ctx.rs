@@ -63,8 +63,14 @@ impl Ctx<'_> {
     /// Reads the JSON body, at most the route's limit, with the caller's share of the body budget.
     pub async fn json_bytes(&mut self) -> Result<BufferedBody, ApiError> {
         let user = self.who()?.user_id.as_str().to_owned();
+        self.json_bytes_of(&user).await
+    }
+
+    /// The JSON body of a route without a key, its share of the body budget counted for `sender`
+    /// (such as `stripe`).
+    pub async fn json_bytes_of(&mut self, sender: &str) -> Result<BufferedBody, ApiError> {
         let body = self.take_body()?;
-        read_json(&self.parts.headers, body, self.limit, self.state.body_budget(), &user, self.state.pace()).await
+        read_json(&self.parts.headers, body, self.limit, self.state.body_budget(), sender, self.state.pace()).await
     }
 
     /// The body, to read as the handler needs (once).

@@ -164,6 +164,9 @@ impl From<ServiceError> for ApiError {
                     )
                 }
             }
+            ServiceError::PaymentsNotConfigured => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured", e.to_string())
+            }
             ServiceError::Voucher(refusal) => {
                 let text = refusal.to_string();
                 match refusal {

@@ -5,7 +5,9 @@
 
 use schemars::JsonSchema;
 use serde_json::{Value, json};
-use validation::{AudioRequest, ChatRequest, CountTokensRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest};
+use validation::{
+    AudioRequest, ChatRequest, CountTokensRequest, ImageRequest, MessagesRequest, ResponsesRequest, VideoRequest,
+};
 
 use crate::doc::{BILLABLE_ERRORS, Docs, Op, json_content, page, path_param, query};
 use crate::wire::{ChatStyleAnswer, KeyList, MediaAnswer, ModelList, OverviewObject, TaskList, TaskObject};
@@ -182,7 +184,11 @@ pub(crate) fn count_tokens(d: &mut Docs) -> Op {
         "name": "anthropic-version", "in": "header", "required": true,
         "description": "Or `messages-version`", "schema": {"type": "string"}
     });
-    Op { parameters: vec![version], body, responses: d.json_answer::<TokenCount>(200, "the estimate", &[400, 401, 413, 415, 503]) }
+    Op {
+        parameters: vec![version],
+        body,
+        responses: d.json_answer::<TokenCount>(200, "the estimate", &[400, 401, 413, 415, 503]),
+    }
 }
 
 pub(crate) fn responses(d: &mut Docs) -> Op {

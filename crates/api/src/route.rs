@@ -53,6 +53,9 @@ pub enum Auth {
     MetricsToken,
     /// Anyone holding a signed, expiring link (the handler checks its signature); no key.
     SignedLink,
+    /// The payment processor, whose request carries its signature over the body with the
+    /// operator's webhook secret; the handler checks it before anything else; no key.
+    ProcessorSignature,
     /// A key with this scope, presented as `Authorization: Bearer`.
     Key(Scope),
     /// A key with this scope, as `Authorization: Bearer` or `x-api-key` (message-style clients).
@@ -65,7 +68,7 @@ impl Auth {
     /// The scope a key needs, for the document (`None`: no key).
     pub const fn scope(self) -> Option<Scope> {
         match self {
-            Auth::Public | Auth::MetricsToken | Auth::SignedLink => None,
+            Auth::Public | Auth::MetricsToken | Auth::SignedLink | Auth::ProcessorSignature => None,
             Auth::Key(scope) | Auth::KeyOrXApiKey(scope) => Some(scope),
             Auth::Operator => Some(Scope::Admin),
         }
@@ -112,10 +115,11 @@ pub enum Effect {
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 impl Route {
-    /// Whether the route takes `X-Max-Cost`: it makes a billed call (a `POST` that bills; a
-    /// cancellation bills too, but only refunds), or quotes one.
+    /// Whether the route takes `X-Max-Cost`: a caller's key makes a billed call (a `POST` that
+    /// bills; a cancellation bills too, but only refunds; a processor's event credits), or quotes one.
     pub fn takes_max_cost(&self) -> bool {
-        (self.effect == Effect::Billed && self.method == Method::POST) || self.path.ends_with("/quote")
+        let keyed = matches!(self.auth, Auth::Key(_) | Auth::KeyOrXApiKey(_));
+        keyed && ((self.effect == Effect::Billed && self.method == Method::POST) || self.path.ends_with("/quote"))
     }
 
     /// The documented path: the template without `+`/`*` markers, and without a last `{name*}`.

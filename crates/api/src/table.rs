@@ -19,6 +19,7 @@ use crate::ctx::Ctx;
 use crate::error::ApiError;
 use crate::headers::bearer;
 use crate::manage::ops as mops;
+use crate::manage::payments as pops;
 use crate::manage::vouchers as vops;
 use crate::response::Response;
 use crate::route::{Auth, BodyKind, Effect, Route, find};
@@ -280,6 +281,28 @@ pub static ROUTES: &[Route] = &[
         summary: "Redeem a voucher code: its amount is credited once, in the commit that marks it redeemed",
         handler: h!(manage::vouchers::redeem),
         doc: vops::redeem_op,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/topups/checkout",
+        aliases: &[],
+        auth: Key(Scope::BillingManage),
+        body: MANAGE,
+        effect: Read,
+        summary: "A hosted Stripe Checkout page to add funds; the balance rises when Stripe says it was paid",
+        handler: h!(manage::payments::checkout),
+        doc: pops::checkout_op,
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/v1/stripe/webhook",
+        aliases: &[],
+        auth: Auth::ProcessorSignature,
+        body: MANAGE,
+        effect: Billed,
+        summary: "Stripe's signed events: a paid Checkout Session is credited once; no API key",
+        handler: h!(manage::payments::stripe_webhook),
+        doc: pops::stripe_webhook_op,
     },
     Route {
         method: Method::GET,
@@ -687,7 +710,7 @@ async fn authenticate(ctx: &mut Ctx<'_>, auth: Auth) -> Result<(), ApiError> {
     let headers = &ctx.parts.headers;
     let client = client_ip(&ctx.parts);
     match auth {
-        Auth::Public | Auth::SignedLink => {}
+        Auth::Public | Auth::SignedLink | Auth::ProcessorSignature => {}
         Auth::MetricsToken => handlers::metrics_allowed(ctx.state, headers)?,
         Auth::Key(scope) => ctx.who = Some(gateway.authenticate(bearer(headers), scope, client).await?),
         Auth::KeyOrXApiKey(scope) => {

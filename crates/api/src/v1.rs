@@ -235,8 +235,9 @@ pub(crate) fn dialect(path: &str, response: &mut Response) {
         };
         json_response(error.status, &body)
     } else {
-        let body =
-            V1Error { error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) } };
+        let body = V1Error {
+            error: V1ErrorBody { code: error.code, message: &error.message, kind: openai_type(error.status) },
+        };
         json_response(error.status, &body)
     };
     let (parts, _) = std::mem::replace(response, rewritten).into_parts();

@@ -16,7 +16,10 @@ use http::Method;
 use serde_json::{Value, json};
 
 /// The POST routes that only read (they quote a hold, and hold nothing).
-const READING_POSTS: [&str; 4] = [
+/// `POST`s that change nothing here: quotes, token counts, and a Checkout Session made at the
+/// payment processor (the money comes with its signed event, through the ledger).
+const READING_POSTS: [&str; 5] = [
+    "/api/v1/topups/checkout",
     "/api/v1/chat/completions/quote",
     "/api/v1/images/generations/quote",
     "/v1/messages/count_tokens",
@@ -84,8 +87,11 @@ async fn every_route_is_held_to_its_declared_effect() {
                 ("post", "/api/v1/webhook-secret" | "/api/v1/admin/users/{user_id}/webhook-secret") => json!({}),
                 ("post", "/api/v1/chat/completions/quote") => chat.clone(),
                 ("post", "/api/v1/admin/vouchers") => json!({"amount": "1", "count": 2}),
+                ("post", "/api/v1/topups/checkout") => json!({"amount": "20"}),
                 ("post", "/api/v1/vouchers/redeem") => json!({"code": code}),
-                ("post", "/v1/messages/count_tokens" | "/v1/v1/messages/count_tokens") => json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+                ("post", "/v1/messages/count_tokens" | "/v1/v1/messages/count_tokens") => {
+                    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+                }
                 ("post", "/api/v1/images/generations/quote") => {
                     json!({"model": "Vendor-Imagegen-4.5", "prompt": "a fox"})
                 }

@@ -290,9 +290,7 @@ async fn message_style_routes_answer_anthropic_errors_and_count_tokens_without_b
         assert_messages_error(&empty, 400, "invalid_request", "invalid_request_error", "no message");
 
         // The count: four bytes a token of the prompt's JSON, four a message; it grows with the prompt.
-        let count = |text: &str| {
-            json!({"model": "LangA-V4-flash", "system": "Be brief.", "messages": [{"role": "user", "content": text}]})
-        };
+        let count = |text: &str| json!({"model": "LangA-V4-flash", "system": "Be brief.", "messages": [{"role": "user", "content": text}]});
         let short = server.post_json_with("/v1/messages/count_tokens", Some(&env.key), &version, &count("hi")).await;
         assert_eq!(short.status, 200, "{}", env.ctx(&short.text()));
         let short_tokens = short.json["input_tokens"].as_u64().expect("input_tokens");

@@ -50,14 +50,20 @@ async fn a_code_credits_once_and_every_refusal_has_its_code() {
         let listed = server.get(MINT, Some(&admin)).await;
         assert_eq!(listed.status, 200, "{label}: {}", listed.text());
         assert_eq!(listed.json["data"][0]["batch_id"], json!(batch));
-        assert_eq!((&listed.json["data"][0]["count"], &listed.json["data"][0]["amount"]), (&json!(3), &json!("5.250000")));
+        assert_eq!(
+            (&listed.json["data"][0]["count"], &listed.json["data"][0]["amount"]),
+            (&json!(3), &json!("5.250000"))
+        );
         assert!(!listed.text().contains(&codes[0]), "{label}: a listing never shows a code");
 
         // Redeemed as typed, lower case and spaced: credited in the same commit, kind voucher.
         let typed = codes[0].to_lowercase().replace('-', " ");
         let redeemed = server.post_json(REDEEM, Some(&key), &json!({"code": typed})).await;
         assert_eq!(redeemed.status, 200, "{label}: {}", redeemed.text());
-        assert_eq!((&redeemed.json["credited"], &redeemed.json["balance_usd"]), (&json!("5.250000"), &json!("6.250000")));
+        assert_eq!(
+            (&redeemed.json["credited"], &redeemed.json["balance_usd"]),
+            (&json!("5.250000"), &json!("6.250000"))
+        );
         let (entries, balance) = server.ledger(&user.id).await;
         assert_eq!(balance, UsdAmount::parse_decimal("6.25").expect("usd"), "{label}");
         let vouchers: Vec<i64> =
@@ -72,7 +78,8 @@ async fn a_code_credits_once_and_every_refusal_has_its_code() {
         let other_key = server.key(&other.id, &[Scope::BillingManage]).await.secret;
         let theirs = server.post_json(REDEEM, Some(&other_key), &json!({"code": codes[0]})).await;
         theirs.assert_error(409, "voucher_redeemed", label);
-        let unknown = server.post_json(REDEEM, Some(&key), &json!({"code": "GV-0000-0000-0000-0000-0000-0000-0000"})).await;
+        let unknown =
+            server.post_json(REDEEM, Some(&key), &json!({"code": "GV-0000-0000-0000-0000-0000-0000-0000"})).await;
         unknown.assert_error(404, "voucher_not_found", label);
         let garbled = server.post_json(REDEEM, Some(&key), &json!({"code": "not a code"})).await;
         garbled.assert_error(404, "voucher_not_found", label);
@@ -108,7 +115,11 @@ async fn a_code_credits_once_and_every_refusal_has_its_code() {
 
         // The scope: a key without billing:manage cannot redeem.
         let plain = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
-        server.post_json(REDEEM, Some(&plain), &json!({"code": codes[2]})).await.assert_error(401, "invalid_api_key", label);
+        server.post_json(REDEEM, Some(&plain), &json!({"code": codes[2]})).await.assert_error(
+            401,
+            "invalid_api_key",
+            label,
+        );
 
         // Minting, redeeming and revoking are in the audit trail; no code is.
         let actions = audit_actions(&server).await;

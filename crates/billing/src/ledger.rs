@@ -12,8 +12,7 @@
 
 use async_trait::async_trait;
 use domain::{
-    BillingStatus, LedgerEntry, LedgerKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount,
-    UserId,
+    BillingStatus, LedgerEntry, LedgerKind, TaskEvent, TaskId, TaskStatus, TaskTransition, Timestamp, UsdAmount, UserId,
 };
 
 /// Why a ledger operation was refused or failed.
@@ -92,6 +91,9 @@ pub enum LedgerError {
     /// The voucher's batch expired; nothing moved.
     #[error("this voucher expired at {0}")]
     VoucherExpired(Timestamp),
+    /// The payment was credited already; nothing moved.
+    #[error("payment {0} was credited already")]
+    PaymentCredited(String),
     /// The storage behind the ledger failed; the text is for the log, not for clients.
     #[error("ledger backend error: {0}")]
     Backend(String),
@@ -145,6 +147,10 @@ pub trait Ledger: Send + Sync {
     /// amount, in the commit that marks it redeemed. Once in the whole store, whatever the races:
     /// `VoucherRedeemed` after, `VoucherNotFound` for an unknown or revoked code, `VoucherExpired`.
     async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError>;
+
+    /// Credits the completed payment `payment` of `amount` to `user` (a `Topup` entry), in the
+    /// commit that records it: once in the whole store; `PaymentCredited` after.
+    async fn pay(&self, user: &UserId, payment: &str, amount: UsdAmount) -> Result<LedgerEntry, LedgerError>;
 
     /// Atomically holds `amount` (≥ 0) for `task`: a `Reserve` entry of `−amount`. Fails with
     /// `InsufficientBalance` when the balance is below `amount`, `DuplicateReservation` when the

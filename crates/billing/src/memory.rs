@@ -36,6 +36,8 @@ struct State {
     budgets: HashMap<ApiKeyId, KeyBudgetState>,
     /// Vouchers by code hash ([`InMemoryLedger::add_voucher`]).
     vouchers: HashMap<String, VoucherSeen>,
+    /// Payments credited.
+    payments: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -68,6 +70,7 @@ impl State {
             holds,
             budgets: budget_keys.into_iter().filter_map(|k| Some((k.clone(), *self.budgets.get(&k)?))).collect(),
             vouchers: keys.vouchers.iter().filter_map(|h| Some((h.clone(), self.vouchers.get(h)?.clone()))).collect(),
+            payments: keys.payments.into_iter().filter(|p| self.payments.contains(p)).collect(),
         }
     }
 
@@ -102,6 +105,9 @@ impl State {
         }
         for b in &plan.budgets {
             self.budgets.insert(b.key.clone(), b.to);
+        }
+        for p in &plan.payments {
+            self.payments.insert(p.payment.clone());
         }
         for c in &plan.claims {
             if let Some(v) = self.vouchers.get_mut(&c.code_hash) {
@@ -224,6 +230,13 @@ impl Ledger for InMemoryLedger {
         note: &str,
     ) -> Result<LedgerEntry, LedgerError> {
         match self.run(BookOp::Credit { user: user.clone(), amount, kind, note: note.to_owned() })? {
+            BookAnswer::Credited(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn pay(&self, user: &UserId, payment: &str, amount: UsdAmount) -> Result<LedgerEntry, LedgerError> {
+        match self.run(BookOp::Pay { user: user.clone(), payment: payment.to_owned(), amount })? {
             BookAnswer::Credited(e) => Ok(e),
             other => Err(unexpected(other)),
         }

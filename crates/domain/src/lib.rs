@@ -12,6 +12,7 @@ pub mod kind;
 pub mod manage;
 pub mod media;
 pub mod money;
+pub mod payments;
 pub mod ports;
 pub mod pricing;
 pub mod records;
@@ -36,6 +37,7 @@ pub use kind::{ModelKind, UnknownName};
 pub use manage::{Actor, AuditEntry, DailyModelSpend, NewAuditEntry, UsageGroup, UsageRow, UserChange};
 pub use media::{BadMediaEntry, MediaSource, TaskMedia};
 pub use money::{MoneyError, UsdAmount};
+pub use payments::{CheckoutRequest, CheckoutSession, PaymentError, Payments};
 pub use pricing::{BadPricingVersionId, PriceSheet, PricingVersion, PricingVersionId, Rate, RateError};
 pub use records::{
     ApiKey, ApiKeyId, BillingStatus, LedgerEntry, LedgerKind, ModelAlias, ModelRecord, ModelSeed, NewUser, Role, Task,
@@ -44,5 +46,5 @@ pub use records::{
 pub use scope::Scope;
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
 pub use time::{BadDay, BadTimestamp, Clock, SystemClock, Timestamp, UtcDay, duration_millis};
-pub use vouchers::{VoucherBatch, VoucherStore};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};
+pub use vouchers::{VoucherBatch, VoucherStore};

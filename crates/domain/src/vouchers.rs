@@ -95,8 +95,12 @@ pub trait VoucherStore: Send + Sync {
     /// time); `NotFound` for an unknown batch.
     async fn revoke_vouchers(&self, id: &str, at: Timestamp) -> Result<VoucherBatch, StoreError>;
     /// Records a failed redemption by `user` at `at`, forgetting that user's failures before `forget_before`.
-    async fn record_voucher_failure(&self, user: &UserId, at: Timestamp, forget_before: Timestamp)
-    -> Result<(), StoreError>;
+    async fn record_voucher_failure(
+        &self,
+        user: &UserId,
+        at: Timestamp,
+        forget_before: Timestamp,
+    ) -> Result<(), StoreError>;
     /// How many failed redemptions `user` made since `since`.
     async fn voucher_failures_since(&self, user: &UserId, since: Timestamp) -> Result<u64, StoreError>;
 }
@@ -125,7 +129,8 @@ mod tests {
         // Look-alikes read as their digits.
         let typed = "GV-OOOO-IIII-LLLL-0000-1111-0000-1111";
         assert_eq!(normalize_code(typed).as_deref(), Some("0000111111110000111100001111"));
-        for bad in ["", "GV-", "GV-0000", &format!("{mixed}0"), "GV-UUUU-0000-0000-0000-0000-0000-0000", "GV-éééé"] {
+        for bad in ["", "GV-", "GV-0000", &format!("{mixed}0"), "GV-UUUU-0000-0000-0000-0000-0000-0000", "GV-éééé"]
+        {
             assert_eq!(normalize_code(bad), None, "{bad}");
         }
     }

@@ -22,9 +22,11 @@ pub mod egress;
 pub mod link;
 pub mod object;
 pub mod store;
+pub mod stripe;
 
 pub use egress::policy::AllowList;
 pub use egress::{Egress, EgressConfig, EgressError, FetchedMeta, MinRate};
 pub use link::LinkSigner;
 pub use object::{MediaLocation, ObjectMediaStore, S3Location};
 pub use store::{LocalMediaStore, validate_key};
+pub use stripe::StripeCheckout;

@@ -102,6 +102,9 @@ pub enum ServiceError {
     /// for the log, not for clients.
     #[error("database unavailable: {0}")]
     StoreUnavailable(String),
+    /// Self-serve top-ups are not configured (503 `payments_not_configured`).
+    #[error("payments are not configured on this gateway; ask its operator to add funds")]
+    PaymentsNotConfigured,
     /// A voucher was not redeemed (404 `voucher_not_found`, 409 `voucher_redeemed`, 410
     /// `voucher_expired`, 429 `voucher_attempts_exceeded`); nothing moved.
     #[error("{0}")]
@@ -178,6 +181,7 @@ impl From<LedgerError> for ServiceError {
             LedgerError::VoucherNotFound => ServiceError::Voucher(VoucherRefusal::NotFound),
             LedgerError::VoucherRedeemed => ServiceError::Voucher(VoucherRefusal::Redeemed),
             LedgerError::VoucherExpired(at) => ServiceError::Voucher(VoucherRefusal::Expired(at)),
+            LedgerError::PaymentCredited(_) => ServiceError::Conflict(e.to_string()),
             LedgerError::Backend(what) => ServiceError::StoreUnavailable(what),
         }
     }

@@ -21,6 +21,7 @@ mod manage;
 mod metrics;
 mod native;
 mod operator;
+mod payments;
 mod rates;
 mod reads;
 mod reply;
@@ -47,20 +48,22 @@ pub use answer::Answer;
 pub use background::Background;
 pub use cache::CACHE_TTL;
 pub use error::{ServiceError, VoucherRefusal};
-pub use vouchers::{
-    FAILURE_WINDOW_MS, MAX_FAILED_REDEMPTIONS, MAX_VOUCHER_USD, MAX_VOUCHERS_PER_BATCH, MintedVouchers, NewVouchers, Redeemed,
-};
 pub use idempotency::{Claim, ClaimedKey};
 pub use keys::{KEY_PREFIX, NewSecret, UuidIds, generate_secret, hash_secret};
 pub use lineage::{Ancestor, MAX_KEY_GENERATIONS};
 pub use manage::{Page, UsageReport};
 pub use metrics::{Health, METRICS_CONTENT_TYPE};
 pub use operator::{Operator, UserDetail};
+pub use payments::{EventOutcome, PaymentPorts, PaymentSettings, SIGNATURE_TOLERANCE_SECS, verify_signature};
 pub use reads::{EffectiveLimits, KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, Quote, StreamFailure, StreamItem};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;
 pub use video::{MEDIA_SWEEP_LEASE, MediaSweep, StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
+pub use vouchers::{
+    FAILURE_WINDOW_MS, MAX_FAILED_REDEMPTIONS, MAX_VOUCHER_USD, MAX_VOUCHERS_PER_BATCH, MintedVouchers, NewVouchers,
+    Redeemed,
+};
 
 /// How many ledger entries the overview shows.
 pub const OVERVIEW_LEDGER_ENTRIES: u64 = 20;
@@ -104,6 +107,8 @@ pub struct Ports {
     pub upstream_health: Option<Arc<dyn domain::ports::UpstreamHealth>>,
     /// What video tasks need besides the store; `None` answers 503 `provider_not_configured`.
     pub video: Option<video::VideoPorts>,
+    /// Self-serve top-ups; `None` answers 503 `payments_not_configured`.
+    pub payments: Option<PaymentPorts>,
 }
 
 impl Ports {
@@ -145,6 +150,7 @@ impl Ports {
             upstream: None,
             upstream_health: None,
             video: None,
+            payments: None,
         }
     }
 

@@ -139,6 +139,31 @@ impl<'g> Operator<'g> {
         Ok(entry)
     }
 
+    /// Corrects a user's balance by a signed, non-zero `amount` (a refunded or disputed payment
+    /// taken back, a goodwill credit): an `adjustment` ledger entry noted `note` (required), which
+    /// may take the balance below zero. Audited as `user.adjust`.
+    pub async fn adjust(&self, user: &UserId, amount: UsdAmount, note: &str) -> Result<LedgerEntry, ServiceError> {
+        let note = note.trim();
+        if note.is_empty() || note.chars().count() > 500 {
+            return Err(ServiceError::InvalidRequest("an adjustment needs a note of 1..500 characters".into()));
+        }
+        if amount.micros() == 0 {
+            return Err(ServiceError::InvalidRequest("an adjustment must not be zero".into()));
+        }
+        let before = self.user(user).await?;
+        let entry = self.gateway.ports.ledger.credit(user, amount, domain::LedgerKind::Adjustment, note).await?;
+        let after =
+            json!({"balance_usd": entry.balance_after.to_string(), "amount_usd": amount.to_string(), "note": note});
+        self.record(
+            "user.adjust",
+            user.as_str(),
+            Some(json!({"balance_usd": before.balance.to_string()})),
+            Some(after),
+        )
+        .await?;
+        Ok(entry)
+    }
+
     /// Disables or enables a user, or changes its caps; keys see the change at once on this
     /// replica and within the key cache's second on the others.
     pub async fn change_user(&self, user: &UserId, change: UserChange) -> Result<User, ServiceError> {

@@ -102,6 +102,13 @@ impl Ledger for Store {
         }
     }
 
+    async fn pay(&self, user: &UserId, payment: &str, amount: UsdAmount) -> Result<LedgerEntry, LedgerError> {
+        match self.book(BookOp::Pay { user: user.clone(), payment: payment.to_owned(), amount }).await? {
+            BookAnswer::Credited(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError> {
         match self.book(BookOp::Redeem { user: user.clone(), code_hash: code_hash.to_owned() }).await? {
             BookAnswer::Credited(e) => Ok(e),

@@ -36,7 +36,7 @@ pub(crate) fn assumed<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> Option<B
             // A key's budget counters are read, never assumed: the batch takes the reading path.
             _ if !op.budget_keys().is_empty() => return None,
             // A voucher is read under its row lock (the locking path).
-            BookOp::Redeem { .. } => return None,
+            BookOp::Redeem { .. } | BookOp::Pay { .. } => return None,
             BookOp::Hold { user, task, .. } => {
                 state.balances.insert(user.clone(), ASSUMED_BALANCE);
                 named.insert(task).then_some(())?;

@@ -335,8 +335,9 @@ fn fail_pg_committing(e: sqlx::Error) -> BatchError {
 /// One batch in two statements, each its own transaction: the read, then the write, which
 /// happens whole or not at all ([`WRITE`]) and within the bounds of what the plan relied on.
 async fn commit_unlocked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committed, BatchError> {
-    if jobs.iter().any(|j| matches!(j.op, BookOp::Redeem { .. })) {
-        // A voucher is read under its row lock, in the transaction that redeems it.
+    if jobs.iter().any(|j| matches!(j.op, BookOp::Redeem { .. } | BookOp::Pay { .. })) {
+        // A voucher is read under its row lock, and a payment is looked up, in the transaction
+        // that credits it.
         return commit_locked(conn, jobs).await;
     }
     let state = read(conn, READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
@@ -396,6 +397,7 @@ async fn commit_locked(conn: &mut PgConnection, jobs: &[Job]) -> Result<Committe
     let mut tx = conn.begin().await.map_err(fail_pg)?;
     let mut state = read(&mut tx, LOCK_AND_READ, jobs.iter().map(|j| &j.op)).await.map_err(fail_pg)?;
     read_vouchers(&mut tx, jobs, &mut state).await.map_err(fail_pg)?;
+    read_payments(&mut tx, jobs, &mut state).await.map_err(fail_pg)?;
     let mut plan = book::plan(jobs.iter().map(|j| &j.op), state, batch_time(jobs));
     // The users' row locks keep every balance as read until the commit, so the write finds them as
     // read and shifts nothing; the answers are rebased all the same, so that they never depend on
@@ -441,7 +443,32 @@ async fn read_vouchers(conn: &mut PgConnection, jobs: &[Job], state: &mut BookSt
     Ok(())
 }
 
-/// Marks the vouchers the plan redeems (guard: still unredeemed, which the row lock keeps).
+/// Reads which of the payments the batch credits were credited already. A payment not found
+/// here may be credited by a racing batch meanwhile: the insert of [`write_claims`] then fails
+/// on its key, and the batch is retried on what is stored.
+async fn read_payments(conn: &mut PgConnection, jobs: &[Job], state: &mut BookState) -> Result<(), sqlx::Error> {
+    let ids: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| match &j.op {
+            BookOp::Pay { payment, .. } => Some(payment.as_str()),
+            _ => None,
+        })
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let rows = sqlx::query("SELECT payment_id FROM payments WHERE payment_id = ANY($1)")
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    for row in rows {
+        state.payments.insert(row.try_get(0)?);
+    }
+    Ok(())
+}
+
+/// Marks the vouchers the plan redeems (guard: still unredeemed, which the row lock keeps), and
+/// records the payments it credits (their ids are unique).
 async fn write_claims(conn: &mut PgConnection, plan: &Plan) -> Result<(), BatchError> {
     for claim in &plan.claims {
         let done = sqlx::query(
@@ -456,6 +483,16 @@ async fn write_claims(conn: &mut PgConnection, plan: &Plan) -> Result<(), BatchE
         if done.rows_affected() != 1 {
             return Err(BatchError::Retry(format!("voucher {} changed under the batch", claim.code_hash)));
         }
+    }
+    for p in &plan.payments {
+        sqlx::query("INSERT INTO payments (payment_id, user_id, amount_micros, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(&p.payment)
+            .bind(p.user.as_str())
+            .bind(p.amount.micros())
+            .bind(plan.now().millis())
+            .execute(&mut *conn)
+            .await
+            .map_err(fail_pg)?;
     }
     Ok(())
 }

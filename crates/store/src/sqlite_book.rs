@@ -344,6 +344,14 @@ fn read<'a>(txn: &Transaction<'_>, ops: impl IntoIterator<Item = &'a BookOp>) ->
             state.vouchers.extend(row.map(|v| (code_hash, v)));
         }
     }
+    if !keys.payments.is_empty() {
+        let mut paid = txn.prepare_cached("SELECT 1 FROM payments WHERE payment_id = ?1")?;
+        for payment in keys.payments {
+            if paid.exists([payment.as_str()])? {
+                state.payments.insert(payment);
+            }
+        }
+    }
     Ok(state)
 }
 
@@ -409,6 +417,16 @@ fn write(txn: &Transaction<'_>, plan: &Plan) -> Result<Vec<i64>, BatchError> {
             .map_err(fail_sql)?;
         for c in &plan.claims {
             one_row(stmt.execute(params![c.user.as_str(), now, c.code_hash]).map_err(fail_sql)?, "voucher")?;
+        }
+    }
+    if !plan.payments.is_empty() {
+        let mut stmt = txn
+            .prepare_cached(
+                "INSERT INTO payments (payment_id, user_id, amount_micros, created_at) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(fail_sql)?;
+        for p in &plan.payments {
+            stmt.execute(params![p.payment, p.user.as_str(), p.amount.micros(), now]).map_err(fail_sql)?;
         }
     }
     let ids = write_entries(txn, plan)?;

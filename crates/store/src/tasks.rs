@@ -168,6 +168,7 @@ fn task_change_err(id: &TaskId, e: LedgerError) -> StoreError {
         | LedgerError::VoucherNotFound
         | LedgerError::VoucherRedeemed
         | LedgerError::VoucherExpired(_)
+        | LedgerError::PaymentCredited(_)
         | LedgerError::Overflow => StoreError::Conflict(e.to_string()),
     }
 }

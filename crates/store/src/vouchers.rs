@@ -51,8 +51,7 @@ impl VoucherStore for Store {
         ];
         txn.execute_raw(self.statement(insert, values)).await.map_err(backend_err)?;
         for chunk in code_hashes.chunks(CODES_PER_INSERT) {
-            let rows: Vec<String> =
-                (0..chunk.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
+            let rows: Vec<String> = (0..chunk.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
             let sql = format!("INSERT INTO vouchers (code_hash, batch_id) VALUES {}", rows.join(", "));
             let values: Vec<Value> =
                 chunk.iter().flat_map(|hash| [hash.clone().into(), batch.id.clone().into()]).collect();
@@ -90,8 +89,12 @@ impl VoucherStore for Store {
 
     async fn revoke_vouchers(&self, id: &str, at: Timestamp) -> Result<VoucherBatch, StoreError> {
         let sql = "UPDATE voucher_batches SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2";
-        let done =
-            self.db.writes().execute_raw(self.statement(sql, vec![at.millis().into(), id.into()])).await.map_err(backend_err)?;
+        let done = self
+            .db
+            .writes()
+            .execute_raw(self.statement(sql, vec![at.millis().into(), id.into()]))
+            .await
+            .map_err(backend_err)?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("voucher batch {id}")));
         }

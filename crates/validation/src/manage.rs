@@ -226,6 +226,16 @@ pub struct NewVouchersBody {
     pub note: Option<String>,
 }
 
+/// `POST /api/v1/topups/checkout`. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct CheckoutBody {
+    /// USD as a decimal string with at most 2 decimals, within the operator's bounds (by default
+    /// 5 to 1000), such as `"20.00"`.
+    #[validate(length(min = 1, max = 32))]
+    pub amount: String,
+}
+
 /// `POST /api/v1/vouchers/redeem`. No additional properties.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]

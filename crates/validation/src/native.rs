@@ -183,7 +183,8 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 pub fn count_tokens_estimate(body: &RawBody<'_>) -> Result<u64, ValidationError> {
     let request: CountTokensRequest = body.read()?;
     request.validate().map_err(|e| invalid(validator_message(&e)))?;
-    let bytes: u64 = ["system", "messages", "tools"].iter().filter_map(|k| body.get(k)).map(crate::raw::json_size).sum();
+    let bytes: u64 =
+        ["system", "messages", "tools"].iter().filter_map(|k| body.get(k)).map(crate::raw::json_size).sum();
     let messages = u64::try_from(request.messages.len()).unwrap_or(u64::MAX);
     Ok(bytes.div_ceil(BYTES_PER_TOKEN).saturating_add(messages.saturating_mul(TOKENS_PER_MESSAGE)))
 }

@@ -4,6 +4,7 @@
 //! the same service use cases as `gateway admin …`; the route table authenticates the caller first.
 
 pub(crate) mod ops;
+pub mod payments;
 pub mod vouchers;
 pub mod wire;
 

@@ -69,6 +69,10 @@ struct Book {
     vouchers: HashMap<String, VoucherSeen>,
     /// Vouchers the batch redeems.
     claims: Vec<VoucherClaim>,
+    /// Payments credited before the batch, and by it.
+    paid: std::collections::BTreeSet<String>,
+    /// Payments the batch credits.
+    payments: Vec<NewPayment>,
 }
 
 impl Book {
@@ -101,6 +105,8 @@ impl Book {
             entries: Vec::new(),
             vouchers: state.vouchers,
             claims: Vec::new(),
+            paid: state.payments,
+            payments: Vec::new(),
         }
     }
 
@@ -110,6 +116,7 @@ impl Book {
             BookOp::End { task, expect, charge, then } => self.end(task, expect.as_ref(), *charge, then.as_ref()),
             BookOp::Credit { user, amount, kind, note } => self.credit(user, *amount, *kind, note),
             BookOp::Redeem { user, code_hash } => self.redeem(user, code_hash),
+            BookOp::Pay { user, payment, amount } => self.pay(user, payment, *amount),
             BookOp::Move { task, change } => self.move_task(task, change),
         }
     }
@@ -323,6 +330,17 @@ impl Book {
         Ok(Decided::Credited(self.entries.len().saturating_sub(1)))
     }
 
+    fn pay(&mut self, user: &UserId, payment: &str, amount: UsdAmount) -> Result<Decided, LedgerError> {
+        if self.paid.contains(payment) {
+            return Err(LedgerError::PaymentCredited(payment.to_owned()));
+        }
+        check_credit(LedgerKind::Topup, amount)?;
+        self.book(user, None, LedgerKind::Topup, amount, format!("payment {payment}"))?;
+        self.paid.insert(payment.to_owned());
+        self.payments.push(NewPayment { payment: payment.to_owned(), user: user.clone(), amount });
+        Ok(Decided::Credited(self.entries.len().saturating_sub(1)))
+    }
+
     fn move_task(&mut self, task: &TaskId, change: &TaskTransition) -> Result<Decided, LedgerError> {
         let target = self.check_move(task, change, None)?;
         if target.is_terminal() {
@@ -479,6 +497,7 @@ impl Book {
             new_tasks,
             task_writes,
             claims: self.claims,
+            payments: self.payments,
         }
     }
 }

@@ -59,6 +59,17 @@ pub enum BookOp {
         /// The code's hash (the code itself is never stored).
         code_hash: String,
     },
+    /// Credits a completed payment (a Stripe Checkout Session) to `user`: a `Topup` entry of
+    /// `amount`, in the commit that records `payment` as credited. Refused when `payment` was
+    /// credited already (earlier in this batch too).
+    Pay {
+        /// Whose balance.
+        user: UserId,
+        /// The payment's id at the processor (`cs_…`).
+        payment: String,
+        /// What it paid (above zero).
+        amount: UsdAmount,
+    },
     /// Changes a task's state; no money moves (`TaskStore::transition_task`).
     Move {
         /// The task.
@@ -79,6 +90,7 @@ impl BookOp {
             | BookOp::End { .. }
             | BookOp::Credit { .. }
             | BookOp::Redeem { .. }
+            | BookOp::Pay { .. }
             | BookOp::Move { .. } => &[],
         }
     }
@@ -125,6 +137,19 @@ pub struct BookState {
     pub budgets: HashMap<ApiKeyId, KeyBudgetState>,
     /// Vouchers by code hash (read under their row locks; a code missing here does not exist).
     pub vouchers: HashMap<String, VoucherSeen>,
+    /// Payments the batch names that were credited already.
+    pub payments: BTreeSet<String>,
+}
+
+/// A payment the batch credits (inserted: its id is unique, so a racing twin fails and rereads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPayment {
+    /// The payment's id at the processor.
+    pub payment: String,
+    /// Whose balance it credited.
+    pub user: UserId,
+    /// What it credited.
+    pub amount: UsdAmount,
 }
 
 /// A voucher as the batch reads it.
@@ -166,6 +191,8 @@ pub struct BookKeys {
     pub budgets: BTreeSet<ApiKeyId>,
     /// Voucher code hashes to read under lock (sorted).
     pub vouchers: BTreeSet<String>,
+    /// Payment ids to look up (sorted).
+    pub payments: BTreeSet<String>,
 }
 
 /// What a batch touches.
@@ -189,6 +216,10 @@ pub fn keys<'a>(ops: impl IntoIterator<Item = &'a BookOp>) -> BookKeys {
             BookOp::Redeem { user, code_hash } => {
                 keys.users.insert(user.clone());
                 keys.vouchers.insert(code_hash.clone());
+            }
+            BookOp::Pay { user, payment, .. } => {
+                keys.users.insert(user.clone());
+                keys.payments.insert(payment.clone());
             }
             BookOp::Move { task, .. } => {
                 keys.tasks.insert(task.clone());
@@ -401,6 +432,8 @@ pub struct Plan {
     pub budgets: Vec<BudgetWrite>,
     /// Vouchers redeemed, in order.
     pub claims: Vec<VoucherClaim>,
+    /// Payments credited, in order.
+    pub payments: Vec<NewPayment>,
 }
 
 impl Plan {
@@ -424,6 +457,7 @@ impl Plan {
             && self.task_writes.is_empty()
             && self.budgets.is_empty()
             && self.claims.is_empty()
+            && self.payments.is_empty()
     }
 
     /// Shifts every balance after a movement of `user` by `by`: the batch's change was applied to
