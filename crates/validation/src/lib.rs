@@ -10,6 +10,7 @@ mod manage;
 pub mod media;
 mod native;
 mod raw;
+mod reports;
 pub mod schema;
 mod shape;
 pub mod sniff;
@@ -32,14 +33,15 @@ pub use image::{
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
 };
 pub use manage::{
-    KeyLimitName, KeyLimitsBody, ListQuery, ListText, MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody, TopupBody,
-    USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
+    KeyLimitName, KeyLimitsBody, ListQuery, ListText, MaintenanceBody, ModelPatchBody, NewKeyBody, NewUserBody,
+    TopupBody, USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery, UserPatchBody, list_query, manage_body, usage_query,
 };
 pub use native::{
     CountTokensRequest, MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, count_tokens_estimate,
     messages_request, responses_request,
 };
 pub use raw::RawBody;
+pub use reports::{DayRange, export_range, revenue_query, statement_month};
 pub use speech::{STOCK_VOICES, SpeechFormat, SpeechRequest, speech_to_audio};
 /// The rule check every management body passes (`manage_body`), for callers that name the bound.
 pub use validator::Validate;
