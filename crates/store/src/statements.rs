@@ -143,6 +143,21 @@ impl Store {
     }
 }
 
+/// The values of a page query: `$1` the user, `$2` the range's end, `$3` and `$4` the row to
+/// start after (never before the range's start), `$5` the page's size. The page's one lower bound
+/// is `$3`: with the range's start as a second one, SQLite's planner took that one and walked the
+/// index from the range's start on every page (each page then cost all the pages before it).
+fn page_values(user: &UserId, from_ms: i64, to_ms: i64, after: Keyset, limit: u64) -> Vec<Value> {
+    let after = if after.at < from_ms { Keyset::start(from_ms) } else { after };
+    vec![
+        user.as_str().into(),
+        to_ms.into(),
+        after.at.into(),
+        after.id.into(),
+        i64::try_from(limit).unwrap_or(i64::MAX).into(),
+    ]
+}
+
 fn ended_call(row: &QueryResult) -> Result<EndedCall, StoreError> {
     let task_id: String = get(row, "task_id")?;
     let kind: String = get(row, "kind")?;
@@ -193,18 +208,10 @@ impl StatementStore for Store {
         after: Keyset,
         limit: u64,
     ) -> Result<Vec<LedgerEntry>, StoreError> {
-        let sql = "SELECT * FROM ledger_entries WHERE user_id = $1 AND created_at >= $2 AND created_at < $3 \
-                   AND created_at >= $4 AND (created_at, id) > ($4, $5) ORDER BY created_at, id LIMIT $6";
-        let values = vec![
-            user.as_str().into(),
-            from_ms.into(),
-            to_ms.into(),
-            after.at.into(),
-            after.id.into(),
-            i64::try_from(limit).unwrap_or(i64::MAX).into(),
-        ];
+        let sql = "SELECT * FROM ledger_entries WHERE user_id = $1 AND created_at < $2 \
+                   AND created_at >= $3 AND (created_at, id) > ($3, $4) ORDER BY created_at, id LIMIT $5";
         let rows = ledger_entries::Entity::find()
-            .from_raw_sql(self.statement(sql, values))
+            .from_raw_sql(self.statement(sql, page_values(user, from_ms, to_ms, after, limit)))
             .all(self.db.reads())
             .await
             .map_err(backend_err)?;
@@ -226,19 +233,12 @@ impl StatementStore for Store {
              t.model AS model, t.kind AS kind, t.status AS status, r.status AS billing, r.amount_micros AS held, \
              COALESCE(r.actual_micros, 0) AS charged, t.usage AS usage_json \
              FROM ledger_entries e JOIN tasks t ON t.id = e.task_id JOIN reservations r ON r.task_id = e.task_id \
-             WHERE e.user_id = $1 AND e.kind IN ('{}', '{}') AND e.created_at >= $2 AND e.created_at < $3 \
-             AND e.created_at >= $4 AND (e.created_at, e.id) > ($4, $5) ORDER BY e.created_at, e.id LIMIT $6",
+             WHERE e.user_id = $1 AND e.kind IN ('{}', '{}') AND e.created_at < $2 \
+             AND e.created_at >= $3 AND (e.created_at, e.id) > ($3, $4) ORDER BY e.created_at, e.id LIMIT $5",
             LedgerKind::Settle.as_str(),
             LedgerKind::Refund.as_str()
         );
-        let values = vec![
-            user.as_str().into(),
-            from_ms.into(),
-            to_ms.into(),
-            after.at.into(),
-            after.id.into(),
-            i64::try_from(limit).unwrap_or(i64::MAX).into(),
-        ];
+        let values = page_values(user, from_ms, to_ms, after, limit);
         let rows = self.db.reads().query_all_raw(self.statement(&sql, values)).await.map_err(backend_err)?;
         rows.iter().map(ended_call).collect()
     }
