@@ -227,7 +227,7 @@ pub(crate) fn statement(d: &mut Docs) -> Op {
     let month = json!({
         "name": "month", "in": "path", "required": true,
         "description": "The UTC month, YYYY-MM; the month in progress or an earlier one",
-        "schema": {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+        "schema": {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"},
     });
     let responses = d.json_answer::<StatementObject>(200, "the month's statement", &[400, 401]);
     Op { parameters: vec![month], body: None, responses }
@@ -249,7 +249,7 @@ pub(crate) fn revenue(d: &mut Docs) -> Op {
     let month = query(
         "month",
         "The UTC month, YYYY-MM (default: the month in progress)",
-        json!({"type": "string", "pattern": r"^\d{4}-\d{2}$"}),
+        json!({"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}),
     );
     Op { parameters: vec![month], body: None, responses: d.json_answer::<RevenueObject>(200, "the month", &[400, 401]) }
 }
