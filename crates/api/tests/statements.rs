@@ -253,8 +253,18 @@ async fn check_exports(
     assert_eq!((charges, refunds), (x.charges.clone(), x.refunds), "{ctx}: the usage export sums to the statement");
 }
 
+/// The user's line of the gateway's revenue of `m` (other users share the database): `(calls,
+/// amount)`, zeros when it has none.
+async fn revenue_line(server: &Server, admin: &str, user: &str, m: UtcMonth, ctx: &str) -> (i64, i64) {
+    let reply = server.get(&format!("/api/v1/admin/revenue?month={m}"), Some(admin)).await;
+    assert_eq!(reply.status, 200, "{ctx}: revenue: {}", reply.json);
+    let users = reply.json["charges"]["by_user"].as_array().cloned().unwrap_or_default();
+    let line = users.iter().find(|l| l["user_id"] == user);
+    line.map_or((0, 0), |l| (l["calls"].as_i64().unwrap_or(-1), micros(&l["amount"], ctx)))
+}
+
 /// Writes `events` (and a first top-up) for a new user, then checks every month of [`MONTHS`].
-async fn one_history(server: &Server, events: &[Event]) {
+async fn one_history(server: &Server, admin: &str, events: &[Event]) {
     let user = server.user("0").await;
     let key = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
     let history = History::new(server, &user.id).await;
@@ -300,6 +310,8 @@ async fn one_history(server: &Server, events: &[Event]) {
         assert_eq!(x.closing, before.iter().map(|e| e.amount.micros()).sum::<i64>(), "{ctx}: Σ ledger before the end");
         assert_eq!(x.closing, before.last().map_or(0, |e| e.balance_after.micros()), "{ctx}: the balance after");
         check_exports(server, &key, m, &x, &ledger, &ctx).await;
+        let charged = (x.charges.values().map(|l| l.0).sum(), x.charges.values().map(|l| l.1).sum());
+        assert_eq!(revenue_line(server, admin, user.id.as_str(), m, &ctx).await, charged, "{ctx}: the revenue's line");
     }
     history.close().await;
 }
@@ -309,9 +321,10 @@ fn random_month_histories_reconcile_to_the_micro_usd() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     for db in databases() {
         let server = runtime.block_on(Server::start(&db));
+        let (_, admin) = runtime.block_on(server.admin(&[Scope::Admin]));
         let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
         let outcome = runner.run(&proptest::collection::vec(event(), 1..40), |events| {
-            runtime.block_on(one_history(&server, &events));
+            runtime.block_on(one_history(&server, &admin, &events));
             Ok(())
         });
         if let Err(e) = outcome {
