@@ -7,7 +7,8 @@
 #   1. GET /api/v1/ledger/export of one day (about ROWS/300 rows),
 #   2. GET /api/v1/ledger/export of all 300 days (ROWS + 1 rows),
 #   3. GET /api/v1/usage/export of all 300 days (ROWS/2 calls),
-#   4. GET /api/v1/statements/2026-06 (a month after 6 months of history).
+#   4. GET /api/v1/statements/2026-06 (a month after 6 months of history),
+#   5. GET /api/v1/admin/revenue?month=2026-06 (an operator's key).
 # For each: lines, bytes, seconds, the gateway's peak RSS so far (VmHWM from /proc), and the
 # peaks of its two parts sampled every 20 ms during the request: anonymous memory (RssAnon: the
 # heap, buffers, rows in flight) and file pages (RssFile: the binary, and SQLite's database pages,
@@ -39,6 +40,10 @@ gateway_env "$work/g.db" "$PORT"
 user=$("$G" admin user create --name export --email export@example.com --balance 0 \
   | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
 key=$("$G" admin key create --user "$user" --scopes overview:read --name export \
+  | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
+operator=$("$G" admin user create --name operator --email operator@example.com --role admin \
+  | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+admin=$("$G" admin key create --user "$operator" --scopes admin --name export \
   | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
 
 # The fill: one top-up of 10 USD, then call k (1..calls) holds 0.000101 USD at start + k·step and
@@ -77,14 +82,15 @@ wait_port "$PORT"
 base="http://127.0.0.1:$PORT"
 kib() { awk -v f="$1" '$1 == f":" {print $2}' "/proc/$GW/status"; }
 
-# Reads $2 (a path) with the key and prints $1, lines, bytes, seconds and the memory figures.
+# Reads $2 (a path) with the key $3 (default the user's) and prints $1, lines, bytes, seconds and
+# the memory figures.
 fetch() {
   local t0 t1 lines bytes status sampler
   : > "$work/samples"
   ( while :; do echo "$(kib RssAnon) $(kib RssFile)" >> "$work/samples"; sleep 0.02; done ) &
   sampler=$!
   t0=$(date +%s.%N)
-  status=$(curl -sS --max-time 600 -H "Authorization: Bearer $key" -o "$work/body" -w '%{http_code}' "$base$2")
+  status=$(curl -sS --max-time 600 -H "Authorization: Bearer ${3:-$key}" -o "$work/body" -w '%{http_code}' "$base$2")
   t1=$(date +%s.%N)
   kill "$sampler"; wait "$sampler" 2>/dev/null || true
   lines=$(wc -l < "$work/body")
@@ -99,3 +105,4 @@ fetch "ledger export, one day" "/api/v1/ledger/export?from=2026-03-01&to=2026-03
 fetch "ledger export, 300 days" "/api/v1/ledger/export?from=2025-11-30&to=2026-09-27"
 fetch "usage export, 300 days" "/api/v1/usage/export?from=2025-11-30&to=2026-09-27"
 fetch "statement of 2026-06" "/api/v1/statements/2026-06"
+fetch "revenue of 2026-06" "/api/v1/admin/revenue?month=2026-06" "$admin"

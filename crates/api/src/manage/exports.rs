@@ -146,17 +146,18 @@ async fn csv_answer<P: Pages>(ctx: &Ctx<'_>, mut pages: P) -> Reply {
             return;
         }
         loop {
-            let sent = match pages.next().await {
-                Ok(Some(rows)) => tx.send(chunk::<P>(false, &rows)).await,
+            let next = match pages.next().await {
+                Ok(Some(rows)) => chunk::<P>(false, &rows),
                 Ok(None) => return,
-                Err(e) => {
-                    tracing::error!(error = %e, export = P::NAME, "an export broke off: the store failed");
-                    let _ = tx.send(Err(e.into())).await;
-                    return;
-                }
+                Err(e) => Err(e.into()),
             };
-            if sent.is_err() {
-                return; // the client left
+            let failed = next.as_ref().err().map(ToString::to_string);
+            if let Some(error) = &failed {
+                tracing::error!(%error, export = P::NAME, "an export broke off");
+            }
+            // Stops after a failure (the body breaks off with it), or when the client left.
+            if tx.send(next).await.is_err() || failed.is_some() {
+                return;
             }
         }
     });
