@@ -149,6 +149,10 @@ pub(crate) async fn run(config: &Config, cmd: Admin) -> Result<(), String> {
             let entry = operator.adjust(&UserId(user), amount, &note).await.map_err(|e| e.to_string())?;
             api::wire::to_json(&api::wire::ledger_entry(&entry))
         }
+        Admin::Statement { user, month } => {
+            let statement = gateway.statement_for(&UserId(user), &month).await.map_err(|e| e.to_string())?;
+            api::wire::to_json(&api::manage::statements::statement(&statement))
+        }
         Admin::Model(ModelCmd::Set { model, enabled, concurrency_limit }) => {
             if enabled.is_none() && concurrency_limit.is_none() {
                 return Err("give --enabled and/or --concurrency-limit".into());

@@ -80,6 +80,16 @@ pub enum Admin {
         #[arg(long)]
         note: String,
     },
+    /// A user's statement of a UTC month: the object `GET /api/v1/statements/{month}` answers
+    /// (opening and closing balance, credits by kind, charges by model, refunds, holds).
+    Statement {
+        /// User id.
+        #[arg(long)]
+        user: String,
+        /// The UTC month, YYYY-MM: the month in progress or an earlier one.
+        #[arg(long)]
+        month: String,
+    },
     /// Models.
     #[command(subcommand)]
     Model(ModelCmd),

@@ -100,6 +100,16 @@ fn admin_commands_print_one_json_object() {
     assert_eq!(topup["balance_after"], "13.500001", "{topup}");
     assert_eq!(topup["kind"], "topup", "{topup}");
 
+    // The month's statement: the same object as `GET /api/v1/statements/{month}`.
+    let month = domain::UtcMonth::of(domain::Clock::now(&domain::SystemClock)).to_string();
+    let statement = sandbox.run(&["admin", "statement", "--user", &user_id, "--month", &month]).json();
+    assert_eq!(statement["object"], "statement", "{statement}");
+    assert_eq!(statement["user_id"], user_id.as_str(), "{statement}");
+    assert_eq!(statement["month"], month.as_str(), "{statement}");
+    assert_eq!(statement["opening_balance"], "0.000000", "a user made this month: {statement}");
+    assert_eq!(statement["credits"]["total"], "13.500001", "{statement}");
+    assert_eq!(statement["closing_balance"], "13.500001", "the balance after the top-up: {statement}");
+
     let model = sandbox.run(&["admin", "model", "set", "--model", "LangA-V4-pro", "--enabled", "false"]).json();
     assert_eq!(model["model"], "LangA-V4-pro", "{model}");
     assert_eq!(model["enabled"], false, "{model}");
@@ -363,6 +373,9 @@ fn bad_input_fails_with_one_line_on_stderr() {
     let mut cases: Vec<Vec<String>> = Vec::new();
     let mut case = |args: &[&str]| cases.push(args.iter().map(|a| (*a).to_owned()).collect());
     case(&["admin", "topup", "--user", "usr_does_not_exist", "--amount", "1"]);
+    case(&["admin", "statement", "--user", "usr_does_not_exist", "--month", "2026-01"]);
+    case(&["admin", "statement", "--user", &user, "--month", "2026-13"]);
+    case(&["admin", "statement", "--user", &user, "--month", "9999-12"]);
     case(&["admin", "topup", "--user", &user, "--amount", "1.2345678"]);
     case(&["admin", "topup", "--user", &user, "--amount", "abc"]);
     case(&["admin", "topup", "--user", &user, "--amount", "-3"]);

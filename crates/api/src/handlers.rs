@@ -342,7 +342,8 @@ fn stream_response(
     items: tokio::sync::mpsc::Receiver<service::StreamItem>,
 ) -> Result<Response, ApiError> {
     let id = task_header(task_id)?;
-    let mut response = http::Response::new(SseBody::new(items, route.stream_format()).boxed());
+    let mut response =
+        http::Response::new(SseBody::new(items, route.stream_format()).map_err(|never| match never {}).boxed());
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -381,7 +381,7 @@ pub(crate) async fn media(ctx: Ctx<'_>) -> Result<Response, ApiError> {
             }
         }
     });
-    let mut response = http::Response::new(ChannelBody(rx).boxed());
+    let mut response = http::Response::new(ChannelBody(rx).map_err(|never| match never {}).boxed());
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));

@@ -68,7 +68,8 @@ async fn every_route_is_held_to_its_declared_effect() {
                 .replace("{task_id}", "task_missing")
                 .replace("{id}", "task_missing")
                 .replace("{key}", "u/t/0")
-                .replace("{batch_id}", &vouchers.batch.id);
+                .replace("{batch_id}", &vouchers.batch.id)
+                .replace("{month}", "2026-01");
             let path = match (method, template) {
                 ("delete", "/api/v1/keys/{key_id}") => path.replace("{key_id}", &admin_spare),
                 ("delete", "/api/v1/admin/keys/{key_id}") => path.replace("{key_id}", &any_key),

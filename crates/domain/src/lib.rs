@@ -17,6 +17,7 @@ pub mod ports;
 pub mod pricing;
 pub mod records;
 pub mod scope;
+pub mod statement;
 pub mod task;
 pub mod time;
 pub mod video;
@@ -44,7 +45,11 @@ pub use records::{
     TaskBilling, TaskId, TaskStats, User, UserId,
 };
 pub use scope::Scope;
+pub use statement::{
+    ChargeSum, EndedCall, Keyset, KindSum, Line, Lines, Revenue, RevenueFigures, Statement, StatementError,
+    StatementFigures,
+};
 pub use task::{StatusFilter, TaskEvent, TaskStatus, TaskTransition, TaskUpdate, TransitionError};
-pub use time::{BadDay, BadTimestamp, Clock, SystemClock, Timestamp, UtcDay, duration_millis};
+pub use time::{BadDay, BadMonth, BadTimestamp, Clock, SystemClock, Timestamp, UtcDay, UtcMonth, duration_millis};
 pub use video::{ClaimShare, DeliveryAttempt, MediaObject, MediaRecordError, VideoJob, VideoStore, WebhookDelivery};
 pub use vouchers::{VoucherBatch, VoucherStore};

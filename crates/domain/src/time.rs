@@ -101,6 +101,63 @@ impl std::str::FromStr for UtcDay {
     }
 }
 
+/// A UTC calendar month, written `YYYY-MM`: from its first day's 00:00 UTC up to (not including)
+/// the next month's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UtcMonth {
+    /// Months since 0000-01 (`year * 12 + month - 1`), so that months order and step as numbers.
+    index: i64,
+}
+
+impl UtcMonth {
+    /// The month `at` falls in.
+    pub fn of(at: Timestamp) -> UtcMonth {
+        let (y, m, _) = civil_from_days(at.0.div_euclid(DAY_MS));
+        UtcMonth { index: y * 12 + m - 1 }
+    }
+
+    /// Its first millisecond: the first day, 00:00 UTC.
+    pub fn start(self) -> Timestamp {
+        let (y, m) = (self.index.div_euclid(12), self.index.rem_euclid(12) + 1);
+        Timestamp(days_from_civil(y, m, 1).saturating_mul(DAY_MS))
+    }
+
+    /// The month after it (its end is that month's start).
+    pub const fn next(self) -> UtcMonth {
+        UtcMonth { index: self.index + 1 }
+    }
+
+    /// Its end: the next month's first millisecond, which the month does not include.
+    pub fn end(self) -> Timestamp {
+        self.next().start()
+    }
+}
+
+impl fmt::Display for UtcMonth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}", self.index.div_euclid(12), self.index.rem_euclid(12) + 1)
+    }
+}
+
+impl std::str::FromStr for UtcMonth {
+    type Err = BadMonth;
+
+    /// Exactly `YYYY-MM` (four-digit year, month 01 to 12).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let b = s.as_bytes();
+        let parse = || {
+            let (y, m) = (digits(b, 0, 4)?, digits(b, 5, 2)?);
+            (b.len() == 7 && b[4] == b'-' && (1..=12).contains(&m)).then_some(UtcMonth { index: y * 12 + m - 1 })
+        };
+        parse().ok_or_else(|| BadMonth(s.to_owned()))
+    }
+}
+
+/// Text that is not a `YYYY-MM` month.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a month such as 2026-11 (YYYY-MM)")]
+pub struct BadMonth(pub String);
+
 /// Text that is not a `YYYY-MM-DD` date.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a date such as 2026-11-27")]
@@ -232,6 +289,29 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn utc_months_parse_print_and_bound() {
+        let month = |s: &str| s.parse::<UtcMonth>();
+        let at = |s: &str| s.parse::<Timestamp>().expect(s);
+        let nov = month("2026-11").expect("month");
+        assert_eq!(nov.to_string(), "2026-11");
+        assert_eq!(nov.start(), at("2026-11-01T00:00:00Z"));
+        assert_eq!(nov.end(), at("2026-12-01T00:00:00Z"));
+        assert_eq!(month("2026-12").map(|m| m.end()), Ok(at("2027-01-01T00:00:00Z")));
+        assert_eq!(month("2024-02").map(|m| m.end().0 - m.start().0), Ok(29 * DAY_MS));
+        assert_eq!(month("1970-01").map(UtcMonth::start), Ok(Timestamp(0)));
+        assert_eq!(month("1969-12").map(|m| (m.to_string(), m.end())), Ok(("1969-12".to_owned(), Timestamp(0))));
+        // The last millisecond of a month is in it; the next one starts the next month.
+        assert_eq!(UtcMonth::of(Timestamp(nov.end().0 - 1)), nov);
+        assert_eq!(UtcMonth::of(nov.end()), nov.next());
+        assert!(nov < nov.next());
+        for bad in
+            ["2026-13", "2026-00", "2026-1", "26-11", "2026/11", "2026-11-01", "", "2026-11 ", "+026-11", "２026-11"]
+        {
+            assert_eq!(month(bad), Err(BadMonth(bad.to_owned())), "{bad}");
+        }
+    }
 
     #[test]
     fn utc_period_starts() {

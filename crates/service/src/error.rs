@@ -187,6 +187,14 @@ impl From<LedgerError> for ServiceError {
     }
 }
 
+impl From<domain::StatementError> for ServiceError {
+    /// Figures that make no statement are the gateway's fault (data that contradicts itself, or a
+    /// sum past `i64`), never the caller's.
+    fn from(e: domain::StatementError) -> Self {
+        ServiceError::Internal(e.to_string())
+    }
+}
+
 impl From<validation::ValidationError> for ServiceError {
     fn from(e: validation::ValidationError) -> Self {
         match e {

@@ -25,6 +25,7 @@ mod payments;
 mod rates;
 mod reads;
 mod reply;
+mod statements;
 mod stream;
 mod video;
 mod vouchers;
@@ -57,6 +58,7 @@ pub use operator::{Operator, UserDetail};
 pub use payments::{EventOutcome, PaymentPorts, PaymentSettings, SIGNATURE_TOLERANCE_SECS, verify_signature};
 pub use reads::{EffectiveLimits, KeyView, ModelView, Overview, TaskPage};
 pub use reply::{CallBilling, CallReply, CallStream, Quote, StreamFailure, StreamItem};
+pub use statements::{EXPORT_PAGE_ROWS, LedgerExport, MonthRevenue, MonthStatement, UsageExport};
 pub use stream::{CLIENT_STALL_LIMIT, STREAM_HEARTBEAT};
 pub use video::webhook::signature as webhook_signature;
 pub use video::{MEDIA_SWEEP_LEASE, MediaSweep, StoredUpload, TaskWire, TickReport, Upload, VideoPorts, VideoSettings};
@@ -75,6 +77,8 @@ pub struct Ports {
     pub accounts: Arc<dyn AccountStore>,
     /// The management API's reads and the audit trail.
     pub manage: Arc<dyn domain::ports::ManageStore>,
+    /// Statements, revenue and exports.
+    pub statements: Arc<dyn domain::ports::StatementStore>,
     /// Tasks.
     pub tasks: Arc<dyn TaskStore>,
     /// Models, prices and switches.
@@ -117,6 +121,7 @@ impl Ports {
     where
         S: AccountStore
             + domain::ports::ManageStore
+            + domain::ports::StatementStore
             + TaskStore
             + ModelStore
             + Ledger
@@ -134,6 +139,7 @@ impl Ports {
         Ports {
             accounts: Arc::new(store.clone()),
             manage: Arc::new(store.clone()),
+            statements: Arc::new(store.clone()),
             tasks: Arc::new(store.clone()),
             models: Arc::new(store.clone()),
             idempotency: Arc::new(store.clone()),

@@ -37,6 +37,7 @@ mod prune;
 mod rates;
 mod responses;
 mod sqlite_book;
+mod statements;
 mod tasks;
 mod video;
 mod vouchers;

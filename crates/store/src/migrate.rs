@@ -118,6 +118,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0022_vouchers.sql"),
         include_str!("../../../migrations/postgres/0022_vouchers.sql"),
     ),
+    (
+        23,
+        include_str!("../../../migrations/sqlite/0023_ledger_time.sql"),
+        include_str!("../../../migrations/postgres/0023_ledger_time.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -66,6 +66,12 @@ mod tests {
         async fn credit(&self, u: &UserId, a: UsdAmount, k: LedgerKind, n: &str) -> Result<LedgerEntry, LedgerError> {
             self.0.credit(u, a, k, n).await
         }
+        async fn redeem(&self, user: &UserId, code_hash: &str) -> Result<LedgerEntry, LedgerError> {
+            self.0.redeem(user, code_hash).await
+        }
+        async fn pay(&self, user: &UserId, payment: &str, amount: UsdAmount) -> Result<LedgerEntry, LedgerError> {
+            self.0.pay(user, payment, amount).await
+        }
         async fn reserve(&self, user: &UserId, task: &TaskId, amount: UsdAmount) -> Result<Reservation, LedgerError> {
             self.0.reserve(user, task, amount).await
         }

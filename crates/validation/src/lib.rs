@@ -10,6 +10,7 @@ mod manage;
 pub mod media;
 mod native;
 mod raw;
+mod reports;
 pub mod schema;
 mod shape;
 pub mod sniff;
@@ -41,6 +42,7 @@ pub use native::{
     messages_request, responses_request,
 };
 pub use raw::RawBody;
+pub use reports::{DayRange, export_range, revenue_query, statement_month};
 pub use speech::{STOCK_VOICES, SpeechFormat, SpeechRequest, speech_to_audio};
 /// The rule check every management body passes (`manage_body`), for callers that name the bound.
 pub use validator::Validate;

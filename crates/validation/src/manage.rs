@@ -475,19 +475,30 @@ pub fn usage_query<'a>(
             return Err(ValidationError::Invalid(format!("query parameter {name:?} given more than once")));
         }
     }
+    let (from, to) = day_range(from, to, today)?;
+    Ok(UsageQuery { group: group.unwrap_or(UsageGroup::Day), from, to })
+}
+
+/// A range of UTC days as the usage report and the exports take it: without `to` it ends `today`;
+/// without `from` it covers [`USAGE_DEFAULT_DAYS`] days up to `to`; `from` ≤ `to`, and at most
+/// [`USAGE_MAX_DAYS`] days, both ends included.
+pub(crate) fn day_range(
+    from: Option<UtcDay>,
+    to: Option<UtcDay>,
+    today: UtcDay,
+) -> Result<(UtcDay, UtcDay), ValidationError> {
     let to = to.unwrap_or(today);
     let from = from.unwrap_or(UtcDay(to.0 - (USAGE_DEFAULT_DAYS - 1)));
-    let query = UsageQuery { group: group.unwrap_or(UsageGroup::Day), from, to };
     if from > to {
         return Err(ValidationError::Invalid(format!("from ({from}) must not be after to ({to})")));
     }
-    if query.days() > USAGE_MAX_DAYS {
+    let days = to.0 - from.0 + 1;
+    if days > USAGE_MAX_DAYS {
         return Err(ValidationError::Invalid(format!(
-            "the range covers {} days; at most {USAGE_MAX_DAYS} (from {from} to {to})",
-            query.days()
+            "the range covers {days} days; at most {USAGE_MAX_DAYS} (from {from} to {to})"
         )));
     }
-    Ok(query)
+    Ok((from, to))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use validation::{
     UserPatchBody,
 };
 
+use super::statements::{RevenueObject, StatementObject};
 use super::wire::{
     AdminModelList, AdminModelObject, AdminTaskObject, AdminUserDetail, AdminUserList, AdminUserObject, AuditList,
     CreatedKeyObject, CreatedUserObject, HealthObject, LedgerList, MaintenanceObject, PricingVersionObject,
@@ -198,4 +199,57 @@ pub(crate) fn quote_image(d: &mut Docs) -> Op {
         body,
         responses: d.json_answer::<QuoteObject>(200, "the quote", &[400, 401, 413, 415, 503]),
     }
+}
+
+/// `from` and `to` of an export.
+fn export_days() -> Vec<Value> {
+    vec![
+        query(
+            "from",
+            "First UTC day, YYYY-MM-DD (default: 29 days before `to`)",
+            json!({"type": "string", "format": "date"}),
+        ),
+        query(
+            "to",
+            "Last UTC day, YYYY-MM-DD, included (default: today); at most 366 days in all",
+            json!({"type": "string", "format": "date"}),
+        ),
+    ]
+}
+
+/// A CSV file answer (RFC 4180, a header line), then the errors of `codes`.
+fn csv_answer(d: &Docs, description: &'static str, codes: &[u16]) -> Vec<crate::doc::Answer> {
+    let content = json!({"text/csv": {"schema": {"type": "string"}}});
+    d.answers(vec![(200, description, Some(content))], codes)
+}
+
+pub(crate) fn statement(d: &mut Docs) -> Op {
+    let month = json!({
+        "name": "month", "in": "path", "required": true,
+        "description": "The UTC month, YYYY-MM; the month in progress or an earlier one",
+        "schema": {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"},
+    });
+    let responses = d.json_answer::<StatementObject>(200, "the month's statement", &[400, 401]);
+    Op { parameters: vec![month], body: None, responses }
+}
+
+pub(crate) fn ledger_export(d: &mut Docs) -> Op {
+    let columns =
+        "the entries written in the range, in time order: id,created_at,kind,amount_usd,balance_after_usd,task_id,note";
+    Op { parameters: export_days(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
+}
+
+pub(crate) fn usage_export(d: &mut Docs) -> Op {
+    let columns = "one line per call whose hold ended in the range, in that order: \
+                   task_id,created_at,ended_at,model,kind,status,billing_status,held_usd,amount_usd,usage";
+    Op { parameters: export_days(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
+}
+
+pub(crate) fn revenue(d: &mut Docs) -> Op {
+    let month = query(
+        "month",
+        "The UTC month, YYYY-MM (default: the month in progress)",
+        json!({"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}),
+    );
+    Op { parameters: vec![month], body: None, responses: d.json_answer::<RevenueObject>(200, "the month", &[400, 401]) }
 }

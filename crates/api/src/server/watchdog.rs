@@ -1,7 +1,6 @@
 //! The per-connection watchdog: what a connection is doing ([`Activity`]), the timer that closes it
 //! when idle or stalled ([`Watchdog`]), and the wrappers that tell it (the socket, each response).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -336,12 +335,12 @@ impl std::task::Wake for Flow {
 
 impl hyper::body::Body for BusyBody {
     type Data = bytes::Bytes;
-    type Error = Infallible;
+    type Error = crate::response::StreamError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
         let this = &mut *self;
         {
             let mut outer = this.flow.outer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod history;
 pub mod video;
 
 /// How long any single network step of a test may take before the test fails.

@@ -13,6 +13,7 @@ mod manage;
 mod media;
 mod models;
 mod responses;
+mod statements;
 mod tasks;
 mod upstream;
 
@@ -30,6 +31,7 @@ pub use manage::ManageStore;
 pub use media::{MediaError, MediaSink, MediaSource, MediaStore};
 pub use models::ModelStore;
 pub use responses::ResponseOwners;
+pub use statements::StatementStore;
 pub use tasks::{OpenWork, PageRequest, TaskFilter, TaskOutcome, TaskStore, UpstreamRecord};
 pub use upstream::{
     Attempted, Endpoint, EndpointHealth, EventStream, SseEvent, TaskUpstream, Upstream, UpstreamCall, UpstreamError,
