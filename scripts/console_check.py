@@ -7,6 +7,16 @@ the balance left after it is shown; a key made with two scopes works and, revoke
 operator's top-up shows in the user's overview; a queued video task cancelled from the console is
 refunded; a prompt or name holding <script> renders as text; a wrong key gets a clear message.
 
+Money in and out: an operator mints vouchers on the Vouchers page (the codes shown once, with a
+warning, and downloadable as text), the batch is listed, a customer redeems a code on the Billing
+page (credited amount and new balance shown; again: "already redeemed"; a made-up code: not found),
+and revoking the batch refuses its other codes; "Pay with card" sends the browser to the Checkout
+URL the gateway answered (Stripe's page is played by the check: nothing leaves the machine), a bad
+amount shows the gateway's 400 message and unconfigured payments point to vouchers; the statement
+page shows the API's figures for the month (and a previous month), and both CSV exports download
+through a Blob under the CSP with their header lines, summing to the statement; the revenue page
+shows the API's figures.
+
 The console speaks money: every price reads in dollars per the catalog's unit ("$0.14 / 1M input
 tokens", exact to the micro-dollar); the playground offers only priced models and only the fields
 of the model's kind; the ledger shows one row per call (model, net charge in $, its entries behind a
@@ -19,6 +29,8 @@ into a Menu button.
 """
 
 import argparse
+import calendar
+import csv
 import json
 import re
 import sys
@@ -33,9 +45,12 @@ IMAGE_MODEL = "Vendor-Imagegen-4.5"
 VIDEO_MODEL = "videogen-2-0"
 AUDIO_MODEL = "AudioGen-1.0"
 UNPRICED_MODEL = "LangC-5.2"
-NARROW_SHOTS = ("overview", "playground", "tasks", "ledger", "admin/models")
-PAGES = ["overview", "models", "tasks", "ledger", "keys", "playground", "settings",
-         "admin/users", "admin/models", f"admin/models/{UNPRICED_MODEL}", "admin/maintenance", "admin/health", "admin/audit"]
+NARROW_SHOTS = ("overview", "playground", "tasks", "ledger", "admin/models", "statements")
+PAGES = ["overview", "models", "tasks", "ledger", "statements", "billing", "keys", "playground", "settings",
+         "admin/users", "admin/models", f"admin/models/{UNPRICED_MODEL}", "admin/vouchers", "admin/revenue",
+         "admin/maintenance", "admin/health", "admin/audit"]
+LEDGER_CSV_HEADER = "id,created_at,kind,amount_usd,balance_after_usd,task_id,note"
+USAGE_CSV_HEADER = "task_id,created_at,ended_at,model,kind,status,billing_status,held_usd,amount_usd,usage"
 # Screenshot names of pages whose route names one thing.
 SHOT_NAMES = {f"admin/models/{UNPRICED_MODEL}": "admin-model"}
 
@@ -68,6 +83,18 @@ def dollars(micros, fixed=False):
     whole, frac = divmod(abs(int(micros)), 10**6)
     frac = f"{frac:06d}" if fixed else f"{frac:06d}".rstrip("0").ljust(2, "0")
     return f"{sign}${whole:,}.{frac}"
+
+
+def micros(text):
+    """The API's USD text ("12.340000", "-0.5") as integer micro-USD, exactly."""
+    sign = -1 if text.startswith("-") else 1
+    whole, _, frac = text.lstrip("-").partition(".")
+    return sign * (int(whole) * 10**6 + int((frac + "000000")[:6]))
+
+
+def money(text):
+    """The API's USD text as the console writes it ("$12.34", "$0.0025")."""
+    return dollars(micros(text))
 
 
 def price_prefix(rate):
@@ -133,6 +160,13 @@ class Browser:
         tables = self.page.evaluate("""() => [...document.querySelectorAll('main .table-wrap')]
           .map((w) => w.scrollWidth - w.clientWidth)""")
         assert all(t <= 1 for t in tables), f"{what}: a table is wider than its frame by {max(tables)}px"
+
+    def refused(self, status, path):
+        """A refusal asked for on purpose: it happened, and is no failure of the console."""
+        mine = lambda f: f.startswith(f"{status} ") and f.split("?")[0].endswith(path)  # noqa: E731
+        assert any(mine(f) for f in self.failed), f"no {status} from {path} among {self.failed}"
+        self.failed = [f for f in self.failed if not mine(f)]
+        self.server_errors = [f for f in self.server_errors if not mine(f)]
 
     def texts(self, selector):
         """The text of each match, as written (not as CSS capitalises it)."""
@@ -304,6 +338,10 @@ def check_narrow_columns(b):
     assert b.texts("main th:visible") == ["Call or entry", "Status", "Amount"], b.texts("main th:visible")
     expect(page.locator("tr.call a.model").first).to_be_visible()
     expect(page.locator("tr.call td.charge").first).to_be_visible()
+    b.goto("admin/vouchers")
+    expect(page.locator("table.vouchers")).to_be_visible()
+    assert b.texts("table.vouchers th:visible") == ["Batch", "Redeemed", "State", ""], b.texts("table.vouchers th:visible")
+    expect(page.locator("table.vouchers td .show-narrow").first).to_contain_text(" each")
 
 
 def check_admin_models(b, base, key):
@@ -376,6 +414,228 @@ def check_audit(b):
     lines = page.evaluate("""() => [...document.querySelectorAll('table.audit .when')].map((w) =>
       w.getBoundingClientRect().height / parseFloat(getComputedStyle(w).lineHeight))""")
     assert lines and max(lines) <= 2.2, f"audit dates take {max(lines):.1f} lines"
+
+
+def check_mint(b, base, key):
+    """An operator mints a batch on the Vouchers page: its codes are shown once with a warning and
+    download as text; the batch is listed with what the API says; a reload shows no code."""
+    page = b.page
+    b.goto("admin/vouchers")
+    page.fill("#vm-amount", "2.50")
+    page.fill("#vm-count", "3")
+    page.fill("#vm-note", "console check")
+    page.click("#mint button[type=submit]")
+    expect(page.locator("#shown-once")).to_contain_text("Shown once")
+    codes = page.locator("#codes").inner_text().split()
+    assert len(codes) == 3 and len(set(codes)) == 3 and all(c.startswith("GV-") for c in codes), codes
+    batch_id = page.locator("#minted").get_attribute("data-batch")
+    expect(page.locator("#minted [role=status]")).to_contain_text("3 codes of $2.50 each")
+    with page.expect_download() as info:
+        page.click("#download-codes")
+    download = info.value
+    assert download.suggested_filename == f"vouchers-{batch_id}.txt", download.suggested_filename
+    with open(download.path()) as f:
+        assert f.read().split() == codes, "the text file holds the codes shown"
+    listed = ok(base, "GET", "/api/v1/admin/vouchers?page=1&page_size=100", key)["data"]
+    batch = next(x for x in listed if x["batch_id"] == batch_id)
+    assert (batch["amount"], batch["count"], batch["redeemed"], batch["note"]) == ("2.500000", 3, 0, "console check"), batch
+    row = page.locator(f'table.vouchers tr[data-batch="{batch_id}"]')
+    expect(row.locator("td.redeemed")).to_have_text("0 / 3")
+    expect(row.locator("td.amount")).to_have_text("$2.50")
+    expect(row.locator("td.state")).to_have_text("active")
+    page.reload()
+    expect(row).to_be_visible()
+    expect(page.locator("#codes")).to_have_count(0)
+    assert all(c not in page.content() for c in codes), "the codes are shown once"
+    return batch_id, codes
+
+
+def redeem(page, code):
+    page.fill("#voucher-code", code)
+    page.click("#redeem")
+
+
+def check_redeem(b, base, key, codes):
+    """A customer redeems a code on the Billing page (lower case and without dashes: both are
+    forgiven): the credited amount and the new balance; again: already redeemed; a made-up one: not
+    found; the balance moved once."""
+    page = b.page
+    shown = ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"]
+    before = micros(shown)
+    b.goto("billing")
+    expect(page.locator("#billing-balance")).to_have_text("$" + shown)
+    redeem(page, codes[0].lower().replace("-", ""))
+    expect(page.locator("#credited")).to_have_text("$2.50")
+    balance = ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"]
+    assert micros(balance) == before + 2_500_000, (before, balance)
+    expect(page.locator("#new-balance")).to_have_text("$" + balance)
+    expect(page.locator("#billing-balance")).to_have_text("$" + balance)
+    expect(page.locator("#voucher-code")).to_have_value("")
+    status = page.locator("#redeem-status [role=alert]")
+    redeem(page, codes[0])
+    expect(status).to_contain_text("already been redeemed")
+    b.refused(409, "/api/v1/vouchers/redeem")
+    redeem(page, "GV-0000-0000-0000-0000-0000-0000-0000")
+    expect(status).to_contain_text("No such code")
+    b.refused(404, "/api/v1/vouchers/redeem")
+    assert ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"] == balance, "credited once"
+    # The credit is in the billing page's recent credits.
+    expect(page.locator('main tr[data-kind="voucher"]').first).to_contain_text("+$2.50")
+
+
+def check_revoke(b, base, key, batch_id, codes):
+    """Revoking (confirmed) marks the batch revoked; its unredeemed codes are refused."""
+    page = b.page
+    b.goto("admin/vouchers")
+    row = page.locator(f'table.vouchers tr[data-batch="{batch_id}"]')
+    expect(row.locator("td.redeemed")).to_have_text("1 / 3")
+    row.get_by_role("button", name=f"Revoke batch {batch_id}").click()
+    expect(page.get_by_role("status")).to_contain_text(f"Batch {batch_id} revoked")
+    expect(row.locator("td.state")).to_have_text("revoked")
+    expect(row.get_by_role("button")).to_have_count(0)
+    listed = ok(base, "GET", "/api/v1/admin/vouchers?page=1&page_size=100", key)["data"]
+    assert next(x for x in listed if x["batch_id"] == batch_id)["revoked_at"], "revoked in the API"
+    b.goto("billing")
+    redeem(page, codes[1])
+    expect(page.locator("#redeem-status [role=alert]")).to_contain_text("No such code")
+    b.refused(404, "/api/v1/vouchers/redeem")
+
+
+CHECKOUT_PAGE = "<!doctype html><title>Checkout</title><p>Stripe Checkout, played by console_check.py</p>"
+
+
+def check_add_funds(b, base, key):
+    """Bad amounts show the gateway's 400 message; unconfigured payments point to vouchers; a good
+    amount sends the browser to the Checkout URL the gateway answered."""
+    page = b.page
+    balance = ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"]
+    b.goto("billing")
+    status = page.locator("#funds-status [role=alert]")
+    for amount, says in (("2.001", "at most 2 decimals"), ("1", "amount must be")):
+        page.fill("#funds-amount", amount)
+        page.click("#pay")
+        expect(status).to_contain_text("That amount cannot be paid")
+        expect(status).to_contain_text(says)
+        b.refused(400, "/api/v1/topups/checkout")
+    assert page.url.startswith(base), "a refused amount stays here"
+    # A gateway without Stripe keys answers 503 payments_not_configured (played here: this one has them).
+    unset = {"error": {"code": "payments_not_configured", "message": "payments are not configured on this gateway"}}
+    route = "**/api/v1/topups/checkout"
+    page.route(route, lambda r: r.fulfill(status=503, content_type="application/json", body=json.dumps(unset)))
+    page.fill("#funds-amount", "20")
+    page.click("#pay")
+    expect(status).to_contain_text("Card payments are not set up")
+    expect(status).to_contain_text("voucher")
+    b.refused(503, "/api/v1/topups/checkout")
+    page.unroute(route)
+    # Stripe's hosted page is played here: nothing leaves the machine.
+    landed = []
+
+    def stripe(r):
+        landed.append(r.request.url)
+        r.fulfill(status=200, content_type="text/html", body=CHECKOUT_PAGE)
+
+    # The gateway's answer is read on its way to the page (its body is gone once the page leaves).
+    answers = []
+
+    def through(r):
+        answer = r.fetch()
+        answers.append((answer.status, answer.json()))
+        r.fulfill(response=answer)
+
+    page.route(route, through)
+    page.route("https://checkout.stripe.com/**", stripe)
+    page.fill("#funds-amount", "$20")
+    page.click("#pay")
+    page.wait_for_url(re.compile(r"^https://checkout\.stripe\.com/"))
+    assert len(answers) == 1 and answers[0][0] == 201, answers
+    session = answers[0][1]
+    assert session["id"].startswith("cs_") and session["url"].startswith("https://checkout.stripe.com/"), session
+    assert page.url == session["url"] and landed == [session["url"]], (page.url, landed, session)
+    expect(page.locator("body")).to_contain_text("Stripe Checkout")
+    page.unroute("https://checkout.stripe.com/**")
+    page.unroute(route)
+    assert ok(base, "GET", "/api/v1/overview", key)["user"]["balance_usd"] == balance, "nothing is credited before Stripe's event"
+    # Back from Stripe, the tab is still signed in.
+    b.goto("billing")
+    expect(page.locator("#billing-balance")).to_have_text("$" + balance)
+
+
+def csv_file(path):
+    """(header line, rows as dicts) of an RFC 4180 file."""
+    with open(path, newline="") as f:
+        text = f.read()
+    return text.split("\r\n", 1)[0], list(csv.DictReader(text.splitlines(keepends=True)))
+
+
+def check_statement(b, base, key):
+    """The month's figures are the API's; both CSV exports download (a Blob behind <a download>,
+    under the console's CSP) with their header lines and sum to the statement; a previous month
+    is selectable."""
+    page = b.page
+    month = time.strftime("%Y-%m", time.gmtime())
+    st = ok(base, "GET", f"/api/v1/statements/{month}", key)
+    b.goto("statements")
+    expect(page.locator("#month")).to_have_value(month)
+    for cell, value in (("#st-opening", st["opening_balance"]), ("#st-credits", st["credits"]["total"]),
+                        ("#st-charges", st["charges"]["total"]), ("#st-held-change", st["held"]["change"]),
+                        ("#st-closing", st["closing_balance"])):
+        expect(page.locator(cell)).to_have_text(money(value))
+    kinds = {c["kind"]: c for c in st["credits"]["by_kind"]}
+    assert "voucher" in kinds and st["charges"]["by_model"], f"the month has a voucher and calls: {st}"
+    expect(page.locator("table.statement tr[data-kind]")).to_have_count(len(kinds))
+    for kind, c in kinds.items():
+        expect(page.locator(f'table.statement tr[data-kind="{kind}"] td')).to_have_text(money(c["amount"]))
+    expect(page.locator("table.st-models tbody tr")).to_have_count(len(st["charges"]["by_model"]))
+    for m in st["charges"]["by_model"]:
+        cells = page.locator(f'table.st-models tr[data-model="{m["model"]}"] td')
+        expect(cells.nth(1)).to_have_text(str(m["calls"]))
+        expect(cells.nth(2)).to_have_text(money(m["amount"]))
+    expect(page.locator("#st-refunds")).to_contain_text(money(st["refunds"]["amount"]))
+    year, number = int(month[:4]), int(month[5:])
+    first, last = f"{month}-01", f"{month}-{calendar.monthrange(year, number)[1]:02d}"
+    files = {}
+    for link, name, header in (("#ledger-csv", "ledger", LEDGER_CSV_HEADER), ("#usage-csv", "usage", USAGE_CSV_HEADER)):
+        with page.expect_download() as info:
+            page.click(link)
+        download = info.value
+        assert download.suggested_filename == f"{name}-{first}-{last}.csv", download.suggested_filename
+        head, rows = csv_file(download.path())
+        assert head == header, f"{name}: {head!r}"
+        files[name] = rows
+    assert sum(micros(r["amount_usd"]) for r in files["ledger"]) == micros(st["closing_balance"]) - micros(st["opening_balance"])
+    settled = sum(micros(r["amount_usd"]) for r in files["usage"] if r["billing_status"] == "settled")
+    assert settled == micros(st["charges"]["total"]), (settled, st["charges"])
+    # A previous month: its own statement.
+    earlier = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
+    page.select_option("#month", earlier)
+    expect(page).to_have_url(re.compile(rf"#/statements\?month={earlier}$"))
+    old = ok(base, "GET", f"/api/v1/statements/{earlier}", key)
+    expect(page.locator("main h1")).to_have_text(f"Statement for {calendar.month_name[int(earlier[5:])]} {earlier[:4]}")
+    expect(page.locator("#st-closing")).to_have_text(money(old["closing_balance"]))
+    expect(page.locator("#st-progress")).to_have_count(0)
+
+
+def check_revenue(b, base, key):
+    """The revenue page shows the API's figures: charges by model and by user, credits by kind."""
+    page = b.page
+    month = time.strftime("%Y-%m", time.gmtime())
+    rev = ok(base, "GET", f"/api/v1/admin/revenue?month={month}", key)
+    b.goto("admin/revenue")
+    expect(page.locator("#month")).to_have_value(month)
+    expect(page.locator("#rev-charges")).to_have_text(money(rev["charges"]["total"]))
+    expect(page.locator("#rev-calls")).to_have_text(str(rev["charges"]["calls"]))
+    expect(page.locator("#rev-credits")).to_have_text(money(rev["credits"]["total"]))
+    expect(page.locator("#rev-refunds")).to_have_text(money(rev["refunds"]["amount"]))
+    assert rev["charges"]["by_model"] and rev["charges"]["by_user"] and rev["credits"]["by_kind"], rev
+    for table, field, lines in (("rev-models", "model", rev["charges"]["by_model"]), ("rev-users", "user", rev["charges"]["by_user"]),
+                                ("rev-kinds", "kind", rev["credits"]["by_kind"])):
+        expect(page.locator(f"table.{table} tbody tr")).to_have_count(len(lines))
+        for line in lines:
+            name = line.get("model") or line.get("user_id") or line["kind"]
+            cells = page.locator(f'table.{table} tr[data-{field}="{name}"] td')
+            expect(cells.nth(1)).to_have_text(str(line.get("calls", line.get("entries"))))
+            expect(cells.nth(2)).to_have_text(money(line["amount"]))
 
 
 def flows(playwright, args):
@@ -496,6 +756,15 @@ def flows(playwright, args):
     check_ledger(b, base, key, task_id)
     check_admin_models(b, base, key)
     check_audit(b)
+
+    # Money in and out: vouchers minted, redeemed and revoked; a card payment up to Stripe's page;
+    # the month's statement and its exports; the revenue report.
+    batch_id, codes = check_mint(b, base, key)
+    check_redeem(b, base, key, codes)
+    check_revoke(b, base, key, batch_id, codes)
+    check_add_funds(b, base, key)
+    check_statement(b, base, key)
+    check_revenue(b, base, key)
 
     # Every page, at both widths, loads without overflow, failed requests or errors.
     b.goto("overview")

@@ -280,9 +280,10 @@ settings! {
         /// The largest self-serve top-up, in USD.
         #[serde(deserialize_with = "usd")]
         topup_max_usd: UsdAmount = UsdAmount::from_micros(1_000_000_000),
-        /// Where a payer lands after paying; empty: the console (`<public_url>/console/#/overview`).
+        /// Where a payer lands after paying; empty: the console's billing page
+        /// (`<public_url>/console/#/billing?paid=1`).
         topup_success_url: String = String::new(),
-        /// Where a payer lands after giving up; empty: the console.
+        /// Where a payer lands after giving up; empty: the console's billing page (`…?cancelled=1`).
         topup_cancel_url: String = String::new(),
         /// Load balancers in front of the gateway (CIDR networks or addresses; in the environment:
         /// comma-separated): a request from one of them is taken to come from the address it puts

@@ -63,8 +63,8 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
         .with_upstream(upstream.clone())
         .with_upstream_health(upstream)
         .with_video(video);
-    if let Some((processor, settings)) = payments(config, &public)? {
-        ports = ports.with_payments(processor, settings);
+    if let Some(payments) = payments(config, &public)? {
+        ports = ports.with_payments(payments.processor, payments.settings);
     }
     let settings = VideoSettings {
         poll_interval: config.task_poll_interval.0,
@@ -90,10 +90,7 @@ pub(crate) async fn wire(config: &Config, store: Store, addr: SocketAddr) -> Res
 }
 
 /// Self-serve top-ups through Stripe when both Stripe secrets are set; `None` when neither is.
-fn payments(
-    config: &Config,
-    public: &str,
-) -> Result<Option<(Arc<dyn domain::Payments>, service::PaymentSettings)>, Exit> {
+fn payments(config: &Config, public: &str) -> Result<Option<service::PaymentPorts>, Exit> {
     let (key, hook) = (config.stripe_secret_key.expose(), config.stripe_webhook_secret.expose());
     match (key.is_empty(), hook.is_empty()) {
         (true, true) => return Ok(None),
@@ -104,16 +101,17 @@ fn payments(
         return Err(Exit::config("topup_min_usd must be above 0 and at most topup_max_usd".into()));
     }
     let processor = media::StripeCheckout::new(&config.stripe_api_base, key).map_err(|e| format!("stripe: {e}"))?;
-    let console = format!("{}/console/#/overview", public.trim_end_matches('/'));
-    let or_console = |url: &str| if url.is_empty() { console.clone() } else { url.to_owned() };
+    let billing = format!("{}/console/#/billing", public.trim_end_matches('/'));
+    let or_console =
+        |url: &str, back: &str| if url.is_empty() { format!("{billing}?{back}=1") } else { url.to_owned() };
     let settings = service::PaymentSettings {
         webhook_secret: hook.to_owned(),
         min: config.topup_min_usd,
         max: config.topup_max_usd,
-        success_url: or_console(&config.topup_success_url),
-        cancel_url: or_console(&config.topup_cancel_url),
+        success_url: or_console(&config.topup_success_url, "paid"),
+        cancel_url: or_console(&config.topup_cancel_url, "cancelled"),
     };
-    Ok(Some((Arc::new(processor), settings)))
+    Ok(Some(service::PaymentPorts { processor: Arc::new(processor), settings }))
 }
 
 /// The media store `media_store` names (the media directory when it is not set). An object store

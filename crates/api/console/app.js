@@ -100,6 +100,10 @@
     if ((m[2] || "").length > 6) throw new Error(`"${text}" has more than six decimals (the smallest amount is $0.000001)`);
     return BigInt(m[1] || "0") * MICRO + BigInt((m[2] || "").padEnd(6, "0"));
   }
+  // The API's USD text ("12.340000", "-0.500000") as BigInt micro-USD, exactly.
+  const usdMicros = (s) => (String(s).startsWith("-") ? -parseDollars(String(s).slice(1)) : parseDollars(s));
+  // The API's USD text as dollars, exact and short: "$12.34", "$0.0025", "-$0.50".
+  const money = (s) => (s === null || s === undefined ? "—" : dollars(usdMicros(s)));
 
   // ---- prices: a rate {amountMicrousd, denominator, unit} named like "input_tokens" ---------
   const UNITS = { token: ["token", "tokens"], token_hour: ["token-hour", "token-hours"], image: ["image", "images"], second: ["second", "seconds"] };
@@ -170,31 +174,103 @@
 
   // ---- API --------------------------------------------------------------------------------
   class ApiError extends Error {
-    constructor(status, code, msg) {
+    constructor(status, code, msg, retryAfter) {
       super(msg);
       this.status = status;
       this.code = code;
+      this.retryAfter = retryAfter || null; // seconds, from Retry-After
     }
   }
+  const refusal = async (res) => {
+    const data = await res.json().catch(() => null);
+    const e = (data && data.error) || {};
+    return new ApiError(res.status, e.code || "error", e.message || res.statusText || "request failed", Number(res.headers.get("Retry-After")) || null);
+  };
   async function api(method, path, body) {
     const headers = {};
     const key = sessionStorage.getItem(KEY);
     if (key) headers.Authorization = "Bearer " + key;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    let data = null;
+    if (!res.ok) throw await refusal(res);
     try {
-      data = await res.json();
+      return await res.json();
     } catch (_) {
-      data = null;
+      return null;
     }
-    if (!res.ok) {
-      const e = (data && data.error) || {};
-      throw new ApiError(res.status, e.code || "error", e.message || res.statusText || "request failed");
-    }
-    return data;
   }
   const get = (path) => api("GET", path);
+
+  // ---- downloads: the API needs the bearer header, which a plain link cannot send, so a file is
+  // fetched with the key and saved through a Blob URL on an <a download> (a download, not a fetch:
+  // the CSP's connect-src does not govern it). -------------------------------------------------
+  function saveBlob(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const a = h("a", { href: url, download: name, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+  // Fetches `path` with the key and saves it under the name the gateway gives it (or `name`).
+  async function downloadWithKey(path, name) {
+    const res = await fetch(path, { headers: { Authorization: "Bearer " + sessionStorage.getItem(KEY) } });
+    if (!res.ok) throw await refusal(res);
+    const blob = await res.blob();
+    const given = /filename="?([^";]+)"?/.exec(res.headers.get("Content-Disposition") || "");
+    saveBlob(blob, given ? given[1] : name);
+  }
+  // A link that downloads `path` with the key; `status` shows what went wrong.
+  function downloadLink(path, name, label, id, status) {
+    return h("a", { href: path, download: name, id, class: "button-link", onclick: async (e) => {
+      e.preventDefault();
+      const a = e.currentTarget;
+      a.setAttribute("aria-busy", "true");
+      try {
+        await downloadWithKey(path, name);
+        fill(status);
+      } catch (err) {
+        fill(status, message(`Could not download ${name}: ${err.message}`));
+      } finally {
+        a.removeAttribute("aria-busy");
+      }
+    } }, label);
+  }
+
+  // ---- months (UTC, "YYYY-MM") ------------------------------------------------------------
+  const MONTH_NAMES = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+  const currentMonth = () => new Date().toISOString().slice(0, 7);
+  const isMonth = (m) => typeof m === "string" && /^\d{4}-(0[1-9]|1[0-2])$/.test(m);
+  const monthName = (m) => `${MONTH_NAMES[Number(m.slice(5, 7)) - 1]} ${m.slice(0, 4)}`;
+  function previousMonth(m) {
+    const [y, mo] = [Number(m.slice(0, 4)), Number(m.slice(5, 7))];
+    return mo === 1 ? `${y - 1}-12` : `${y}-${String(mo - 1).padStart(2, "0")}`;
+  }
+  // The month's first and last days, "YYYY-MM-DD".
+  function monthDays(m) {
+    const last = new Date(Date.UTC(Number(m.slice(0, 4)), Number(m.slice(5, 7)), 0)).getUTCDate();
+    return [m + "-01", `${m}-${String(last).padStart(2, "0")}`];
+  }
+  // The months to pick from, newest first: this one back to `since` (a "YYYY-MM" or a
+  // timestamp), at least 12 months and at most 120; `chosen` is always among them.
+  function monthChoices(since, chosen) {
+    const now = currentMonth();
+    const first = isMonth(String(since || "").slice(0, 7)) ? String(since).slice(0, 7) : now;
+    const months = [];
+    for (let m = now; months.length < 120 && (months.length < 12 || m >= first); m = previousMonth(m)) months.push(m);
+    if (chosen && !months.includes(chosen)) months.push(chosen);
+    return months;
+  }
+  // The month in the page's query (`?month=YYYY-MM`), else this one.
+  const monthInQuery = () => {
+    const m = new URLSearchParams(location.hash.split("?")[1] || "").get("month");
+    return isMonth(m) ? m : currentMonth();
+  };
+  function monthPicker(months, chosen, go) {
+    const select = h("select", { id: "month", onchange: (e) => go(e.target.value) },
+      months.map((m) => h("option", { value: m, selected: m === chosen }, monthName(m) + (m === currentMonth() ? " (this month)" : ""))));
+    return h("div", { class: "row" }, h("label", { for: "month" }, "Month (UTC)", select));
+  }
 
   // ---- sign in and out --------------------------------------------------------------------
   function signOut(reason) {
@@ -263,10 +339,11 @@
   }
 
   const PAGES = [
-    ["overview", "Overview"], ["models", "Models"], ["tasks", "Tasks"], ["ledger", "Ledger"], ["keys", "Keys"],
-    ["playground", "Playground"], ["settings", "Settings"],
+    ["overview", "Overview"], ["models", "Models"], ["tasks", "Tasks"], ["ledger", "Ledger"], ["statements", "Statements"],
+    ["billing", "Billing"], ["keys", "Keys"], ["playground", "Playground"], ["settings", "Settings"],
   ];
-  const ADMIN_PAGES = [["admin/users", "Users"], ["admin/models", "Models"], ["admin/maintenance", "Maintenance"], ["admin/health", "Health"], ["admin/audit", "Audit"]];
+  const ADMIN_PAGES = [["admin/users", "Users"], ["admin/models", "Models"], ["admin/vouchers", "Vouchers"], ["admin/revenue", "Revenue"],
+    ["admin/maintenance", "Maintenance"], ["admin/health", "Health"], ["admin/audit", "Audit"]];
   function renderNav() {
     const link = ([p, label]) => h("a", { href: "#/" + p, "data-page": p }, label);
     const groups = [h("div", { class: "nav-group" }, PAGES.map(link))];
@@ -299,6 +376,8 @@
       else if (page === "tasks" && rest.length) await taskPage(decodeURIComponent(rest.join("/")));
       else if (page === "tasks") await tasksPage();
       else if (page === "ledger") await ledgerPage(1);
+      else if (page === "statements") await statementsPage();
+      else if (page === "billing") await billingPage();
       else if (page === "keys") await keysPage();
       else if (page === "playground") await playgroundPage();
       else if (page === "settings") settingsPage();
@@ -306,6 +385,8 @@
       else if (page === "admin" && rest[0] === "users") await adminUsersPage();
       else if (page === "admin" && rest[0] === "models" && rest[1]) await adminModelPage(decodeURIComponent(rest.slice(1).join("/")));
       else if (page === "admin" && rest[0] === "models") await adminModelsPage();
+      else if (page === "admin" && rest[0] === "vouchers") await adminVouchersPage();
+      else if (page === "admin" && rest[0] === "revenue") await adminRevenuePage();
       else if (page === "admin" && rest[0] === "maintenance") await adminMaintenancePage();
       else if (page === "admin" && rest[0] === "health") await adminHealthPage();
       else if (page === "admin" && rest[0] === "audit") await adminAuditPage(1);
@@ -335,7 +416,8 @@
       h(
         "div",
         { class: "cards" },
-        card("Balance", usd(overview.user.balance_usd), "balance"),
+        h("div", { class: "card" }, h("div", { class: "label" }, "Balance"), h("div", { class: "value", id: "balance" }, usd(overview.user.balance_usd)),
+          h("a", { href: "#/billing", class: "small", id: "add-funds" }, "Add funds")),
         card("Spent today", dollars(sum(1), true), "spent-today"),
         card("Last 7 days", dollars(sum(7), true)),
         card("Last 30 days", dollars(sum(30), true)),
@@ -424,7 +506,7 @@
     }
     return rows;
   }
-  const KIND_NAMES = { topup: "Top-up", adjustment: "Adjustment", reserve: "Hold", settle: "Settle", release: "Release", refund: "Refund" };
+  const KIND_NAMES = { topup: "Top-up", voucher: "Voucher", adjustment: "Adjustment", reserve: "Hold", settle: "Settle", release: "Release", refund: "Refund" };
 
   async function ledgerView(entries, where) {
     const rows = groupLedger(entries);
@@ -435,7 +517,7 @@
         const e = r.entry;
         const credit = BigInt(e.amount_microusd) >= 0n;
         out.push(h("tr", { class: "entry", "data-kind": e.kind }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
-          h("td", {}, h("strong", {}, KIND_NAMES[e.kind] || e.kind), e.description ? h("div", { class: "muted small" }, e.description) : null,
+          h("td", {}, h("strong", {}, KIND_NAMES[e.kind] || e.kind), e.description ? h("div", { class: "muted small desc" }, e.description) : null,
             h("div", { class: "muted small show-narrow" }, shortWhen(e.created_at))),
           h("td", {}, badge(credit ? "credit" : "debit", credit ? "succeeded" : "done")), h("td", { class: "num" }, dollars(e.amount_microusd, true, true)),
           h("td", { class: "num hide-narrow" }, usd(e.balance_after))));
@@ -462,7 +544,7 @@
       const toggle = h("button", { type: "button", class: "disclose", "aria-expanded": "false", "aria-controls": r.entries.map((_, j) => `${id}-${j}`).join(" "),
         "aria-label": `Entries of ${model || r.task}`, title: "Show the ledger entries" }, "▸");
       const raw = r.entries.map((e, j) => h("tr", { class: "raw", id: `${id}-${j}`, hidden: true, "data-for": id }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
-        h("td", {}, KIND_NAMES[e.kind] || e.kind, e.description ? h("div", { class: "muted small" }, e.description) : null,
+        h("td", {}, KIND_NAMES[e.kind] || e.kind, e.description ? h("div", { class: "muted small desc" }, e.description) : null,
           h("div", { class: "muted small show-narrow" }, shortWhen(e.created_at))),
         h("td", {}, badge(e.kind, "done")), h("td", { class: "num" }, dollars(e.amount_microusd, true, true)),
         h("td", { class: "num hide-narrow" }, usd(e.balance_after))));
@@ -761,6 +843,131 @@
     );
   }
 
+  // ---- billing: add funds through Stripe Checkout, redeem a voucher code --------------------
+  const REDEEM_REFUSALS = {
+    voucher_not_found: "No such code: check it for typos. A revoked code is refused too.",
+    voucher_redeemed: "That code has already been redeemed: each code credits once.",
+    voucher_expired: "That code has expired: ask whoever gave it to you for a new one.",
+  };
+  function redeemRefusal(err) {
+    if (err.code === "voucher_attempts_exceeded") {
+      const wait = err.retryAfter ? `in ${Math.max(1, Math.ceil(err.retryAfter / 60))} min` : "within the hour";
+      return `Too many codes were refused for your account in the last hour: try again ${wait}.`;
+    }
+    return REDEEM_REFUSALS[err.code] || "Could not redeem the code: " + err.message;
+  }
+  // `redeemed`: a redemption's answer, told above the refreshed page.
+  async function billingPage(redeemed) {
+    const overview = await get("/api/v1/overview");
+    const allowed = me.keyScopes.includes("billing:manage");
+    const balance = h("div", { class: "value", id: "billing-balance" }, usd(overview.user.balance_usd));
+    // Back from Stripe: GATEWAY_TOPUP_SUCCESS_URL / _CANCEL_URL may point at #/billing?paid=1 / ?cancelled=1.
+    const back = new URLSearchParams(location.hash.split("?")[1] || "");
+    const payStatus = h("div", { id: "funds-status", "aria-live": "polite" },
+      back.has("paid") ? message("Thank you: Stripe took your payment. Your balance grows as soon as Stripe confirms it, usually within seconds; reload to see it.", "ok")
+        : back.has("cancelled") ? message("The payment was cancelled: nothing was charged.", "ok") : null);
+    const redeemStatus = h("div", { id: "redeem-status", "aria-live": "polite" }, redeemed
+      ? h("p", { class: "ok", role: "status" }, "Credited ", h("strong", { id: "credited" }, money(redeemed.credited)),
+        ". Your balance is now ", h("strong", { id: "new-balance" }, usd(redeemed.balance_usd)), ".")
+      : null);
+    const amount = h("input", { id: "funds-amount", inputmode: "decimal", required: true, value: "20.00", autocomplete: "off", size: 10 });
+    const pay = h("button", { type: "submit", id: "pay" }, "Pay with card");
+    const presets = ["10", "20", "50", "100"].map((v) =>
+      h("button", { type: "button", class: "secondary small", onclick: () => { amount.value = v + ".00"; amount.focus(); } }, "$" + v));
+    const funds = h("form", { class: "panel", id: "funds-form", onsubmit: async (e) => {
+      e.preventDefault();
+      pay.disabled = true;
+      fill(payStatus, h("p", { class: "muted" }, "Asking for a payment page…"));
+      try {
+        const session = await api("POST", "/api/v1/topups/checkout", { amount: amount.value.trim().replace(/^\$/, "").replace(/,/g, "") });
+        if (!/^https:\/\//i.test(session.url || "")) throw new Error("the gateway answered no payment page");
+        fill(payStatus, message("Taking you to Stripe's payment page…", "ok"));
+        location.assign(session.url);
+      } catch (err) {
+        pay.disabled = false;
+        if (err.code === "payments_not_configured") {
+          fill(payStatus, message("Card payments are not set up on this gateway. Redeem a voucher code below, or ask the operator to add funds to your account."));
+        } else if (err.status === 400) fill(payStatus, message("That amount cannot be paid: " + err.message));
+        else fill(payStatus, message("Could not start the payment: " + err.message));
+      }
+    } },
+      h("h2", {}, "Add funds with a card"),
+      h("p", { class: "muted" }, "You pay on Stripe's secure page; your balance grows as soon as Stripe confirms the payment, usually within seconds."),
+      h("div", { class: "row" }, h("label", { for: "funds-amount" }, "Amount (USD)", amount), pay),
+      h("div", { class: "row presets", role: "group", "aria-label": "Common amounts" }, presets),
+      payStatus);
+    const code = h("input", { id: "voucher-code", required: true, autocomplete: "off", spellcheck: "false", autocapitalize: "characters", placeholder: "GV-XXXX-XXXX-…" });
+    const redeem = h("form", { class: "panel", id: "redeem-form", onsubmit: async (e) => {
+      e.preventDefault();
+      try {
+        const r = await api("POST", "/api/v1/vouchers/redeem", { code: code.value.trim() });
+        await billingPage(r);
+        document.getElementById("voucher-code").focus();
+      } catch (err) {
+        fill(redeemStatus, message(redeemRefusal(err)));
+      }
+    } },
+      h("h2", {}, "Redeem a voucher code"),
+      h("p", { class: "muted" }, "A code from the operator credits its amount to your balance once. Dashes, spaces and case do not matter."),
+      h("div", { class: "row" }, h("label", { for: "voucher-code", class: "grow" }, "Code", code), h("button", { type: "submit", id: "redeem" }, "Redeem")),
+      redeemStatus);
+    const credits = overview.ledger.filter((e) => !e.task_id).slice(0, 10);
+    show(
+      h("h1", {}, "Billing"),
+      h("div", { class: "cards one" }, h("div", { class: "card" }, h("div", { class: "label" }, "Balance"), balance)),
+      ...(allowed ? [h("div", { class: "split" }, funds, redeem)] : [h("p", { class: "panel muted", id: "billing-scope" }, "The key you signed in with lacks billing:manage, so it cannot add funds or redeem a code. Sign in with a key that has it.")]),
+      h("h2", {}, "Recent credits and adjustments"),
+      table([{ label: "When", cls: "hide-narrow" }, "Entry", { label: "Amount", num: true }, { label: "Balance after", num: true, cls: "hide-narrow" }],
+        credits.map((e) => h("tr", { "data-kind": e.kind }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
+          h("td", {}, h("strong", {}, KIND_NAMES[e.kind] || e.kind), e.description ? h("div", { class: "muted small desc" }, e.description) : null,
+            h("div", { class: "muted small show-narrow" }, shortWhen(e.created_at))),
+          h("td", { class: "num" }, dollars(e.amount_microusd, false, true)), h("td", { class: "num hide-narrow" }, usd(e.balance_after)))),
+        "No credits yet."),
+      h("p", {}, h("a", { href: "#/statements" }, "Monthly statements and CSV exports"))
+    );
+  }
+
+  // ---- statements: a month's figures, exact, and its CSV exports ----------------------------
+  async function statementsPage() {
+    const month = monthInQuery();
+    const st = await get("/api/v1/statements/" + month);
+    const [from, to] = monthDays(month);
+    const status = h("div", { "aria-live": "polite" });
+    const line = (label, value, id, cls, note) =>
+      h("tr", { class: cls }, h("th", { scope: "row" }, label, note ? h("div", { class: "muted small" }, note) : null), h("td", { class: "num", id }, value));
+    const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+    const figures = h("div", { class: "table-wrap" }, h("table", { class: "statement" }, h("tbody", {},
+      line("Opening balance", money(st.opening_balance), "st-opening", "total", `at 00:00 UTC on ${from}`),
+      line("+ Credits", money(st.credits.total), "st-credits", "sum"),
+      st.credits.by_kind.map((c) => h("tr", { class: "part", "data-kind": c.kind },
+        h("th", { scope: "row" }, `${KIND_NAMES[c.kind] || c.kind} (${plural(c.entries, "entry", "entries")})`), h("td", { class: "num" }, money(c.amount)))),
+      line(`− Charges (${plural(st.charges.calls, "call", "calls")})`, money(st.charges.total), "st-charges", "sum"),
+      line("− Change in held", money(st.held.change), "st-held-change", "sum",
+        `held by open calls: ${money(st.held.at_start)} at the start, ${money(st.held.at_end)} at the end`),
+      line("= Closing balance", money(st.closing_balance), "st-closing", "total", st.complete ? `at the month's end` : "so far: the month is in progress"))));
+    const go = (m) => { location.hash = "#/statements?month=" + m; };
+    show(
+      h("h1", {}, "Statement for ", monthName(month)),
+      monthPicker(monthChoices(me.user.created_at, month), month, go),
+      st.complete ? null : h("p", { class: "muted", id: "st-progress" }, "This month is in progress: its figures change until it ends."),
+      figures,
+      h("p", { class: "muted small", id: "st-refunds" },
+        `Refunds: ${plural(st.refunds.calls, "failed call", "failed calls")} whose ${st.refunds.calls === 1 ? "hold" : "holds"} (${money(st.refunds.amount)}) came back whole; part of the change in held, not a line of their own.`),
+      h("h2", {}, "Charges by model"),
+      table(["Model", { label: "Calls", num: true }, { label: "Charged", num: true }],
+        st.charges.by_model.map((c) => h("tr", { "data-model": c.model }, h("td", { class: "model" }, c.model), h("td", { class: "num" }, c.calls), h("td", { class: "num" }, money(c.amount)))),
+        "No call settled this month.", "st-models"),
+      h("h2", {}, "Downloads"),
+      h("div", { class: "panel" },
+        h("p", { class: "muted" }, `CSV files of ${from} to ${to} (UTC, both days included), for a spreadsheet or your accounts department.`),
+        h("div", { class: "row" },
+          downloadLink(`/api/v1/ledger/export?from=${from}&to=${to}`, `ledger-${from}-${to}.csv`, "Ledger (CSV)", "ledger-csv", status),
+          downloadLink(`/api/v1/usage/export?from=${from}&to=${to}`, `usage-${from}-${to}.csv`, "Usage (CSV)", "usage-csv", status)),
+        h("p", { class: "muted small" }, "Ledger: every entry written in the month. Usage: one line per call whose hold ended in the month, with its model, usage and charge."),
+        status)
+    );
+  }
+
   function settingsPage() {
     const status = h("div", { "aria-live": "polite" });
     show(
@@ -1004,6 +1211,130 @@
         card("Cap", m.concurrency_limit), card("Price version", m.pricing_version === null ? "unpriced" : "v" + m.pricing_version)),
       availability, priceForm,
       h("p", {}, h("a", { href: "#/admin/models" }, "Back to models"))
+    );
+  }
+
+  // ---- vouchers: mint (the codes shown once), list, revoke ----------------------------------
+  function mintedPanel(m) {
+    const text = m.codes.join("\n") + "\n";
+    const name = `vouchers-${m.batch_id}.txt`;
+    const copied = h("span", { class: "muted small", "aria-live": "polite" });
+    const n = m.codes.length;
+    return h("div", { class: "panel shown-once", id: "minted", "data-batch": m.batch_id },
+      h("p", { class: "ok", role: "status" }, `Minted ${n} code${n === 1 ? "" : "s"} of ${money(m.amount)} each (batch ${m.batch_id}).`),
+      h("p", { class: "warning", id: "shown-once" }, h("strong", {}, "Shown once. "),
+        "Copy or download these codes now: only their hashes are kept, so they cannot be shown again."),
+      h("pre", { class: "secret codes", id: "codes" }, m.codes.join("\n")),
+      h("div", { class: "row" },
+        h("button", { type: "button", class: "secondary", id: "copy-codes", onclick: async () => {
+          try {
+            await navigator.clipboard.writeText(text);
+            fill(copied, "Copied.");
+          } catch (_) {
+            fill(copied, "The browser refused to copy: select the codes above, or download them.");
+          }
+        } }, "Copy all"),
+        h("button", { type: "button", class: "secondary", id: "download-codes", onclick: () => saveBlob(new Blob([text], { type: "text/plain" }), name) }, "Download as text"),
+        copied));
+  }
+  function batchState(b) {
+    if (b.revoked_at) return ["revoked", "failed"];
+    if (b.expires_at && Date.parse(b.expires_at) <= Date.now()) return ["expired", "expired"];
+    if (b.redeemed >= b.count) return ["used up", "cancelled"];
+    return ["active", "succeeded"];
+  }
+  async function adminVouchersPage(notice, n) {
+    const page = await get(`/api/v1/admin/vouchers?page=${n || 1}&page_size=20`);
+    const status = h("div", { "aria-live": "polite" });
+    const fields = {
+      amount: h("input", { id: "vm-amount", inputmode: "decimal", required: true, placeholder: "10.00", size: 10 }),
+      count: h("input", { id: "vm-count", type: "number", min: 1, max: 10000, value: 1, required: true }),
+      expires: h("input", { id: "vm-expires", type: "date" }),
+      note: h("input", { id: "vm-note", maxlength: 500, placeholder: "launch promo" }),
+    };
+    const mint = h("form", { class: "panel", id: "mint", onsubmit: async (e) => {
+      e.preventDefault();
+      const body = { amount: fields.amount.value.trim().replace(/^\$/, "").replace(/,/g, ""), count: Number(fields.count.value) };
+      if (fields.expires.value) body.expires_at = fields.expires.value + "T00:00:00Z";
+      if (fields.note.value.trim()) body.note = fields.note.value.trim();
+      try {
+        const made = await api("POST", "/api/v1/admin/vouchers", body);
+        await adminVouchersPage(mintedPanel(made), 1);
+      } catch (err) {
+        fill(status, message("Could not mint: " + err.message));
+      }
+    } },
+      h("h2", {}, "Mint vouchers"),
+      h("p", { class: "muted" }, "Each code credits its amount once to whoever redeems it. The codes are shown once, right after minting."),
+      h("div", { class: "row" },
+        h("label", { for: "vm-amount" }, "Amount each (USD)", fields.amount), h("label", { for: "vm-count" }, "How many", fields.count),
+        h("label", { for: "vm-expires" }, "Expires on (optional)", fields.expires), h("label", { for: "vm-note", class: "grow" }, "Note (optional)", fields.note),
+        h("button", { type: "submit" }, "Mint")),
+      h("p", { class: "muted small" }, "An expiring batch's codes are refused from 00:00 UTC on that day."),
+      status);
+    const revoke = async (b) => {
+      const left = b.count - b.redeemed;
+      if (!confirm(`Revoke batch ${b.batch_id}? Its ${left} unredeemed code${left === 1 ? "" : "s"} will be refused; codes already redeemed stay credited.`)) return;
+      try {
+        const r = await api("DELETE", "/api/v1/admin/vouchers/" + encodeURIComponent(b.batch_id));
+        await adminVouchersPage(message(`Batch ${r.batch_id} revoked: its unredeemed codes are refused from now on.`, "ok"), page.pagination.page);
+      } catch (err) {
+        fill(status, message("Could not revoke: " + err.message));
+      }
+    };
+    show(
+      h("h1", {}, "Vouchers"),
+      notice || null,
+      mint,
+      h("h2", {}, "Batches"),
+      table(["Batch", { label: "Amount", num: true, cls: "hide-narrow" }, { label: "Redeemed", num: true }, { label: "Expires", cls: "hide-narrow" }, { label: "Minted", cls: "hide-narrow" }, "State", ""],
+        page.data.map((b) => {
+          const [state, cls] = batchState(b);
+          return h("tr", { "data-batch": b.batch_id },
+            h("td", {}, b.note ? h("div", {}, b.note) : h("div", { class: "muted" }, "no note"), h("div", { class: "muted small id" }, b.batch_id),
+              h("div", { class: "small show-narrow" }, money(b.amount) + " each")),
+            h("td", { class: "num hide-narrow amount" }, money(b.amount)), h("td", { class: "num redeemed" }, `${b.redeemed} / ${b.count}`),
+            h("td", { class: "hide-narrow" }, b.expires_at ? whenCell(b.expires_at) : "never"), h("td", { class: "hide-narrow" }, whenCell(b.created_at)),
+            h("td", { class: "state" }, badge(state, cls)),
+            h("td", {}, state === "active" ? h("button", { type: "button", class: "danger small", "aria-label": "Revoke batch " + b.batch_id, onclick: () => revoke(b) }, "Revoke") : null));
+        }),
+        "No vouchers minted yet.", "vouchers"),
+      pager(page.pagination, (p) => adminVouchersPage(null, p))
+    );
+  }
+
+  // ---- revenue: the whole gateway's month ---------------------------------------------------
+  async function adminRevenuePage() {
+    const month = monthInQuery();
+    const [rev, users] = await Promise.all([
+      get("/api/v1/admin/revenue?month=" + month),
+      get("/api/v1/admin/users?page=1&page_size=100").catch(() => ({ data: [] })),
+    ]);
+    const names = new Map(users.data.map((u) => [u.id, u.name]));
+    const go = (m) => { location.hash = "#/admin/revenue?month=" + m; };
+    show(
+      h("h1", {}, "Revenue for ", monthName(month)),
+      monthPicker(monthChoices(null, month), month, go),
+      rev.complete ? null : h("p", { class: "muted" }, "This month is in progress: its figures change until it ends."),
+      h("div", { class: "cards" },
+        card("Charged", money(rev.charges.total), "rev-charges"), card("Calls settled", rev.charges.calls, "rev-calls"),
+        card("Credits added", money(rev.credits.total), "rev-credits"),
+        card(`Refunded holds (${rev.refunds.calls} ${rev.refunds.calls === 1 ? "call" : "calls"})`, money(rev.refunds.amount), "rev-refunds")),
+      h("h2", {}, "Charges by model"),
+      table(["Model", { label: "Calls", num: true }, { label: "Charged", num: true }],
+        rev.charges.by_model.map((c) => h("tr", { "data-model": c.model }, h("td", { class: "model" }, c.model), h("td", { class: "num" }, c.calls), h("td", { class: "num" }, money(c.amount)))),
+        "No call settled this month.", "rev-models"),
+      h("h2", {}, "Charges by user"),
+      table(["User", { label: "Calls", num: true }, { label: "Charged", num: true }],
+        rev.charges.by_user.map((c) => h("tr", { "data-user": c.user_id },
+          h("td", {}, h("a", { href: "#/admin/users/" + encodeURIComponent(c.user_id) }, names.get(c.user_id) || c.user_id),
+            names.has(c.user_id) ? h("div", { class: "muted small id hide-narrow" }, c.user_id) : null),
+          h("td", { class: "num" }, c.calls), h("td", { class: "num" }, money(c.amount)))),
+        "No call settled this month.", "rev-users"),
+      h("h2", {}, "Credits by kind"),
+      table(["Kind", { label: "Entries", num: true }, { label: "Amount", num: true }],
+        rev.credits.by_kind.map((c) => h("tr", { "data-kind": c.kind }, h("td", {}, KIND_NAMES[c.kind] || c.kind), h("td", { class: "num" }, c.entries), h("td", { class: "num" }, money(c.amount)))),
+        "No credits this month.", "rev-kinds")
     );
   }
 

@@ -27,10 +27,13 @@ const WEBHOOK_SECRET: &str = "whsec_test_gateway";
 const HOOK: &str = "/api/v1/stripe/webhook";
 const CHECKOUT: &str = "/api/v1/topups/checkout";
 
-/// What the fake Stripe saw: each request's form and headers.
+/// One request the fake Stripe saw: its form, `Authorization` and `Idempotency-Key`.
+type StripeCall = (HashMap<String, String>, Option<String>, Option<String>);
+
+/// What the fake Stripe saw.
 #[derive(Default)]
 struct StripeLog {
-    calls: Mutex<Vec<(HashMap<String, String>, Option<String>, Option<String>)>>,
+    calls: Mutex<Vec<StripeCall>>,
 }
 
 /// A local server playing `POST /v1/checkout/sessions`; its base URL and log.

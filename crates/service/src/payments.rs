@@ -121,7 +121,7 @@ pub fn verify_signature(secret: &str, header: &str, body: &[u8], now_secs: i64) 
 
 /// Lowercase or uppercase hex to bytes; `None` for anything else.
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
@@ -157,7 +157,7 @@ struct Session {
 
 impl Gateway {
     fn payments(&self) -> Result<&PaymentPorts, ServiceError> {
-        self.ports.payments.as_ref().ok_or_else(|| ServiceError::PaymentsNotConfigured)
+        self.ports.payments.as_ref().ok_or(ServiceError::PaymentsNotConfigured)
     }
 
     /// A hosted payment page for `who` to pay `amount` (USD, at most two decimals, within the
