@@ -338,7 +338,8 @@ fn random_month_histories_reconcile_to_the_micro_usd() {
 }
 
 fn chat(fault: bool) -> Value {
-    let mut body = json!({"model": MODELS[1], "messages": [{"role": "user", "content": common::unique("Hello ")}], "max_tokens": 64});
+    let messages = json!([{"role": "user", "content": common::unique("Hello ")}]);
+    let mut body = json!({"model": MODELS[1], "messages": messages, "max_tokens": 64});
     if fault {
         body["sim_fault"] = json!("status_500");
     }
