@@ -142,9 +142,7 @@ pub enum StatementError {
     Overflow,
     /// The figures break the statement's rule: the calls' entries of the range do not add up to
     /// −(charges) − (held at end − held at start).
-    #[error(
-        "the ledger does not reconcile: the calls' entries add up to {entries}, but −charges − held change is {expected}"
-    )]
+    #[error("the ledger does not reconcile: the calls' entries add up to {entries}, not {expected}")]
     DoesNotReconcile {
         /// The sum of the calls' entries written in the range.
         entries: UsdAmount,
