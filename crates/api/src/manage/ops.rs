@@ -32,7 +32,7 @@ fn key_id() -> Vec<Value> {
     vec![path_param("key_id", "The key id (`key_…`)")]
 }
 
-fn with_body(codes: &[u16]) -> Vec<u16> {
+pub(crate) fn with_body(codes: &[u16]) -> Vec<u16> {
     let mut all = codes.to_vec();
     all.extend(BODY);
     all.sort_unstable();
@@ -40,19 +40,9 @@ fn with_body(codes: &[u16]) -> Vec<u16> {
 }
 
 pub(crate) fn usage(d: &mut Docs) -> Op {
-    let parameters = vec![
-        query("group_by", "`day` (default) or `model`", json!({"type": "string", "enum": ["day", "model"]})),
-        query(
-            "from",
-            "First UTC day, YYYY-MM-DD (default: 29 days before `to`)",
-            json!({"type": "string", "format": "date"}),
-        ),
-        query(
-            "to",
-            "Last UTC day, YYYY-MM-DD (default: today); at most 366 days in all",
-            json!({"type": "string", "format": "date"}),
-        ),
-    ];
+    let mut parameters =
+        vec![query("group_by", "`day` (default) or `model`", json!({"type": "string", "enum": ["day", "model"]}))];
+    parameters.extend(day_range());
     Op { parameters, body: None, responses: d.json_answer::<UsageList>(200, "the spend", &[400, 401]) }
 }
 
@@ -201,8 +191,8 @@ pub(crate) fn quote_image(d: &mut Docs) -> Op {
     }
 }
 
-/// `from` and `to` of an export.
-fn export_days() -> Vec<Value> {
+/// `from` and `to` of the usage report and the exports (one day-range rule).
+fn day_range() -> Vec<Value> {
     vec![
         query(
             "from",
@@ -236,13 +226,13 @@ pub(crate) fn statement(d: &mut Docs) -> Op {
 pub(crate) fn ledger_export(d: &mut Docs) -> Op {
     let columns =
         "the entries written in the range, in time order: id,created_at,kind,amount_usd,balance_after_usd,task_id,note";
-    Op { parameters: export_days(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
+    Op { parameters: day_range(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
 }
 
 pub(crate) fn usage_export(d: &mut Docs) -> Op {
     let columns = "one line per call whose hold ended in the range, in that order: \
                    task_id,created_at,ended_at,model,kind,status,billing_status,held_usd,amount_usd,usage";
-    Op { parameters: export_days(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
+    Op { parameters: day_range(), body: None, responses: csv_answer(d, columns, &[400, 401]) }
 }
 
 pub(crate) fn revenue(d: &mut Docs) -> Op {

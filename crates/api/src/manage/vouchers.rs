@@ -135,13 +135,9 @@ pub(crate) async fn redeem(mut ctx: Ctx<'_>) -> Reply {
     }))
 }
 
-/// The errors of a route with a small JSON body.
-const BODY: [u16; 3] = [400, 413, 415];
-
 pub(crate) fn create_op(d: &mut Docs) -> Op {
     let body = d.request::<NewVouchersBody>();
-    let mut codes = vec![401];
-    codes.extend(BODY);
+    let codes = super::ops::with_body(&[400, 401]);
     Op {
         parameters: vec![],
         body,
