@@ -89,6 +89,7 @@ async fn every_route_is_held_to_its_declared_effect() {
                 ("post", "/api/v1/chat/completions/quote") => chat.clone(),
                 ("post", "/api/v1/admin/vouchers") => json!({"amount": "1", "count": 2}),
                 ("post", "/api/v1/topups/checkout") => json!({"amount": "20"}),
+                ("put", "/api/v1/alerts") => json!({"low_balance_usd": "1.00"}),
                 ("post", "/api/v1/vouchers/redeem") => json!({"code": code}),
                 ("post", "/v1/messages/count_tokens" | "/v1/v1/messages/count_tokens") => {
                     json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})

@@ -2,6 +2,7 @@
 //!
 //! Nothing here performs I/O or needs an async runtime; the crate knows no HTTP, JSON or ORM.
 
+pub mod alerts;
 pub mod caps;
 pub mod egress;
 pub mod ids;
@@ -23,6 +24,7 @@ pub mod time;
 pub mod video;
 pub mod vouchers;
 
+pub use alerts::{AlertChange, AlertPayload, AlertStore, BalanceAlert, LOW_BALANCE_EVENT, LowBalance};
 pub use caps::{CapLeases, CapScope, CapState, LeaseGrant, LeaseRequest};
 pub use egress::{EgressError, FetchedMeta, MediaLinks, Outbound};
 pub use inputs::{InputMode, MediaType, Ratio, Resolution};

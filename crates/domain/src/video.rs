@@ -52,8 +52,8 @@ pub struct MediaObject {
 pub struct WebhookDelivery {
     /// Its id.
     pub id: i64,
-    /// The task whose status changed.
-    pub task_id: TaskId,
+    /// The task whose status changed; `None` for an event of no task (`balance.low`).
+    pub task_id: Option<TaskId>,
     /// The task's owner (whose secret signs it).
     pub user_id: UserId,
     /// Where it goes (https).

@@ -4,6 +4,7 @@
 
 mod admin;
 mod admission;
+mod alerts;
 mod answer;
 mod audio;
 mod audit;
@@ -45,6 +46,7 @@ pub use admin::{
     WEBHOOK_SECRET_PREFIX,
 };
 pub use admission::AdmissionSettings;
+pub use alerts::{ALERT_TTL, AlertState, low_balance_payload};
 pub use answer::Answer;
 pub use background::Background;
 pub use cache::CACHE_TTL;
@@ -85,6 +87,8 @@ pub struct Ports {
     pub models: Arc<dyn ModelStore>,
     /// Balances.
     pub ledger: Arc<dyn Ledger>,
+    /// Low-balance alerts.
+    pub alerts: Arc<dyn domain::AlertStore>,
     /// Voucher batches and failed redemptions (redemption itself is the ledger's).
     pub vouchers: Arc<dyn domain::VoucherStore>,
     /// Holds and their tasks, opened and closed atomically.
@@ -133,6 +137,7 @@ impl Ports {
             + RateLeases
             + Readiness
             + domain::VoucherStore
+            + domain::AlertStore
             + Clone
             + 'static,
     {
@@ -150,6 +155,7 @@ impl Ports {
             readiness: Arc::new(store.clone()),
             calls: Arc::new(store.clone()),
             vouchers: Arc::new(store.clone()),
+            alerts: Arc::new(store.clone()),
             ledger: Arc::new(store),
             clock,
             ids: Arc::new(UuidIds),
@@ -250,11 +256,23 @@ pub struct Gateway {
     metrics: Arc<metrics::Metrics>,
     /// Calls, streams and refunds running on tasks of their own.
     background: Background,
+    /// What this replica knows of the users' low-balance alerts.
+    alert_watch: Arc<alerts::AlertWatch>,
 }
 
 impl Gateway {
     /// Use cases over `ports`.
-    pub fn new(ports: Ports) -> Gateway {
+    pub fn new(mut ports: Ports) -> Gateway {
+        let background = Background::default();
+        let alert_watch =
+            Arc::new(alerts::AlertWatch::new(Arc::clone(&ports.alerts), Arc::clone(&ports.clock), background.clone()));
+        let watched = Arc::new(alerts::Watched {
+            ledger: Arc::clone(&ports.ledger),
+            calls: Arc::clone(&ports.calls),
+            watch: Arc::clone(&alert_watch),
+        });
+        ports.ledger = watched.clone();
+        ports.calls = watched;
         let replica = ports.ids.new_id("replica_");
         let admission = admission::Admission::new(
             AdmissionSettings::default(),
@@ -267,7 +285,8 @@ impl Gateway {
             admission,
             rates,
             metrics: Arc::new(metrics::Metrics::default()),
-            background: Background::default(),
+            background,
+            alert_watch,
             ports,
             caches: Arc::new(cache::Caches::default()),
             call_timeout: idempotency::IDEMPOTENCY_STALE_AFTER - std::time::Duration::from_secs(300),

@@ -303,7 +303,8 @@ pub mod media_objects {
     no_relations!();
 }
 
-/// `webhook_deliveries`: the webhook outbox, one row per announced status (migration 0004).
+/// `webhook_deliveries`: the webhook outbox, one row per announced status of a task (migration 0004)
+/// or per event of no task (`balance.low`, migration 0024).
 pub mod webhook_deliveries {
     use sea_orm::entity::prelude::*;
 
@@ -313,7 +314,7 @@ pub mod webhook_deliveries {
     pub struct Model {
         #[sea_orm(primary_key)]
         pub id: i64,
-        pub task_id: String,
+        pub task_id: Option<String>,
         pub user_id: String,
         pub url: String,
         pub event: String,

@@ -20,6 +20,7 @@ macro_rules! running_statuses {
 }
 
 mod accounts;
+mod alerts;
 mod caps;
 mod db;
 mod entities;

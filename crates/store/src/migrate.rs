@@ -123,6 +123,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0023_ledger_time.sql"),
         include_str!("../../../migrations/postgres/0023_ledger_time.sql"),
     ),
+    (
+        24,
+        include_str!("../../../migrations/sqlite/0024_balance_alerts.sql"),
+        include_str!("../../../migrations/postgres/0024_balance_alerts.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

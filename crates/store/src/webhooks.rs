@@ -68,7 +68,7 @@ fn attempt_from_row(row: webhook_attempts::Model) -> Result<DeliveryAttempt, Sto
 fn delivery_from_row(row: webhook_deliveries::Model) -> Result<WebhookDelivery, StoreError> {
     Ok(WebhookDelivery {
         id: row.id,
-        task_id: TaskId(row.task_id),
+        task_id: row.task_id.map(TaskId),
         user_id: UserId(row.user_id),
         url: row.url,
         event: row.event,
@@ -96,7 +96,7 @@ impl Store {
         };
         let user: String = row.try_get("", "user_id").map_err(backend_err)?;
         webhook_deliveries::ActiveModel {
-            task_id: Set(task.0.clone()),
+            task_id: Set(Some(task.0.clone())),
             user_id: Set(user),
             url: Set(url.to_owned()),
             event: Set(event.to_owned()),

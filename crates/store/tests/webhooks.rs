@@ -102,7 +102,7 @@ async fn each_status_is_enqueued_once_and_only_while_current() {
         let events: Vec<&str> = due.iter().map(|d| d.event.as_str()).collect();
         assert_eq!(events, ["task.queued"], "{db_name}: the first enqueued, alone");
         let first = &due[0];
-        assert_eq!((&first.task_id, &first.user_id, first.url.as_str()), (&t, &alice, HOOK), "{db_name}");
+        assert_eq!((first.task_id.as_ref(), &first.user_id, first.url.as_str()), (Some(&t), &alice, HOOK), "{db_name}");
         assert_eq!((first.attempts, first.created_at), (0, Timestamp(T)), "{db_name}");
         assert!(first.payload.contains(r#""type":"task.queued""#), "{db_name}: {}", first.payload);
         assert!(claim(&stores[1], "w2", T).await.is_empty(), "{db_name}: the next waits for the first's attempt");
@@ -203,7 +203,7 @@ async fn a_delivery_claim_takes_one_per_task_within_each_users_share() {
         };
         // The busy user is at its share: only the quiet user's delivery.
         let got = claim_with("w1", 10, 2, vec![(busy.clone(), 2)]).await;
-        assert_eq!(got.iter().map(|d| &d.task_id).collect::<Vec<_>>(), [&t], "{db_name}");
+        assert_eq!(got.iter().map(|d| d.task_id.as_ref()).collect::<Vec<_>>(), [Some(&t)], "{db_name}");
         // Then two of the busy user's, the first of two tasks each.
         let got = claim_with("w1", 10, 2, vec![(quiet.clone(), 1)]).await;
         assert_eq!(got.len(), 2, "{db_name}: {got:?}");

@@ -33,9 +33,9 @@ pub use image::{
     ResponseFormat, SequentialMode, SequentialOptions, check_image_request, parse_image_request,
 };
 pub use manage::{
-    CheckoutBody, KeyLimitName, KeyLimitsBody, ListQuery, ListText, MaintenanceBody, ModelPatchBody, NewKeyBody,
-    NewUserBody, NewVouchersBody, RedeemBody, TopupBody, USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery, UserPatchBody,
-    list_query, manage_body, usage_query,
+    AlertBody, CheckoutBody, KeyLimitName, KeyLimitsBody, ListQuery, ListText, MaintenanceBody, ModelPatchBody,
+    NewKeyBody, NewUserBody, NewVouchersBody, RedeemBody, TopupBody, USAGE_DEFAULT_DAYS, USAGE_MAX_DAYS, UsageQuery,
+    UserPatchBody, list_query, manage_body, usage_query,
 };
 pub use native::{
     CountTokensRequest, MessagesRequest, NativePlan, ResponsesRequest, TextOrBlocks, Truncation, count_tokens_estimate,

@@ -236,6 +236,28 @@ pub struct CheckoutBody {
     pub amount: String,
 }
 
+/// `PUT /api/v1/alerts`: the caller's low-balance alert. No additional properties.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct AlertBody {
+    /// The threshold: USD as a decimal string above zero, at most 6 decimals, such as `"5.00"`;
+    /// `null` switches the alert off. Required.
+    #[serde(deserialize_with = "nullable")]
+    #[schemars(required)]
+    #[validate(length(min = 1, max = 32))]
+    pub low_balance_usd: Option<String>,
+    /// Where the `balance.low` event is posted (https, the egress rules of task webhooks); absent
+    /// or `null`: no event (the console's banner only).
+    #[serde(default)]
+    #[validate(length(min = 1, max = 2048))]
+    pub webhook_url: Option<String>,
+}
+
+/// For a required field that may be `null`: present is required, `null` is `None`.
+fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
 /// `POST /api/v1/vouchers/redeem`. No additional properties.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]

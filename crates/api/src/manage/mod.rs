@@ -3,6 +3,7 @@
 //! audit). Each reads a small typed body (`validation::manage_body`, through [`Ctx::json`]) and calls
 //! the same service use cases as `gateway admin …`; the route table authenticates the caller first.
 
+pub mod alerts;
 pub(crate) mod exports;
 pub(crate) mod ops;
 pub mod payments;

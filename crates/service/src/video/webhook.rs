@@ -86,8 +86,16 @@ impl Gateway {
         let delivered = error.is_none();
         self.metrics.webhook(delivered);
         let attempt_no = delivery.attempts.saturating_add(1);
-        tracing::info!(task = %delivery.task_id, event = delivery.event, attempt = attempt_no, status, latency_ms,
-            error = error.as_deref().unwrap_or(""), "webhook attempt");
+        let task = delivery.task_id.as_ref().map_or("", TaskId::as_str);
+        tracing::info!(
+            task,
+            event = delivery.event,
+            attempt = attempt_no,
+            status,
+            latency_ms,
+            error = error.as_deref().unwrap_or(""),
+            "webhook attempt"
+        );
         let retry_at =
             (!delivered && attempt_no < self.video_settings.webhook_attempts).then(|| self.retry_time(now, attempt_no));
         let attempt = DeliveryAttempt { status, latency_ms, error, at: now };

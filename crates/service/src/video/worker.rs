@@ -176,6 +176,9 @@ impl Gateway {
                 if let Err(e) = self.announce_missing().await {
                     tracing::error!(error = %e, "announcing unannounced task changes failed");
                 }
+                if let Err(e) = self.sweep_alerts().await {
+                    tracing::error!(error = %e, "bringing low-balance alerts in step failed");
+                }
                 announced = Some(Instant::now());
             }
             if let Err(e) = self.fill(&owner, &mut work).await {
@@ -255,12 +258,13 @@ impl Gateway {
         self.video_wake.notify_one();
     }
 
-    /// One pass, for tests: announces unannounced changes, advances the due tasks (up to `batch`,
+    /// One pass, for tests: announces unannounced changes, brings low-balance alerts in step, advances the due tasks (up to `batch`,
     /// whoever owns them) and then delivers the due webhooks (one per task), each claimed when it
     /// starts.
     pub async fn video_tick(&self, owner: &str) -> Result<TickReport, ServiceError> {
         self.video()?;
         self.announce_missing().await?;
+        self.sweep_alerts().await?;
         let share = ClaimShare::up_to(self.video_settings.batch);
         let jobs = self.claim_tasks(owner, &share).await?;
         let tasks = jobs.len();
@@ -320,7 +324,10 @@ impl Gateway {
     /// Makes one attempt of a claimed delivery, renewing its lease while it runs.
     async fn deliver_claimed(&self, owner: &str, delivery: WebhookDelivery) -> Result<bool, ServiceError> {
         let (videos, id) = (Arc::clone(&self.ports.videos), delivery.id);
-        let what = format!("webhook delivery {id} of task {}", delivery.task_id);
+        let what = match &delivery.task_id {
+            Some(task) => format!("webhook delivery {id} of task {task}"),
+            None => format!("webhook delivery {id} ({})", delivery.event),
+        };
         let renew = |until| {
             let (videos, owner) = (Arc::clone(&videos), owner.to_owned());
             async move { videos.renew_delivery_lease(id, &owner, until).await }
