@@ -53,6 +53,9 @@ pub(crate) async fn get(ctx: Ctx<'_>) -> Reply {
 /// `PUT /api/v1/alerts`.
 pub(crate) async fn put(mut ctx: Ctx<'_>) -> Reply {
     let req: AlertBody = ctx.json().await?;
+    if req.webhook_url.as_deref().is_some_and(|url| !validation::media::is_https_url(url)) {
+        return Err(ApiError::invalid("webhook_url must be an https URL"));
+    }
     let setting = match req.low_balance_usd.as_deref() {
         None => None,
         Some(text) => {
