@@ -15,7 +15,10 @@ URL the gateway answered (Stripe's page is played by the check: nothing leaves t
 amount shows the gateway's 400 message and unconfigured payments point to vouchers; the statement
 page shows the API's figures for the month (and a previous month), and both CSV exports download
 through a Blob under the CSP with their header lines, summing to the statement; the revenue page
-shows the API's figures.
+shows the API's figures. A low-balance alert set on the Billing page above the balance puts a
+banner with the API's figures atop every page (each page asks for it once, and only with
+billing:manage); a webhook URL the egress policy refuses shows the API's message inline; turned
+off, the banner is gone.
 
 The console speaks money: every price reads in dollars per the catalog's unit ("$0.14 / 1M input
 tokens", exact to the micro-dollar); the playground offers only priced models and only the fields
@@ -638,6 +641,124 @@ def check_revenue(b, base, key):
             expect(cells.nth(2)).to_have_text(money(line["amount"]))
 
 
+REFUSED_WEBHOOK = "https://127.0.0.1/x"  # not a public address: the egress policy refuses it
+
+
+def shoot(page, path, width):
+    """The whole page, cut at 1,200 px so that a long list keeps the picture small."""
+    height = min(1200, page.evaluate("document.documentElement.scrollHeight"))
+    page.screenshot(path=path, full_page=True, clip={"x": 0, "y": 0, "width": width, "height": height})
+
+
+def goto_counting_alerts(b, name):
+    """Opens a page and waits for its look-up of the alert; how many times it asked (once)."""
+    asked = []
+    listen = lambda r: r.url.split("?")[0].endswith("/api/v1/alerts") and r.method == "GET" and asked.append(r.url)  # noqa: E731
+    b.page.on("request", listen)
+    with b.page.expect_response(lambda r: r.url.split("?")[0].endswith("/api/v1/alerts") and r.request.method == "GET"):
+        b.goto(name)
+    expect(b.page.locator("main h1")).to_be_visible()
+    b.page.wait_for_load_state("networkidle")
+    b.page.remove_listener("request", listen)
+    return len(asked)
+
+
+def check_banner(b, alert, what):
+    """The banner tops the page with the API's figures and a link to the billing page."""
+    banner = b.page.locator("main > #low-balance")
+    expect(banner).to_be_visible()
+    expect(banner).to_have_attribute("role", "status")
+    expect(banner.locator("#alert-balance")).to_have_text(money(alert["balance_usd"]))
+    expect(banner.locator("#alert-threshold")).to_have_text(money(alert["low_balance_usd"]))
+    expect(banner).to_contain_text(f"Your balance {money(alert['balance_usd'])} is below your alert threshold of "
+                                   f"{money(alert['low_balance_usd'])}.")
+    expect(banner.get_by_role("link", name="Add funds")).to_have_attribute("href", "#/billing")
+    assert b.page.evaluate("document.querySelector('main').firstElementChild.id") == "low-balance", f"{what}: the banner is first"
+    b.no_overflow(what)
+
+
+def check_alerts(b, base, key, screenshots):
+    """A low-balance alert set on the Billing page above the balance (no webhook URL) puts a banner
+    with the API's figures atop every page, each page asking for the alert once; a webhook URL the
+    egress policy refuses shows the API's message inline and changes nothing; turned off, the banner
+    is gone. At 1,280 and 390 px. A key without billing:manage never asks for the alert."""
+    page = b.page
+    banner = page.locator("#low-balance")
+    assert ok(base, "GET", "/api/v1/alerts", key)["low_balance_usd"] is None, "no alert is set yet"
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert goto_counting_alerts(b, "billing") == 1, "the billing page asks for the alert once"
+        expect(page.locator("#alert-state")).to_contain_text("No alert is set")
+        expect(page.locator("#alert-off")).to_be_disabled()
+        expect(banner).to_be_hidden()
+        # Above the balance (a round figure, $5 to $6 above): low at once.
+        balance = micros(ok(base, "GET", "/api/v1/alerts", key)["balance_usd"])
+        threshold = (balance // 10**6 + 6) * 10**6
+        page.fill("#alert-amount", dollars(threshold))
+        page.fill("#alert-webhook", "")
+        page.click("#alert-save")
+        expect(page.locator("#alert-status [role=status]")).to_contain_text("Saved")
+        alert = ok(base, "GET", "/api/v1/alerts", key)
+        assert micros(alert["low_balance_usd"]) == threshold and alert["webhook_url"] is None, alert
+        assert alert["below"] and not alert["armed"], f"set above the balance, it is below and not armed: {alert}"
+        check_banner(b, alert, f"billing with its alert at {width}px")
+        expect(page.locator("#alert-state")).to_contain_text("below threshold")
+        # Atop every page, each asking once.
+        for name in ("overview", "ledger", "billing"):
+            assert goto_counting_alerts(b, name) == 1, f"{name} asks for the alert once"
+            check_banner(b, alert, f"{name} with the banner at {width}px")
+        expect(page.locator("#alert-amount")).to_have_value(dollars(threshold)[1:])
+        expect(page.locator("#alert-state")).to_contain_text(f"is below {money(alert['low_balance_usd'])}")
+        if screenshots:
+            shoot(page, f"{screenshots}/billing-alert-{width}.png", width)
+        # A webhook URL the egress policy refuses: the API's message, inline; nothing changes.
+        status, refusal = call(base, "PUT", "/api/v1/alerts", key, {"low_balance_usd": "1.00", "webhook_url": REFUSED_WEBHOOK})
+        assert status == 400 and refusal["error"]["code"] == "invalid_request", (status, refusal)
+        page.fill("#alert-amount", "1.00")
+        page.fill("#alert-webhook", REFUSED_WEBHOOK)
+        page.click("#alert-save")
+        refused = page.locator("#alert-status [role=alert]")
+        expect(refused).to_contain_text("Could not save the alert")
+        expect(refused).to_contain_text(refusal["error"]["message"])
+        b.refused(400, "/api/v1/alerts")
+        b.no_overflow(f"a refused webhook URL at {width}px")
+        assert ok(base, "GET", "/api/v1/alerts", key) == alert, "a refused URL changes nothing"
+        # A bad amount is refused before anything is sent.
+        page.fill("#alert-amount", "five")
+        page.click("#alert-save")
+        expect(refused).to_contain_text("not an amount in dollars")
+        # Turned off: the banner is gone, here and on the next page.
+        page.click("#alert-off")
+        expect(page.locator("#alert-status [role=status]")).to_contain_text("alert is off")
+        expect(banner).to_be_hidden()
+        expect(page.locator("#alert-state")).to_contain_text("No alert is set")
+        off = ok(base, "GET", "/api/v1/alerts", key)
+        assert off["low_balance_usd"] is None and not off["below"], off
+        assert goto_counting_alerts(b, "overview") == 1
+        expect(banner).to_be_hidden()
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # A key without billing:manage: no alert panel, no banner, and never a request for the alert.
+    made = ok(base, "POST", "/api/v1/keys", key, {"name": "no-billing", "scopes": ["models:read", "overview:read"]})
+    context = b.browser.new_context(viewport={"width": 390, "height": 900})
+    other = context.new_page()
+    errors, asked = [], []
+    other.on("pageerror", lambda e: errors.append(str(e)))
+    other.on("request", lambda r: "/api/v1/alerts" in r.url and asked.append(r.url))
+    other.goto(f"{base}/console/")
+    other.fill("#key", made["secret"])
+    other.press("#key", "Enter")
+    expect(other.locator("#balance")).to_be_visible()
+    other.goto(f"{base}/console/#/billing")
+    expect(other.locator("#billing-scope")).to_contain_text("low-balance alert")
+    expect(other.locator("#alert-form")).to_have_count(0)
+    other.wait_for_load_state("networkidle")
+    expect(other.locator("#low-balance")).to_be_hidden()
+    assert not asked and not errors, (asked, errors)
+    context.close()
+    ok(base, "DELETE", f"/api/v1/keys/{made['id']}", key, expect_status=(200, 204))
+
+
 def flows(playwright, args):
     base, key = args.base, args.key
     b = Browser(playwright, args.chromium, base, 1280)
@@ -766,6 +887,9 @@ def flows(playwright, args):
     check_statement(b, base, key)
     check_revenue(b, base, key)
 
+    # A low-balance alert: its banner on every page while the balance is below it.
+    check_alerts(b, base, key, args.screenshots)
+
     # Every page, at both widths, loads without overflow, failed requests or errors.
     b.goto("overview")
     for width in (1280, 390):
@@ -783,10 +907,7 @@ def flows(playwright, args):
             b.no_overflow(f"{name} at {width}px")
             if args.screenshots and name in PAGES and (width == 1280 or name in NARROW_SHOTS):
                 shot = SHOT_NAMES.get(name, name.replace("/", "-"))
-                # The whole page, cut at 1,200 px so that a long list keeps the picture small.
-                height = min(1200, page.evaluate("document.documentElement.scrollHeight"))
-                page.screenshot(path=f"{args.screenshots}/{shot}-{width}.png", full_page=True,
-                                clip={"x": 0, "y": 0, "width": width, "height": height})
+                shoot(page, f"{args.screenshots}/{shot}-{width}.png", width)
 
     # Sign out clears the session.
     page.set_viewport_size({"width": 1280, "height": 900})

@@ -27,8 +27,14 @@
     }
     return node;
   }
+  // The low-balance banner (filled by showAlert below) stays at the top of every page.
+  const banner = document.createElement("div");
+  banner.id = "low-balance";
+  banner.className = "low-balance";
+  banner.setAttribute("role", "status");
+  banner.hidden = true;
   function show(...nodes) {
-    main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+    main.replaceChildren(banner, ...nodes.filter((n) => n !== null && n !== undefined && n !== false));
   }
   // Replaces `node`'s children, skipping empty slots.
   function fill(node, ...children) {
@@ -104,6 +110,12 @@
   const usdMicros = (s) => (String(s).startsWith("-") ? -parseDollars(String(s).slice(1)) : parseDollars(s));
   // The API's USD text as dollars, exact and short: "$12.34", "$0.0025", "-$0.50".
   const money = (s) => (s === null || s === undefined ? "—" : dollars(usdMicros(s)));
+  // BigInt micro-USD as the API's USD text ("5.000000"): no "$", no grouping.
+  function usdText(micros) {
+    const v = BigInt(micros);
+    const a = v < 0n ? -v : v;
+    return (v < 0n ? "-" : "") + String(a / MICRO) + "." + String(a % MICRO).padStart(6, "0");
+  }
 
   // ---- prices: a rate {amountMicrousd, denominator, unit} named like "input_tokens" ---------
   const UNITS = { token: ["token", "tokens"], token_hour: ["token-hour", "token-hours"], image: ["image", "images"], second: ["second", "seconds"] };
@@ -277,6 +289,7 @@
     sessionStorage.removeItem(KEY);
     me = null;
     taskInfo.clear();
+    showAlert(null);
     nav.replaceChildren();
     signoutButton.hidden = true;
     menuButton.hidden = true;
@@ -361,6 +374,32 @@
     }
   }
 
+  // ---- the low-balance alert: a banner atop every page while the balance is below it ---------
+  // Only a key with billing:manage may read the alert (any other gets 403), so no other asks.
+  const canAlert = () => !!me && me.keyScopes.includes("billing:manage");
+  let alertRender = 0;
+  // The banner for an alert as GET/PUT /api/v1/alerts answer it (null: none).
+  function showAlert(a) {
+    if (!a || !a.below || a.low_balance_usd === null || a.low_balance_usd === undefined) {
+      banner.hidden = true;
+      banner.replaceChildren();
+      return;
+    }
+    fill(banner, h("p", {}, "Your balance ", h("strong", { id: "alert-balance" }, money(a.balance_usd)),
+      " is below your alert threshold of ", h("strong", { id: "alert-threshold" }, money(a.low_balance_usd)), ". ",
+      h("a", { href: "#/billing", id: "alert-add-funds" }, "Add funds")));
+    banner.hidden = false;
+  }
+  // Asks for the alert once (null when the key may not, or on any refusal: nothing is shown) and
+  // shows it, unless a later render has asked since.
+  async function refreshAlert() {
+    const n = ++alertRender;
+    let a = null;
+    if (canAlert()) a = await get("/api/v1/alerts").catch(() => null);
+    if (n === alertRender) showAlert(a);
+    return a;
+  }
+
   // ---- router -----------------------------------------------------------------------------
   async function route() {
     const path = (location.hash || "#/overview").slice(2).split("?")[0];
@@ -371,6 +410,7 @@
       markNav(path);
       setMenu(false);
       show(h("p", { class: "muted" }, "Loading…"));
+      if (page !== "billing") refreshAlert(); // the billing page asks for it itself
       if (page === "overview" || page === "") await overviewPage();
       else if (page === "models") await modelsPage();
       else if (page === "tasks" && rest.length) await taskPage(decodeURIComponent(rest.join("/")));
@@ -856,9 +896,85 @@
     }
     return REDEEM_REFUSALS[err.code] || "Could not redeem the code: " + err.message;
   }
+  // The alert's state in words: off, armed, or below its threshold now.
+  function alertState(a) {
+    if (a.low_balance_usd === null || a.low_balance_usd === undefined) {
+      return [badge("off", "cancelled"), " No alert is set: nothing tells you when your balance runs low."];
+    }
+    const x = money(a.low_balance_usd);
+    const hook = a.webhook_url
+      ? ["Each fall below it sends a balance.low webhook to ", h("span", { class: "id", id: "alert-url" }, a.webhook_url), "."]
+      : ["No webhook is set: the banner is the alert."];
+    if (a.below) {
+      return [badge("below threshold", "failed"), ` Your balance (${money(a.balance_usd)}) is below ${x}: the banner shows until it is back at or above ${x}, which re-arms the alert. `, hook];
+    }
+    if (a.armed) return [badge("armed", "succeeded"), ` Will alert when the balance falls below ${x}. `, hook];
+    return [badge("re-arming", "queued"), ` The balance is back at or above ${x}: the alert re-arms and will alert when it falls below again. `, hook];
+  }
+  // The low-balance alert form: a threshold in dollars, an optional webhook URL, Save and Turn off.
+  function alertPanel(initial) {
+    const state = h("p", { id: "alert-state" });
+    const amount = h("input", { id: "alert-amount", inputmode: "decimal", autocomplete: "off", size: 10, placeholder: "5.00" });
+    const url = h("input", { id: "alert-webhook", type: "url", autocomplete: "off", spellcheck: "false", placeholder: "https://example.com/hooks/balance" });
+    const save = h("button", { type: "submit", id: "alert-save" }, "Save");
+    const off = h("button", { type: "button", class: "secondary", id: "alert-off" }, "Turn off");
+    const status = h("div", { id: "alert-status", "aria-live": "polite" });
+    const isOff = (a) => a.low_balance_usd === null || a.low_balance_usd === undefined;
+    let current = initial;
+    const set = (a) => {
+      current = a;
+      fill(state, alertState(a));
+      amount.value = isOff(a) ? "" : money(a.low_balance_usd).slice(1);
+      url.value = a.webhook_url || "";
+      off.disabled = isOff(a);
+    };
+    const put = async (body, done, failed) => {
+      save.disabled = off.disabled = true;
+      fill(status, h("p", { class: "muted" }, "Saving…"));
+      try {
+        const saved = await api("PUT", "/api/v1/alerts", body);
+        alertRender++; // an answer still on its way is older than this one
+        showAlert(saved);
+        set(saved);
+        fill(status, message(done(saved), "ok"));
+      } catch (err) {
+        off.disabled = isOff(current);
+        fill(status, message(failed + err.message));
+      } finally {
+        save.disabled = false;
+      }
+    };
+    const form = h("form", { class: "panel", id: "alert-form", novalidate: true, onsubmit: (e) => {
+      e.preventDefault();
+      let threshold;
+      try {
+        if (!amount.value.trim()) throw new Error("Enter the balance below which to alert, such as 5.00 (or turn the alert off).");
+        threshold = usdText(parseDollars(amount.value));
+      } catch (err) {
+        fill(status, message("Could not save the alert: " + err.message));
+        return;
+      }
+      put({ low_balance_usd: threshold, webhook_url: url.value.trim() || null },
+        (a) => a.below
+          ? `Saved. Your balance is already below ${money(a.low_balance_usd)}: the banner shows until it is back at or above it.`
+          : `Saved: armed, it alerts when your balance falls below ${money(a.low_balance_usd)}.`,
+        "Could not save the alert: ");
+    } },
+      h("h2", {}, "Low-balance alert"),
+      h("p", { class: "muted" }, "When your balance falls below the threshold, a banner shows on every page of this console; with a webhook URL, the gateway also sends it a balance.low event, once each time the balance falls below."),
+      state,
+      h("div", { class: "row" },
+        h("label", { for: "alert-amount" }, "Alert below (USD)", amount),
+        h("label", { for: "alert-webhook", class: "grow" }, "Webhook URL (optional)", url),
+        h("div", { class: "buttons" }, save, off)),
+      status);
+    off.addEventListener("click", () => put({ low_balance_usd: null, webhook_url: null }, () => "The low-balance alert is off.", "Could not turn the alert off: "));
+    set(initial);
+    return form;
+  }
   // `redeemed`: a redemption's answer, told above the refreshed page.
   async function billingPage(redeemed) {
-    const overview = await get("/api/v1/overview");
+    const [overview, alert] = await Promise.all([get("/api/v1/overview"), refreshAlert()]);
     const allowed = me.keyScopes.includes("billing:manage");
     const balance = h("div", { class: "value", id: "billing-balance" }, usd(overview.user.balance_usd));
     // Back from Stripe: GATEWAY_TOPUP_SUCCESS_URL / _CANCEL_URL may point at #/billing?paid=1 / ?cancelled=1.
@@ -915,7 +1031,8 @@
     show(
       h("h1", {}, "Billing"),
       h("div", { class: "cards one" }, h("div", { class: "card" }, h("div", { class: "label" }, "Balance"), balance)),
-      ...(allowed ? [h("div", { class: "split" }, funds, redeem)] : [h("p", { class: "panel muted", id: "billing-scope" }, "The key you signed in with lacks billing:manage, so it cannot add funds or redeem a code. Sign in with a key that has it.")]),
+      ...(allowed ? [h("div", { class: "split" }, funds, redeem), alert ? alertPanel(alert) : null]
+        : [h("p", { class: "panel muted", id: "billing-scope" }, "The key you signed in with lacks billing:manage, so it cannot add funds, redeem a code or set a low-balance alert. Sign in with a key that has it.")]),
       h("h2", {}, "Recent credits and adjustments"),
       table([{ label: "When", cls: "hide-narrow" }, "Entry", { label: "Amount", num: true }, { label: "Balance after", num: true, cls: "hide-narrow" }],
         credits.map((e) => h("tr", { "data-kind": e.kind }, h("td", { class: "hide-narrow" }, whenCell(e.created_at)),
