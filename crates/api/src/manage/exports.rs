@@ -81,7 +81,7 @@ impl Pages for LedgerExport {
             &e.amount.to_string(),
             &e.balance_after.to_string(),
             e.task_id.as_ref().map_or("", |t| t.as_str()),
-            &e.description,
+            &inert(&e.description),
         ])
     }
 }
@@ -112,6 +112,18 @@ impl Pages for UsageExport {
             &c.charged.to_string(),
             c.usage_json.as_deref().unwrap_or(""),
         ])
+    }
+}
+
+/// Free text as a spreadsheet shows it and never runs it: a note starting with `=`, `+`, `-`, `@`,
+/// a tab or a carriage return (what spreadsheets take for a formula) gets a leading `'`, as OWASP's
+/// advice on CSV injection says. Only the note is free text; every other column is an id, a time,
+/// an amount (whose `-` is a sign, and stays) or JSON.
+fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{text}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
     }
 }
 
@@ -182,4 +194,19 @@ pub(crate) async fn usage(ctx: Ctx<'_>) -> Reply {
     let params = ctx.query()?;
     let export = ctx.gateway().usage_export(ctx.who()?, pairs(&params))?;
     csv_answer(&ctx, export).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inert;
+
+    #[test]
+    fn a_note_that_looks_like_a_formula_is_shown_not_run() {
+        for formula in ["=HYPERLINK(\"http://x\")", "+1+2", "-2+3", "@SUM(A1)", "\tx", "\rx"] {
+            assert_eq!(inert(formula), format!("'{formula}"), "{formula:?}");
+        }
+        for plain in ["top-up", "payment cs_test_1", "", "voucher vb_1 (gift)", "a=b"] {
+            assert_eq!(inert(plain), plain, "{plain:?}");
+        }
+    }
 }
