@@ -5,8 +5,8 @@
 //! charges − held change = closing), its closing against the ledger's balance at the month's end,
 //! the user's line of the gateway's revenue, and the CSV exports parsed with the `csv` crate and
 //! summed to the statement. Then real calls through the simulator, the edges of the month and of the
-//! export ranges, and an export of more rows than a page. SQLite always, PostgreSQL when
-//! `TEST_DATABASE_URL` is set.
+//! export ranges, an export of more rows than a page, and one cut by a store failure. SQLite always,
+//! PostgreSQL when `TEST_DATABASE_URL` is set.
 
 #![allow(clippy::panic)]
 
@@ -499,6 +499,64 @@ async fn an_export_of_more_rows_than_a_page_comes_whole_and_in_order() {
             inside,
             "{}: every row once, in order",
             server.label
+        );
+        history.close().await;
+        server.stop().await;
+    }
+}
+
+/// A store failure after the answer's head (a ledger row the store cannot read, on the export's
+/// second page) cuts the body: the client gets at most the first page and then an error, never a
+/// file that ends cleanly and looks whole.
+#[tokio::test]
+async fn an_export_cut_by_a_store_failure_never_looks_whole() {
+    use http_body_util::BodyExt;
+    for db in databases() {
+        let server = Server::start(&db).await;
+        let user = server.user("0").await;
+        let key = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
+        let history = History::new(&server, &user.id).await;
+        let day = month("2026-03").start().millis() + 9 * DAY_MS;
+        history.credits_at_once(day, 1_500, 1).await;
+        let ledger = history.entries().await;
+        let broken = ledger.iter().filter(|e| e.amount.micros() == 1).nth(1_200).expect("1,500 entries").id;
+        let sql = format!("UPDATE ledger_entries SET kind = $1 WHERE id = {broken}");
+        assert_eq!(
+            testkit::books::execute_under_the_store(&server.url, &sql, &["not-a-kind"]).await,
+            1,
+            "{}",
+            server.label
+        );
+
+        let d = UtcDay::of(domain::Timestamp(day));
+        let path = format!("/api/v1/ledger/export?from={d}&to={d}");
+        let (parts, mut body, _conn) =
+            server.open_with_body(http::Method::GET, &path, Some(&key), "text/plain", &[], b"").await;
+        assert_eq!(parts.status, 200, "{}: the head goes out with the first page", server.label);
+        let mut got = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match body.frame().await {
+                    Some(Ok(frame)) => got.extend_from_slice(frame.data_ref().map_or(&[][..], |b| &b[..])),
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Ok(()),
+                }
+            }
+        })
+        .await
+        .expect("the body ends or breaks within 10 s");
+        assert!(ended.is_err(), "{}: the body ended cleanly after a store failure", server.label);
+        // What reached the client before the cut: at most the header and the first page (a reset
+        // connection may take some of it with it, so no more than that is asserted).
+        let text = String::from_utf8_lossy(&got);
+        let lines = text.split("\r\n").filter(|l| !l.is_empty()).count();
+        let most = 1 + usize::try_from(service::EXPORT_PAGE_ROWS).expect("page rows");
+        assert!(lines <= most, "{}: {lines} lines arrived before the cut", server.label);
+        assert!(
+            text.is_empty() || text.starts_with("id,created_at,"),
+            "{}: {}",
+            server.label,
+            &text[..40.min(text.len())]
         );
         history.close().await;
         server.stop().await;
