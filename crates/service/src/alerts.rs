@@ -113,8 +113,10 @@ impl AlertWatch {
         match outcome {
             Ok(alert) => self.remember(user, alert.as_ref()),
             Err(e) => {
+                // Not read again before the next period, so that a store outage costs one failed
+                // read per user per period, not one per call; the sweep retries meanwhile.
                 tracing::warn!(%user, error = %e, "checking a low-balance alert failed; the sweep retries");
-                self.forget(user);
+                self.remember(user, None);
             }
         }
     }
@@ -303,5 +305,106 @@ impl Gateway {
             self.alert_watch.remember(user, alert.as_ref());
         }
         Ok(users.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use domain::ports::StoreError;
+    use domain::{AlertPayload, SystemClock, Timestamp};
+
+    use super::*;
+
+    /// A store whose one alert (if any) is as set, counting what the watcher asks.
+    #[derive(Default)]
+    struct Counting {
+        alert: Mutex<Option<BalanceAlert>>,
+        reads: AtomicUsize,
+        checks: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl AlertStore for Counting {
+        async fn alert(&self, _: &UserId) -> Result<Option<BalanceAlert>, StoreError> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Ok(self.alert.lock().map_err(|e| StoreError::Backend(e.to_string()))?.clone())
+        }
+        async fn set_alert(
+            &self,
+            _: &UserId,
+            _: UsdAmount,
+            _: Option<&str>,
+            _: Timestamp,
+        ) -> Result<BalanceAlert, StoreError> {
+            Err(StoreError::Backend("not used".into()))
+        }
+        async fn clear_alert(&self, _: &UserId) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn check_alert(
+            &self,
+            _: &UserId,
+            _: Timestamp,
+            _: &AlertPayload,
+        ) -> Result<(Option<BalanceAlert>, AlertChange), StoreError> {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            let mut alert = self.alert.lock().map_err(|e| StoreError::Backend(e.to_string()))?;
+            if let Some(a) = alert.as_mut() {
+                a.armed = !a.below();
+            }
+            Ok((alert.clone(), AlertChange::Unchanged))
+        }
+        async fn alerts_out_of_step(&self, _: u64) -> Result<Vec<UserId>, StoreError> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn watch(store: &Arc<Counting>) -> Arc<AlertWatch> {
+        let store: Arc<dyn AlertStore> = store.clone();
+        Arc::new(AlertWatch::new(store, Arc::new(SystemClock), Background::default()))
+    }
+
+    async fn settle(background: &Background) {
+        assert!(background.wait(Duration::from_secs(5)).await, "the checks ended");
+    }
+
+    /// A user without an alert costs one read per period however many movements it makes; a
+    /// crossing costs one check however many movements see it.
+    #[tokio::test]
+    async fn movements_cost_one_read_per_period_and_one_check_per_crossing() {
+        let store = Arc::new(Counting::default());
+        let watch = watch(&store);
+        let user = UserId("usr_a".into());
+        for i in 0..1_000 {
+            watch.observe(&user, UsdAmount::from_micros(i));
+        }
+        settle(&watch.background).await;
+        for i in 0..1_000 {
+            watch.observe(&user, UsdAmount::from_micros(i));
+        }
+        assert_eq!((store.reads.load(Ordering::SeqCst), store.checks.load(Ordering::SeqCst)), (1, 0));
+
+        // An armed alert at 10 and a movement to 5: one check among a thousand movements below.
+        let alert = BalanceAlert {
+            user_id: user.clone(),
+            threshold: UsdAmount::from_micros(10),
+            webhook_url: None,
+            armed: true,
+            updated_at: Timestamp(0),
+            balance: UsdAmount::from_micros(5),
+        };
+        *store.alert.lock().expect("lock") = Some(alert.clone());
+        watch.remember(&user, Some(&alert));
+        for _ in 0..1_000 {
+            watch.observe(&user, UsdAmount::from_micros(5));
+        }
+        settle(&watch.background).await;
+        for _ in 0..1_000 {
+            watch.observe(&user, UsdAmount::from_micros(5));
+        }
+        settle(&watch.background).await;
+        assert_eq!((store.reads.load(Ordering::SeqCst), store.checks.load(Ordering::SeqCst)), (2, 1));
     }
 }
