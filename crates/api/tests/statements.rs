@@ -469,13 +469,19 @@ async fn months_and_export_ranges_are_checked_at_their_edges() {
     }
 }
 
+/// A server, a user with an `overview:read` key, and a history store writing that user's ledger.
+async fn export_setting(db: &common::Db) -> (Server, String, History) {
+    let server = Server::start(db).await;
+    let user = server.user("0").await;
+    let key = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
+    let history = History::new(&server, &user.id).await;
+    (server, key, history)
+}
+
 #[tokio::test]
 async fn an_export_of_more_rows_than_a_page_comes_whole_and_in_order() {
     for db in databases() {
-        let server = Server::start(&db).await;
-        let user = server.user("0").await;
-        let key = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
-        let history = History::new(&server, &user.id).await;
+        let (server, key, history) = export_setting(&db).await;
         // 2,500 entries sharing a few instants (the writer batches what arrives together), so that
         // pages end inside a run of equal times; and one entry on each side of the day.
         let day = month("2026-03").start().millis() + 9 * DAY_MS;
@@ -512,10 +518,7 @@ async fn an_export_of_more_rows_than_a_page_comes_whole_and_in_order() {
 async fn an_export_cut_by_a_store_failure_never_looks_whole() {
     use http_body_util::BodyExt;
     for db in databases() {
-        let server = Server::start(&db).await;
-        let user = server.user("0").await;
-        let key = server.key(&user.id, &[Scope::OverviewRead]).await.secret;
-        let history = History::new(&server, &user.id).await;
+        let (server, key, history) = export_setting(&db).await;
         let day = month("2026-03").start().millis() + 9 * DAY_MS;
         history.credits_at_once(day, 1_500, 1).await;
         let ledger = history.entries().await;
