@@ -54,6 +54,8 @@ LUA
 # Starts the simulator on port 9100 and `gateway serve` (under $PRE when set, e.g. a profiler) on a
 # fresh SQLite file in a new directory, listening on port 9301, and waits for both; sets `work` (the
 # directory), SIM and GW (their pids) and `key` (a funded account's key; $1 labels its e-mail).
+# $AFTER_MIGRATE, when set, is an SQL file run on the migrated file (with the sqlite3 shell) before
+# `serve`: a schema variant measured with the same binary.
 start_pair() {
   work=$(mktemp -d)
   "$G" sim-upstream --listen 127.0.0.1:9100 > "$work/sim.log" 2>&1 &
@@ -61,6 +63,9 @@ start_pair() {
   wait_port 9100
   gateway_env "$work/g.db" 9301
   key=$(bench_key "$1")
+  if [ -n "${AFTER_MIGRATE:-}" ]; then
+    sqlite3 "$work/g.db" < "$AFTER_MIGRATE" || { echo "AFTER_MIGRATE failed" >&2; return 1; }
+  fi
   ${PRE:-} "$G" serve > "$work/serve.log" 2>&1 &
   GW=$!
   wait_port 9301

@@ -16,9 +16,6 @@ use crate::db::advisory_lock;
 use crate::lease;
 use crate::{Backend, Store, backend_err};
 
-/// Non-terminal task states, as stored.
-const RUNNING: &str = running_statuses!();
-
 impl Store {
     /// The cap's state read by `conn` (inside the grant's lock).
     async fn cap_state<C: ConnectionTrait>(
@@ -39,11 +36,12 @@ impl Store {
         let live = lease::CAP.live("", "$4");
         let sql = format!(
             "SELECT COALESCE(({cap}), 0) AS cap, \
-             (SELECT COUNT(*) FROM tasks WHERE {video} AND status IN {RUNNING}) AS video_active, \
+             (SELECT COUNT(*) FROM tasks WHERE {video} AND {running}) AS video_active, \
              (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM cap_leases \
                 WHERE scope = $2 AND replica_id <> $3 AND {live}) AS others_slots, \
              (SELECT COUNT(*) FROM cap_leases \
-                WHERE scope = $2 AND replica_id <> $3 AND {live} AND wanted > slots) AS others_short"
+                WHERE scope = $2 AND replica_id <> $3 AND {live} AND wanted > slots) AS others_short",
+            running = is_running!("status")
         );
         let values: Vec<Value> = vec![id.into(), scope.key().into(), replica.into(), now.millis().into()];
         let row = conn
@@ -233,10 +231,11 @@ impl CapLeases for Store {
     async fn orphaned_calls(&self, now: Timestamp, before: Timestamp, limit: u64) -> Result<Vec<TaskId>, StoreError> {
         let sql = format!(
             // Placeholders in order of appearance: SQLite numbers `$n` names as it meets them.
-            "SELECT t.id AS id FROM tasks t WHERE t.runner IS NOT NULL AND t.status IN {RUNNING} \
+            "SELECT t.id AS id FROM tasks t WHERE t.runner IS NOT NULL AND {running} \
              AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = t.runner AND {}) \
              AND t.updated_at < $2 ORDER BY t.updated_at LIMIT $3",
-            lease::REPLICA.live("r.", "$1")
+            lease::REPLICA.live("r.", "$1"),
+            running = is_running!("t.status")
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let values: Vec<Value> = vec![now.millis().into(), before.millis().into(), limit.into()];

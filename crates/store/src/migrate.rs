@@ -128,6 +128,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0024_balance_alerts.sql"),
         include_str!("../../../migrations/postgres/0024_balance_alerts.sql"),
     ),
+    (
+        25,
+        include_str!("../../../migrations/sqlite/0025_writer_indexes.sql"),
+        include_str!("../../../migrations/postgres/0025_writer_indexes.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

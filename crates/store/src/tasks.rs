@@ -350,8 +350,8 @@ impl TaskStore for Store {
         let kind_slots: Vec<String> = (1..=kinds.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             concat!(
-                "SELECT id FROM tasks WHERE kind IN ({}) AND status IN ",
-                running_statuses!(),
+                "SELECT id FROM tasks WHERE kind IN ({}) AND ",
+                is_running!("status"),
                 " AND updated_at < ${} ORDER BY updated_at LIMIT ${}"
             ),
             kind_slots.join(", "),
@@ -371,8 +371,8 @@ impl TaskStore for Store {
         // condition): a scrape never reads the whole table.
         let sql = concat!(
             "SELECT (SELECT COUNT(*) FROM reservations WHERE status = 'reserved') AS open_reservations, \
-             (SELECT MIN(created_at) FROM tasks WHERE kind = 'video' AND status IN ",
-            running_statuses!(),
+             (SELECT MIN(created_at) FROM tasks WHERE kind = 'video' AND ",
+            is_running!("status"),
             ") AS oldest"
         );
         let row = self.db.reads().query_one_raw(self.statement(sql, Vec::new())).await.map_err(backend_err)?;

@@ -28,8 +28,8 @@ const DUE_TASKS: ClaimQuery = ClaimQuery {
     due: || {
         format!(
             concat!(
-                "kind = 'video' AND status IN ",
-                running_statuses!(),
+                "kind = 'video' AND ",
+                is_running!("status"),
                 " AND (next_poll_at IS NULL OR next_poll_at <= $3) AND {}"
             ),
             lease::TASK.free("", "$3")
@@ -203,10 +203,10 @@ impl Store {
         // indexes of active video tasks (a bound value cannot prove a partial index's condition:
         // SQLite scanned the whole task table for the model's count).
         let sql = concat!(
-            "SELECT (SELECT COUNT(*) FROM tasks WHERE user_id = $1 AND kind = 'video' AND status IN ",
-            running_statuses!(),
-            ") AS of_user, (SELECT COUNT(*) FROM tasks WHERE model = $2 AND kind = 'video' AND status IN ",
-            running_statuses!(),
+            "SELECT (SELECT COUNT(*) FROM tasks WHERE user_id = $1 AND kind = 'video' AND ",
+            is_running!("status"),
+            ") AS of_user, (SELECT COUNT(*) FROM tasks WHERE model = $2 AND kind = 'video' AND ",
+            is_running!("status"),
             ") AS of_model"
         );
         let values = vec![user.as_str().into(), model.into()];
