@@ -119,6 +119,10 @@ async fn migration_0025_keeps_the_ledger_and_the_plans() {
             &format!("SELECT COUNT(*) FROM tasks WHERE model = 'm' AND kind = 'video' AND {running}"),
             "tasks_video_active_model",
         ),
+        (
+            &format!("SELECT COUNT(*) FROM tasks WHERE user_id = 'u' AND kind = 'video' AND {running}"),
+            "tasks_user_status (user_id=? AND status=?)",
+        ),
     ] {
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
