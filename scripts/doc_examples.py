@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +90,12 @@ class Ids:
     def task(self, cancel: bool) -> str:
         if cancel:
             made = call("POST", "/api/v1/tasks", {"model": "videogen-2-0", "prompt": "a queued wave", "duration": 5})
+            # The worker submits the task upstream after the answer (`submitting`, then `queued`);
+            # only a queued task can be cancelled, so wait for it (10 s at most).
+            for _ in range(200):
+                if call("GET", f"/api/v1/tasks/{made['id']}")["status"] != "submitting":
+                    break
+                time.sleep(0.05)
             return made["id"]
         made = call("POST", "/api/v1/chat/completions",
                     {"model": "LangA-V4-flash", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
