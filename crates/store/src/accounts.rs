@@ -267,17 +267,20 @@ impl AccountStore for Store {
 
     async fn spend_by_key(&self, user: &UserId) -> Result<Vec<KeyTotal>, StoreError> {
         // Not expressible through the query builder without a relation between the two
-        // entities; a raw statement on the read connection, like the other aggregates.
-        // `r.user_id` and the literal `'settled'` let the partial index `reservations_settled_user`
-        // find this user's settled rows (without them a planner may scan every user's).
-        let sql = "SELECT t.key_id AS key_id, CAST(SUM(r.actual_micros) AS BIGINT) AS spent, COUNT(*) AS calls \
-                   FROM reservations r JOIN tasks t ON t.id = r.task_id \
-                   WHERE r.user_id = $1 AND r.status = 'settled' AND t.key_id IS NOT NULL \
-                   GROUP BY t.key_id ORDER BY t.key_id";
+        // entities; a raw statement on the read connection, like the other aggregates. A settled
+        // call has one `settle` entry: the user's entries come through `ledger_entries_user_time`,
+        // each settled call's charge from its reservation and its key from its task.
+        let sql = format!(
+            "SELECT t.key_id AS key_id, CAST(SUM(COALESCE(r.actual_micros, 0)) AS BIGINT) AS spent, COUNT(*) AS calls \
+             FROM ledger_entries e JOIN reservations r ON r.task_id = e.task_id JOIN tasks t ON t.id = e.task_id \
+             WHERE e.user_id = $1 AND e.kind = '{}' AND t.key_id IS NOT NULL \
+             GROUP BY t.key_id ORDER BY t.key_id",
+            LedgerKind::Settle.as_str()
+        );
         let rows = self
             .db
             .reads()
-            .query_all_raw(self.statement(sql, vec![user.as_str().into()]))
+            .query_all_raw(self.statement(&sql, vec![user.as_str().into()]))
             .await
             .map_err(backend_err)?;
         rows.iter()

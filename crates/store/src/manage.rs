@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use domain::ports::{ManageStore, PageRequest, StoreError};
 use domain::{
-    ApiKey, ApiKeyId, AuditEntry, DailyModelSpend, LedgerEntry, NewAuditEntry, UsdAmount, User, UserChange, UserId,
+    ApiKey, ApiKeyId, AuditEntry, DailyModelSpend, LedgerEntry, LedgerKind, NewAuditEntry, UsdAmount, User, UserChange,
+    UserId,
 };
 use sea_orm::sea_query::{Expr, ExprTrait, Func, LikeExpr};
 use sea_orm::{
@@ -71,17 +72,21 @@ impl Store {
 #[async_trait]
 impl ManageStore for Store {
     async fn daily_spend(&self, user: &UserId, from_ms: i64, to_ms: i64) -> Result<Vec<DailyModelSpend>, StoreError> {
-        // `status = 'settled'` as a literal: the partial index `reservations_settled_user` only
-        // answers a statement that carries its condition.
-        let sql = "SELECT r.updated_at / 86400000 AS day, t.model AS model, \
-                   CAST(SUM(r.actual_micros) AS BIGINT) AS spent, COUNT(*) AS calls \
-                   FROM reservations r JOIN tasks t ON t.id = r.task_id \
-                   WHERE r.user_id = $1 AND r.status = 'settled' AND r.updated_at >= $2 AND r.updated_at < $3 \
-                   GROUP BY r.updated_at / 86400000, t.model ORDER BY 1, 2";
+        // A call is settled when its `settle` entry is written, in the same commit and with the
+        // same time as its reservation's end (`updated_at`): the user's entries of the range come
+        // through `ledger_entries_user_time`, each settled call's charge from its reservation.
+        let sql = format!(
+            "SELECT e.created_at / 86400000 AS day, t.model AS model, \
+             CAST(SUM(COALESCE(r.actual_micros, 0)) AS BIGINT) AS spent, COUNT(*) AS calls \
+             FROM ledger_entries e JOIN reservations r ON r.task_id = e.task_id JOIN tasks t ON t.id = e.task_id \
+             WHERE e.user_id = $1 AND e.kind = '{}' AND e.created_at >= $2 AND e.created_at < $3 \
+             GROUP BY e.created_at / 86400000, t.model ORDER BY 1, 2",
+            LedgerKind::Settle.as_str()
+        );
         let rows = self
             .db
             .reads()
-            .query_all_raw(self.statement(sql, vec![user.as_str().into(), from_ms.into(), to_ms.into()]))
+            .query_all_raw(self.statement(&sql, vec![user.as_str().into(), from_ms.into(), to_ms.into()]))
             .await
             .map_err(backend_err)?;
         rows.iter()

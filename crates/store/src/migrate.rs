@@ -133,6 +133,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0025_writer_indexes.sql"),
         include_str!("../../../migrations/postgres/0025_writer_indexes.sql"),
     ),
+    (
+        26,
+        include_str!("../../../migrations/sqlite/0026_no_settled_index.sql"),
+        include_str!("../../../migrations/postgres/0026_no_settled_index.sql"),
+    ),
 ];
 
 /// The advisory lock's key that serialises migrating replicas on one PostgreSQL (no cap's key:

@@ -1,6 +1,7 @@
-//! Migration 0025 on a database written before it (SQLite only: PostgreSQL's 0025 changes
-//! nothing): the indexes it makes again serve the listings and sweeps as before (no scan, no
-//! sort), the ledger lists as it did, and an open reservation still settles.
+//! Migrations 0025 and 0026 on a database written before them (SQLite; PostgreSQL's 0025 changes
+//! nothing): the indexes 0025 makes again serve the listings and sweeps as before (no scan, no
+//! sort), the settled spend 0026 reads through the ledger finds its rows through an index, the
+//! ledger lists as it did, and an open reservation still settles.
 
 #![allow(clippy::panic, clippy::unwrap_used)]
 
@@ -27,7 +28,7 @@ fn migrations_before_0025() -> Vec<(i64, String)> {
 }
 
 #[tokio::test]
-async fn migration_0025_keeps_the_ledger_and_the_plans() {
+async fn migrations_0025_and_0026_keep_the_ledger_and_the_plans() {
     let db = TestDb::sqlite("writer_indexes");
     let path = db.url.trim_start_matches("sqlite://").trim_end_matches("?mode=rwc").to_owned();
     std::fs::create_dir_all(std::path::Path::new(&path).parent().expect("dir")).expect("dir");
@@ -94,6 +95,10 @@ async fn migration_0025_keeps_the_ledger_and_the_plans() {
     assert!(schema("ledger_entries_user").ends_with("(user_id, id)"));
     assert!(schema("tasks_user_created").ends_with("(user_id, created_at, id)"));
     assert!(!schema("tasks_running_updated").contains(" IN "));
+    let gone: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'reservations_settled_user'", [], |r| r.get(0))
+        .expect("index count");
+    assert_eq!(gone, 0, "0026 drops the settled reservations' index");
     // The statements' conditions as the store writes them (`is_running!`), and the index each needs.
     let running = "(status = 'submitting' OR status = 'queued' OR status = 'processing')";
     for (sql, index) in [
@@ -133,6 +138,30 @@ async fn migration_0025_keeps_the_ledger_and_the_plans() {
             .expect("plan text");
         assert!(plan.iter().any(|d| d.contains(index)), "{sql}: {plan:?}");
         assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{sql}: no sort: {plan:?}");
+    }
+    // The settled spend by day and model, and by key (the store's statements, `$n` bound): the
+    // user's `settle` entries through one of the ledger's per-user indexes (by time for a range),
+    // each call's reservation and task by its key; only the grouping sorts.
+    let joined = "FROM ledger_entries e JOIN reservations r ON r.task_id = e.task_id JOIN tasks t ON t.id = e.task_id \
+                  WHERE e.user_id = 'u' AND e.kind = 'settle'";
+    for sql in [
+        format!(
+            "SELECT e.created_at / 86400000, t.model, SUM(r.actual_micros), COUNT(*) {joined} \
+             AND e.created_at >= 0 AND e.created_at < 9 GROUP BY e.created_at / 86400000, t.model ORDER BY 1, 2"
+        ),
+        format!("SELECT t.key_id, SUM(r.actual_micros), COUNT(*) {joined} AND t.key_id IS NOT NULL GROUP BY t.key_id"),
+    ] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("plan")
+            .query_map([], |r| r.get::<_, String>(3))
+            .expect("plan rows")
+            .collect::<Result<_, _>>()
+            .expect("plan text");
+        assert!(plan.iter().any(|d| d.starts_with("SEARCH e USING INDEX ledger_entries_user")), "{sql}: {plan:?}");
+        assert!(plan.iter().any(|d| d.starts_with("SEARCH r USING INDEX")), "{sql}: {plan:?}");
+        assert!(plan.iter().any(|d| d.starts_with("SEARCH t USING INDEX")), "{sql}: {plan:?}");
+        assert!(!plan.iter().any(|d| d.starts_with("SCAN")), "{sql}: no scan: {plan:?}");
     }
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity");
     assert_eq!(check, "ok");

@@ -1,0 +1,5 @@
+-- One index fewer written per call (issue 40). `reservations_settled_user` served two reads,
+-- the spend by day and model and the spend by key; both now find a user's settled calls through
+-- their `settle` ledger entries (`ledger_entries_user_time`), which every settlement writes in the
+-- same statement and with the same time as the reservation's end.
+DROP INDEX reservations_settled_user;
