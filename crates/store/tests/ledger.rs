@@ -288,3 +288,55 @@ async fn spent_is_a_running_total_of_settled_charges() {
         db.cleanup().await;
     }
 }
+
+/// The spend by day and model and the spend by key count settled calls only (a free one too),
+/// never a refunded or an open one, nor another user's (migration 0026 reads them from the
+/// ledger's `settle` entries).
+#[tokio::test]
+async fn settled_spend_by_day_model_and_key_counts_settled_calls_only() {
+    use domain::ports::{AccountStore, ManageStore};
+    use domain::{ApiKeyId, TaskId};
+    for db in TestDb::all("settled_spend").await {
+        let store = db.open().await;
+        let alice = user_with(&store, usd(100_000)).await;
+        let bob = user_with(&store, usd(100_000)).await;
+        let task = |user: &UserId, id: &TaskId, model: &str, key: Option<&str>| domain::Task {
+            model: model.into(),
+            key_id: key.map(|k| ApiKeyId(k.into())),
+            ..common::call_task(user, id)
+        };
+        let [partial, exact, free, refunded, open, other_key, bobs] = std::array::from_fn(|_| new_task());
+        for (user, id, model, key, hold) in [
+            (&alice, &partial, "m1", Some("key_a"), 1_000),
+            (&alice, &exact, "m1", Some("key_a"), 500),
+            (&alice, &free, "m2", None, 200),
+            (&alice, &refunded, "m1", Some("key_a"), 300),
+            (&alice, &open, "m1", Some("key_a"), 700),
+            (&alice, &other_key, "m2", Some("key_b"), 90),
+            (&bob, &bobs, "m1", Some("key_a"), 100),
+        ] {
+            store.open_call(task(user, id, model, key), usd(hold)).await.expect("open");
+        }
+        store.settle(&partial, usd(400)).await.expect("partial");
+        store.settle(&exact, usd(500)).await.expect("exact");
+        store.settle(&free, UsdAmount::ZERO).await.expect("free");
+        store.settle(&other_key, usd(90)).await.expect("other key");
+        store.refund(&refunded).await.expect("refund");
+        store.settle(&bobs, usd(100)).await.expect("bob's");
+
+        let name = common::name(&store);
+        let days = store.daily_spend(&alice, 0, i64::MAX / 2).await.expect("daily spend");
+        let by_model: Vec<(String, i64, i64)> =
+            days.iter().map(|d| (d.model.clone(), d.spent.micros(), d.calls)).collect();
+        assert_eq!(by_model, [("m1".into(), 900, 2), ("m2".into(), 90, 2)], "{name}: {days:?}");
+        assert!(days.windows(2).all(|w| w[0].day == w[1].day), "{name}: one day");
+        let none = store.daily_spend(&alice, 0, 1).await.expect("an empty range");
+        assert!(none.is_empty(), "{name}: {none:?}");
+
+        let keys = store.spend_by_key(&alice).await.expect("spend by key");
+        let keys: Vec<(String, i64, i64)> = keys.iter().map(|k| (k.key.0.clone(), k.spent.micros(), k.calls)).collect();
+        assert_eq!(keys, [("key_a".into(), 900, 2), ("key_b".into(), 90, 1)], "{name}");
+        common::balance_is_ledger_sum(&store, &alice).await;
+        db.cleanup().await;
+    }
+}
