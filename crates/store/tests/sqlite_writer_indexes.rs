@@ -27,6 +27,16 @@ fn migrations_before_0025() -> Vec<(i64, String)> {
         .collect()
 }
 
+/// The lines of SQLite's `EXPLAIN QUERY PLAN` for `sql`.
+fn query_plan(conn: &Connection, sql: &str) -> Vec<String> {
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("plan")
+        .query_map([], |r| r.get::<_, String>(3))
+        .expect("plan rows")
+        .collect::<Result<_, _>>()
+        .expect("plan text")
+}
+
 #[tokio::test]
 async fn migrations_0025_and_0026_keep_the_ledger_and_the_plans() {
     let db = TestDb::sqlite("writer_indexes");
@@ -129,13 +139,7 @@ async fn migrations_0025_and_0026_keep_the_ledger_and_the_plans() {
             "tasks_user_status (user_id=? AND status=?)",
         ),
     ] {
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .expect("plan")
-            .query_map([], |r| r.get::<_, String>(3))
-            .expect("plan rows")
-            .collect::<Result<_, _>>()
-            .expect("plan text");
+        let plan = query_plan(&conn, sql);
         assert!(plan.iter().any(|d| d.contains(index)), "{sql}: {plan:?}");
         assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{sql}: no sort: {plan:?}");
     }
@@ -151,13 +155,7 @@ async fn migrations_0025_and_0026_keep_the_ledger_and_the_plans() {
         ),
         format!("SELECT t.key_id, SUM(r.actual_micros), COUNT(*) {joined} AND t.key_id IS NOT NULL GROUP BY t.key_id"),
     ] {
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .expect("plan")
-            .query_map([], |r| r.get::<_, String>(3))
-            .expect("plan rows")
-            .collect::<Result<_, _>>()
-            .expect("plan text");
+        let plan = query_plan(&conn, &sql);
         assert!(plan.iter().any(|d| d.starts_with("SEARCH e USING INDEX ledger_entries_user")), "{sql}: {plan:?}");
         assert!(plan.iter().any(|d| d.starts_with("SEARCH r USING INDEX")), "{sql}: {plan:?}");
         assert!(plan.iter().any(|d| d.starts_with("SEARCH t USING INDEX")), "{sql}: {plan:?}");
