@@ -268,7 +268,7 @@ impl AccountStore for Store {
     async fn spend_by_key(&self, user: &UserId) -> Result<Vec<KeyTotal>, StoreError> {
         // Not expressible through the query builder without a relation between the two
         // entities; a raw statement on the read connection, like the other aggregates. A settled
-        // call has one `settle` entry: the user's entries come through `ledger_entries_user_time`,
+        // call has one `settle` entry: the user's entries come through a per-user ledger index,
         // each settled call's charge from its reservation and its key from its task.
         let sql = format!(
             "SELECT t.key_id AS key_id, CAST(SUM(COALESCE(r.actual_micros, 0)) AS BIGINT) AS spent, COUNT(*) AS calls \
